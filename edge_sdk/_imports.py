@@ -1,0 +1,60 @@
+"""The one place heavy optional modules are imported.
+
+Every other module asks here, so that `import edge_sdk` stays cheap and a missing package
+raises :class:`MissingDependencyError` naming the extra that provides it.
+"""
+from __future__ import annotations
+
+import importlib
+from types import ModuleType
+
+_EXTRAS = {
+    "onnx": ("host", ""),
+    "onnxruntime": ("host", ""),
+    "onnxslim": ("host", "graph fusion falls back to ONNX Runtime's optimizer without it"),
+    "cv2": ("host", "on a Jetson use JetPack's OpenCV, which has GStreamer"),
+    "paho.mqtt.client": ("mqtt", ""),
+    "jsonschema": ("mqtt", ""),
+    "jtop": ("jetson", "and start the jtop service: sudo systemctl start jtop.service"),
+    "tensorrt": ("trt", "TensorRT comes with JetPack on a Jetson: sudo apt install python3-libnvinfer"),
+    "pycuda.driver": ("trt", "on a Jetson: pip install pycuda (needs CUDA from JetPack)"),
+    "cuda": ("trt", "pip install cuda-python"),
+}
+
+
+def require(name: str) -> ModuleType:
+    """Import `name` or raise MissingDependencyError naming the extra to install."""
+    try:
+        return importlib.import_module(name)
+    except ImportError as exc:
+        extra, hint = _EXTRAS.get(name, ("dev", ""))
+        raise MissingDependencyError(name.split(".")[0], extra, hint) from exc
+
+
+def available(name: str) -> bool:
+    """True when `name` can be imported (imports it)."""
+    try:
+        importlib.import_module(name)
+    except ImportError:
+        return False
+    return True
+
+
+def onnx() -> ModuleType:
+    return require("onnx")
+
+
+def ort() -> ModuleType:
+    return require("onnxruntime")
+
+
+def cv2() -> ModuleType:
+    return require("cv2")
+
+
+def tensorrt() -> ModuleType:
+    return require("tensorrt")
+
+
+def mqtt() -> ModuleType:
+    return require("paho.mqtt.client")

@@ -1,0 +1,35 @@
+"""`edge-sdk` command line. One module per command; heavy imports happen inside commands."""
+from __future__ import annotations
+
+import typer
+
+from edge_sdk import __version__
+from edge_sdk.cli import targets as _targets
+
+app = typer.Typer(
+    name="edge-sdk",
+    help="Build, run and watch vision models on NVIDIA Jetson and other embedded devices.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"edge-sdk {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version and exit."),
+) -> None:
+    """Build, run and watch vision models on NVIDIA Jetson and other embedded devices."""
+
+
+app.command("targets")(_targets.targets)
+
+
+def main() -> None:
+    app()

@@ -1,0 +1,70 @@
+"""Typed errors. Every message says what went wrong and what to do about it."""
+from __future__ import annotations
+
+
+class EdgeSdkError(Exception):
+    """Base class of every error edge-sdk raises on purpose."""
+
+    exit_code = 1
+
+
+class MissingDependencyError(EdgeSdkError, ImportError):
+    """An optional dependency is not installed; the message names the extra to install."""
+
+    exit_code = 3
+
+    def __init__(self, module: str, extra: str, hint: str = "") -> None:
+        self.module = module
+        self.extra = extra
+        msg = f"'{module}' is not installed. Install it with: pip install \"edge-sdk[{extra}]\""
+        if hint:
+            msg += f" ({hint})"
+        super().__init__(msg)
+
+
+class ConfigError(EdgeSdkError, ValueError):
+    """A configuration value is invalid. The message names the key and, where known, the file."""
+
+    exit_code = 2
+
+
+class ModelError(EdgeSdkError):
+    """A model file is missing, corrupt, or not what the configuration says it is."""
+
+    exit_code = 4
+
+
+class CalibrationError(EdgeSdkError):
+    """Calibration data is missing, unreadable or unusable."""
+
+    exit_code = 5
+
+
+class AccuracyGateError(EdgeSdkError):
+    """A quantized variant lost more accuracy than allowed."""
+
+    exit_code = 6
+
+
+class TargetError(EdgeSdkError):
+    """Unknown target, or a request the target cannot honour (such as a foreign GPU's engine)."""
+
+    exit_code = 7
+
+
+class BundleError(EdgeSdkError):
+    """A bundle is missing files, fails its checksums or is from a newer schema."""
+
+    exit_code = 8
+
+
+class SourceError(EdgeSdkError):
+    """A video source cannot be opened or stopped delivering frames."""
+
+    exit_code = 9
+
+
+class BackendError(EdgeSdkError):
+    """An inference backend cannot be created or cannot run the model."""
+
+    exit_code = 10

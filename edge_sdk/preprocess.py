@@ -1,0 +1,195 @@
+"""Frame → network input tensor. The runtime and the builder's calibration both use this code.
+
+The network sees `(pixel - mean) * scale` per channel, in the colour order and layout of its
+`InputSpec`. Buffers are allocated once per (frame size, input size); converting a frame in
+steady state allocates nothing.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from edge_sdk import _imports
+from edge_sdk.errors import ConfigError, SourceError
+
+RESIZE_MODES = ("letterbox", "stretch")
+COLORS = ("BGR", "RGB")
+
+
+@dataclass
+class InputSpec:
+    """What the network expects. `shape` is NCHW: [batch, 3, height, width]."""
+
+    name: str = "input"
+    shape: List[int] = field(default_factory=lambda: [1, 3, 384, 640])
+    dtype: str = "float32"
+    layout: str = "NCHW"
+    color: str = "BGR"
+    mean: List[float] = field(default_factory=lambda: [0.0, 0.0, 0.0])
+    scale: List[float] = field(default_factory=lambda: [1.0, 1.0, 1.0])
+    resize: str = "letterbox"
+    pad_value: int = 0
+
+    def __post_init__(self) -> None:
+        self.shape = [int(v) for v in self.shape]
+        if len(self.shape) != 4 or self.shape[1] != 3 or min(self.shape) <= 0:
+            raise ConfigError(f"input shape must be [batch, 3, height, width] with positive sizes, got {self.shape}")
+        if self.layout != "NCHW":
+            raise ConfigError(f"input layout {self.layout!r} is not supported; use NCHW")
+        if self.color not in COLORS:
+            raise ConfigError(f"input color must be one of {COLORS}, got {self.color!r}")
+        if self.resize not in RESIZE_MODES:
+            raise ConfigError(f"input resize must be one of {RESIZE_MODES}, got {self.resize!r}")
+        if self.dtype not in ("float32", "float16"):
+            raise ConfigError(f"input dtype must be float32 or float16, got {self.dtype!r}")
+        self.mean = _triple(self.mean, "mean")
+        self.scale = _triple(self.scale, "scale")
+
+    @property
+    def height(self) -> int:
+        return self.shape[2]
+
+    @property
+    def width(self) -> int:
+        return self.shape[3]
+
+    @property
+    def batch(self) -> int:
+        return self.shape[0]
+
+    def to_dict(self) -> Dict[str, object]:
+        return {
+            "name": self.name,
+            "shape": list(self.shape),
+            "dtype": self.dtype,
+            "layout": self.layout,
+            "color": self.color,
+            "mean": list(self.mean),
+            "scale": list(self.scale),
+            "resize": self.resize,
+            "pad_value": self.pad_value,
+        }
+
+    @classmethod
+    def from_dict(cls, d: Dict[str, object]) -> "InputSpec":
+        known = {k: v for k, v in d.items() if k in cls.__dataclass_fields__}
+        return cls(**known)  # type: ignore[arg-type]
+
+
+def _triple(value: Sequence[float], key: str) -> List[float]:
+    if isinstance(value, (int, float)):
+        value = [value] * 3
+    value = [float(v) for v in value]
+    if len(value) != 3:
+        raise ConfigError(f"input {key} must have 3 values (one per channel), got {value}")
+    return value
+
+
+@dataclass(frozen=True)
+class Transform:
+    """How a frame was placed into the network input: `net = frame * scale + pad`."""
+
+    scale_x: float
+    scale_y: float
+    pad_x: float
+    pad_y: float
+    frame_width: int
+    frame_height: int
+
+    def to_frame(self, xyxy: np.ndarray, clip: bool = True) -> np.ndarray:
+        """Map boxes from network-input pixels back to frame pixels (float32, new array)."""
+        out = np.asarray(xyxy, dtype=np.float32).reshape(-1, 4).copy()
+        out[:, [0, 2]] = (out[:, [0, 2]] - self.pad_x) / self.scale_x
+        out[:, [1, 3]] = (out[:, [1, 3]] - self.pad_y) / self.scale_y
+        if clip:
+            out[:, [0, 2]] = np.clip(out[:, [0, 2]], 0, self.frame_width)
+            out[:, [1, 3]] = np.clip(out[:, [1, 3]], 0, self.frame_height)
+        return out
+
+    def to_net(self, xyxy: np.ndarray) -> np.ndarray:
+        """Map boxes from frame pixels to network-input pixels."""
+        out = np.asarray(xyxy, dtype=np.float32).reshape(-1, 4).copy()
+        out[:, [0, 2]] = out[:, [0, 2]] * self.scale_x + self.pad_x
+        out[:, [1, 3]] = out[:, [1, 3]] * self.scale_y + self.pad_y
+        return out
+
+
+def plan_transform(frame_w: int, frame_h: int, net_w: int, net_h: int, resize: str = "letterbox") -> Tuple[Transform, Tuple[int, int, int, int]]:
+    """Return the transform and the (x, y, w, h) region of the network input the frame fills."""
+    if resize == "stretch":
+        return Transform(net_w / frame_w, net_h / frame_h, 0.0, 0.0, frame_w, frame_h), (0, 0, net_w, net_h)
+    r = min(net_w / frame_w, net_h / frame_h)
+    w = max(1, min(net_w, int(round(frame_w * r))))
+    h = max(1, min(net_h, int(round(frame_h * r))))
+    x = (net_w - w) // 2
+    y = (net_h - h) // 2
+    return Transform(w / frame_w, h / frame_h, float(x), float(y), frame_w, frame_h), (x, y, w, h)
+
+
+class Preprocessor:
+    """Converts BGR uint8 frames (H, W, 3) into the network input tensor, reusing its buffers.
+
+    `__call__(frame)` fills `self.tensor[0]` and returns the tensor and the Transform. For
+    batches, `fill(frame, index)` writes one slot. The returned tensor is owned by the
+    preprocessor and overwritten by the next call.
+    """
+
+    def __init__(self, spec: InputSpec, batch: Optional[int] = None) -> None:
+        self.spec = spec
+        n = batch or spec.batch
+        self.tensor = np.zeros((n, 3, spec.height, spec.width), dtype=np.dtype(spec.dtype))
+        self._canvas = np.full((spec.height, spec.width, 3), spec.pad_value, dtype=np.uint8)
+        self._mean = np.asarray(spec.mean, np.float32).reshape(3, 1, 1)
+        self._scale = np.asarray(spec.scale, np.float32).reshape(3, 1, 1)
+        self._identity = bool(np.all(self._mean == 0) and np.all(self._scale == 1))
+        self._plan_key: Optional[Tuple[int, int]] = None
+        self._plan: Optional[Tuple[Transform, Tuple[int, int, int, int]]] = None
+        self._cv2 = _imports.cv2()
+
+    def _plan_for(self, w: int, h: int) -> Tuple[Transform, Tuple[int, int, int, int]]:
+        if self._plan_key != (w, h):
+            self._plan = plan_transform(w, h, self.spec.width, self.spec.height, self.spec.resize)
+            self._plan_key = (w, h)
+            self._canvas[...] = self.spec.pad_value
+        assert self._plan is not None
+        return self._plan
+
+    def fill(self, frame: np.ndarray, index: int = 0) -> Transform:
+        if not isinstance(frame, np.ndarray) or frame.ndim != 3 or frame.shape[2] != 3 or frame.dtype != np.uint8:
+            shape = getattr(frame, "shape", None)
+            dtype = getattr(frame, "dtype", None)
+            raise SourceError(f"expected a BGR uint8 frame of shape (H, W, 3), got shape {shape} dtype {dtype}")
+        h, w = frame.shape[:2]
+        transform, (x, y, rw, rh) = self._plan_for(w, h)
+        region = self._canvas[y : y + rh, x : x + rw]
+        if (rw, rh) == (w, h):
+            region[...] = frame
+        else:
+            cv2 = self._cv2
+            interp = cv2.INTER_AREA if rw < w else cv2.INTER_LINEAR
+            out = cv2.resize(frame, (rw, rh), dst=region, interpolation=interp)
+            if out is not None and not np.shares_memory(out, region):
+                region[...] = out
+        src = self._canvas if self.spec.color == "BGR" else self._canvas[..., ::-1]
+        dst = self.tensor[index]
+        if self._identity:
+            np.copyto(dst, src.transpose(2, 0, 1), casting="unsafe")
+        else:
+            np.subtract(src.transpose(2, 0, 1), self._mean, out=dst, casting="unsafe")
+            np.multiply(dst, self._scale, out=dst, casting="unsafe")
+        return transform
+
+    def __call__(self, frame: np.ndarray) -> Tuple[np.ndarray, Transform]:
+        transform = self.fill(frame, 0)
+        return self.tensor[:1], transform
+
+
+def load_image(path: str) -> np.ndarray:
+    """Read an image file as BGR uint8 (H, W, 3); raises SourceError naming the file."""
+    cv2 = _imports.cv2()
+    img = cv2.imread(str(path), cv2.IMREAD_COLOR)
+    if img is None:
+        raise SourceError(f"cannot read image {path}: not an image file, or unreadable")
+    return img

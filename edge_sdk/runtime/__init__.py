@@ -1,0 +1,1 @@
+"""The on-device runtime: sources, preprocessing, backends, decoding, merging, sinks."""

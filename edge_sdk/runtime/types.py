@@ -1,0 +1,56 @@
+"""What the pipeline hands to its consumers: one FrameResult per processed frame."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Dict, Optional
+
+import numpy as np
+
+from edge_sdk.detections import Detections
+
+# Stage names, in pipeline order. Latencies are milliseconds.
+STAGES = ("capture_wait", "preprocess", "infer", "decode", "merge")
+
+
+@dataclass
+class FrameResult:
+    """Detections for one frame, with per-stage latencies and pipeline counters.
+
+    `latency_ms` has one entry per stage that ran plus `total`: capture (the moment the
+    source delivered the frame) to result. `frame` is the source's buffer, valid only until
+    the next result is requested unless the consumer copies it.
+    """
+
+    index: int
+    timestamp: float  # wall-clock seconds when the frame was captured
+    detections: Detections
+    latency_ms: Dict[str, float] = field(default_factory=dict)
+    frame: Optional[np.ndarray] = None
+    cached: bool = False  # served from the prediction cache
+    info: Dict[str, Any] = field(default_factory=dict)  # e.g. ROI scheduler report
+
+    def to_json(self) -> Dict[str, Any]:
+        """The `--jsonl` line format."""
+        out: Dict[str, Any] = {
+            "frame": self.index,
+            "ts": round(self.timestamp, 3),
+            "detections": self.detections.to_records(),
+            "latency_ms": {k: round(v, 2) for k, v in self.latency_ms.items()},
+        }
+        if self.cached:
+            out["cached"] = True
+        if self.info:
+            out["info"] = self.info
+        return out
+
+
+@dataclass
+class PipelineStats:
+    """Running counters a pipeline keeps; read by telemetry."""
+
+    frames_captured: int = 0
+    frames_processed: int = 0
+    frames_dropped: int = 0
+    cache_hits: int = 0
+    source_errors: int = 0
+    reconnects: int = 0

@@ -1,0 +1,50 @@
+"""`import edge_sdk` and `edge-sdk --help` must not load heavy modules (STYLE rule 1)."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+HEAVY = ["tensorrt", "pycuda", "cuda", "onnxruntime", "onnx", "cv2", "paho", "jtop", "skimage", "matplotlib"]
+
+PROBES = {
+    "import": "import edge_sdk, edge_sdk.detections, edge_sdk.manifest, edge_sdk.targets",
+    "help": (
+        "import sys\n"
+        "from edge_sdk.cli import app\n"
+        "from typer.testing import CliRunner\n"
+        "r = CliRunner().invoke(app, ['--help'])\n"
+        "assert r.exit_code == 0, r.output\n"
+    ),
+}
+
+
+@pytest.mark.parametrize("probe", sorted(PROBES))
+def test_no_heavy_module_is_imported(probe: str) -> None:
+    code = PROBES[probe] + "\nimport sys, json\nprint(json.dumps(sorted(sys.modules)))\n"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    loaded = set(json.loads(out.strip().splitlines()[-1]))
+    heavy = sorted(m for m in loaded if m.split(".")[0] in HEAVY)
+    assert heavy == [], f"{probe} loaded heavy modules: {heavy}"
+
+
+def test_every_command_help_is_light() -> None:
+    """`edge-sdk <command> --help` for every registered command stays light too."""
+    code = (
+        "import sys, json\n"
+        "from typer.testing import CliRunner\n"
+        "from typer.main import get_command\n"
+        "from edge_sdk.cli import app\n"
+        "names = sorted(get_command(app).commands)\n"
+        "for n in names:\n"
+        "    r = CliRunner().invoke(app, [n, '--help'])\n"
+        "    assert r.exit_code == 0, (n, r.output)\n"
+        "print(json.dumps([names, sorted(sys.modules)]))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    names, loaded = json.loads(out.strip().splitlines()[-1])
+    assert "targets" in names
+    heavy = sorted(m for m in loaded if m.split(".")[0] in HEAVY)
+    assert heavy == [], f"command --help loaded heavy modules: {heavy}"
