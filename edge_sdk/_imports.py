@@ -8,17 +8,22 @@ from __future__ import annotations
 import importlib
 from types import ModuleType
 
+from edge_sdk.errors import MissingDependencyError
+
 _EXTRAS = {
     "onnx": ("host", ""),
-    "onnxruntime": ("host", ""),
+    "onnxruntime": ("cpu", ""),
     "onnxslim": ("host", "graph fusion falls back to ONNX Runtime's optimizer without it"),
-    "cv2": ("host", "on a Jetson use JetPack's OpenCV, which has GStreamer"),
+    "cv2": ("cpu", "on a Jetson use JetPack's OpenCV instead: sudo apt install python3-opencv"),
     "paho.mqtt.client": ("mqtt", ""),
     "jsonschema": ("mqtt", ""),
     "jtop": ("jetson", "and start the jtop service: sudo systemctl start jtop.service"),
     "tensorrt": ("trt", "TensorRT comes with JetPack on a Jetson: sudo apt install python3-libnvinfer"),
     "pycuda.driver": ("trt", "on a Jetson: pip install pycuda (needs CUDA from JetPack)"),
     "cuda": ("trt", "pip install cuda-python"),
+    "cuda.cudart": ("trt", "pip install cuda-python"),
+    "cuda.bindings.runtime": ("trt", "pip install cuda-python"),
+    "pycuda.autoinit": ("trt", "on a Jetson: pip install pycuda (needs CUDA from JetPack)"),
 }
 
 

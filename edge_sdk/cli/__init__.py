@@ -4,7 +4,11 @@ from __future__ import annotations
 import typer
 
 from edge_sdk import __version__
+from edge_sdk.cli import build as _build
 from edge_sdk.cli import targets as _targets
+from edge_sdk.cli import detect as _detect
+from edge_sdk.cli import engine as _engine
+from edge_sdk.cli import run as _run
 
 app = typer.Typer(
     name="edge-sdk",
@@ -29,6 +33,10 @@ def _root(
 
 
 app.command("targets")(_targets.targets)
+app.command("engine")(_engine.engine)
+app.command("build")(_build.build)
+app.command("detect")(_detect.detect)
+app.command("run")(_run.run)
 
 
 def main() -> None:

@@ -27,7 +27,8 @@ class FrameResult:
     latency_ms: Dict[str, float] = field(default_factory=dict)
     frame: Optional[np.ndarray] = None
     cached: bool = False  # served from the prediction cache
-    info: Dict[str, Any] = field(default_factory=dict)  # e.g. ROI scheduler report
+    info: Dict[str, Any] = field(default_factory=dict)  # e.g. ROI scheduler report, source events
+    ground_truth: Optional[Detections] = None  # synthetic sources: the true boxes (not serialized)
 
     def to_json(self) -> Dict[str, Any]:
         """The `--jsonl` line format."""

@@ -1,0 +1,1 @@
+"""Host-side builder: prepares models, calibration data and bundles for a target."""

@@ -1,0 +1,220 @@
+"""The accuracy gate: run each precision variant with ONNX Runtime on held-back images and
+compare it with FP32, per output tensor (max/mean absolute error, cosine) and per task
+(decoded detections matched against FP32's at IoU 0.5 → precision, recall, f1_vs_fp32).
+
+In the spirit of Polygraphy's comparator: a runner per variant, the same inputs for all, one
+report of the differences.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Optional, Sequence
+
+import numpy as np
+
+from edge_sdk.detections import Detections, match_detections
+from edge_sdk.errors import AccuracyGateError
+from edge_sdk.preprocess import Transform
+
+# decoder(outputs with batch dim, transforms) -> one Detections per batch item
+Decoder = Callable[[Sequence[np.ndarray], Sequence[Transform]], List[Detections]]
+Progress = Callable[[int], None]
+MATCH_IOU = 0.5
+
+
+class OnnxRuntimeRunner:
+    """activate / infer / deactivate around an ONNX Runtime CPU session built from a ModelProto."""
+
+    def __init__(self, model: Any, name: str = "model") -> None:
+        self.model = model
+        self.name = name
+        self.session: Any = None
+        self.input_names: List[str] = []
+        self.output_names: List[str] = []
+
+    def activate(self) -> None:
+        from edge_sdk.builder.graph import session_from_model
+
+        self.session = session_from_model(self.model)
+        self.input_names = [i.name for i in self.session.get_inputs()]
+        self.output_names = [o.name for o in self.session.get_outputs()]
+
+    def infer(self, feed: Dict[str, np.ndarray]) -> List[np.ndarray]:
+        return self.session.run(self.output_names, feed)
+
+    def deactivate(self) -> None:
+        self.session = None
+
+    def __enter__(self) -> "OnnxRuntimeRunner":
+        self.activate()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.deactivate()
+
+
+def run_model(model: Any, input_name: str, tensors: Sequence[np.ndarray], progress: Optional[Progress] = None) -> List[List[np.ndarray]]:
+    """Outputs of `model` for each input tensor (N=1 each), in model output order."""
+    results = []
+    with OnnxRuntimeRunner(model) as runner:
+        for tensor in tensors:
+            results.append(runner.infer({input_name: tensor}))
+            if progress is not None:
+                progress(1)
+    return results
+
+
+@dataclass
+class OutputError:
+    name: str
+    max_abs_err: float
+    mean_abs_err: float
+    cosine: float
+
+    def to_dict(self) -> Dict[str, float]:
+        return {"max_abs_err": self.max_abs_err, "mean_abs_err": self.mean_abs_err, "cosine": self.cosine}
+
+
+@dataclass
+class VariantReport:
+    variant: str
+    outputs: List[OutputError]
+    match: Optional[Dict[str, float]] = None  # tp/fp/fn/precision/recall/f1 vs FP32
+    detections: int = 0
+    reference_detections: int = 0
+    extra: Dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def f1(self) -> Optional[float]:
+        return None if self.match is None else float(self.match["f1"])
+
+    @property
+    def cosine(self) -> float:
+        return min((o.cosine for o in self.outputs), default=1.0)
+
+    @property
+    def max_abs_err(self) -> float:
+        return max((o.max_abs_err for o in self.outputs), default=0.0)
+
+    def to_dict(self) -> Dict[str, Any]:
+        d: Dict[str, Any] = {
+            "f1_vs_fp32": None if self.f1 is None else round(self.f1, 4),
+            "precision": None if self.match is None else round(float(self.match["precision"]), 4),
+            "recall": None if self.match is None else round(float(self.match["recall"]), 4),
+            "max_abs_err": _r(self.max_abs_err),
+            "mean_abs_err": _r(max((o.mean_abs_err for o in self.outputs), default=0.0)),
+            "cosine": round(self.cosine, 6),
+            "detections": self.detections,
+            "reference_detections": self.reference_detections,
+            "outputs": {o.name: {k: _r(v) for k, v in o.to_dict().items()} for o in self.outputs},
+        }
+        d.update(self.extra)
+        return d
+
+
+def _r(v: float) -> float:
+    return float(f"{v:.6g}")
+
+
+def output_errors(names: Sequence[str], ref: Sequence[Sequence[np.ndarray]], test: Sequence[Sequence[np.ndarray]]) -> List[OutputError]:
+    """Per output, over all images: max and mean |ref - test| and the cosine similarity."""
+    report = []
+    for k, name in enumerate(names):
+        max_err, abs_sum, count, dot, na, nb = 0.0, 0.0, 0, 0.0, 0.0, 0.0
+        for r_out, t_out in zip(ref, test):
+            a = np.asarray(r_out[k], np.float64).ravel()
+            b = np.asarray(t_out[k], np.float64).ravel()
+            diff = np.abs(a - b)
+            max_err = max(max_err, float(diff.max(initial=0.0)))
+            abs_sum += float(diff.sum())
+            count += diff.size
+            dot += float(a @ b)
+            na += float(a @ a)
+            nb += float(b @ b)
+        if na == 0.0 and nb == 0.0:
+            cosine = 1.0
+        elif na == 0.0 or nb == 0.0:
+            cosine = 0.0
+        else:
+            cosine = dot / np.sqrt(na * nb)
+        report.append(OutputError(name, max_err, abs_sum / max(count, 1), float(cosine)))
+    return report
+
+
+def decode_all(decoder: Decoder, outputs: Sequence[Sequence[np.ndarray]], transforms: Sequence[Transform]) -> List[Detections]:
+    return [decoder(out, [tr])[0] for out, tr in zip(outputs, transforms)]
+
+
+def agreement(pred: Sequence[Detections], ref: Sequence[Detections], iou: float = MATCH_IOU) -> Dict[str, float]:
+    """Detections of a variant matched against FP32's, image by image, pooled (micro average)."""
+    tp = fp = fn = 0
+    for p, r in zip(pred, ref):
+        m = match_detections(p, r, iou)
+        tp, fp, fn = tp + m["tp"], fp + m["fp"], fn + m["fn"]
+    precision = tp / (tp + fp) if tp + fp else (1.0 if fn == 0 else 0.0)
+    recall = tp / (tp + fn) if tp + fn else (1.0 if fp == 0 else 0.0)
+    f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
+    return {"tp": tp, "fp": fp, "fn": fn, "precision": precision, "recall": recall, "f1": f1}
+
+
+class Reference:
+    """FP32's outputs and detections on the held-back images: what every variant is compared to."""
+
+    def __init__(self, model: Any, input_name: str, tensors: Sequence[np.ndarray], transforms: Sequence[Transform],
+                 decoder: Optional[Decoder], progress: Optional[Progress] = None) -> None:
+        self.input_name = input_name
+        self.tensors = tensors
+        self.transforms = transforms
+        self.decoder = decoder
+        self.output_names = [o.name for o in model.graph.output]
+        self.outputs = run_model(model, input_name, tensors, progress)
+        self.detections = decode_all(decoder, self.outputs, transforms) if decoder is not None else None
+
+    def compare(self, variant: str, model: Any, progress: Optional[Progress] = None) -> VariantReport:
+        outputs = run_model(model, self.input_name, self.tensors, progress)
+        return self.compare_outputs(variant, outputs)
+
+    def compare_outputs(self, variant: str, outputs: Sequence[Sequence[np.ndarray]]) -> VariantReport:
+        errors = output_errors(self.output_names, self.outputs, outputs)
+        if self.decoder is None or self.detections is None:
+            return VariantReport(variant, errors)
+        dets = decode_all(self.decoder, outputs, self.transforms)
+        return VariantReport(
+            variant, errors, agreement(dets, self.detections),
+            detections=sum(len(d) for d in dets), reference_detections=sum(len(d) for d in self.detections),
+        )
+
+    def score(self, model: Any) -> float:
+        """f1_vs_fp32 of `model` (or its worst output cosine when there is no decoder)."""
+        report = self.compare("candidate", model)
+        return report.f1 if report.f1 is not None else report.cosine
+
+
+@dataclass
+class GateResult:
+    passed: bool
+    metric: str
+    value: float
+    threshold: float
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {"passed": self.passed, "metric": self.metric, "value": round(self.value, 4), "threshold": self.threshold}
+
+
+def gate(report: VariantReport, min_f1: float, min_cosine: float = 0.99) -> GateResult:
+    """Did `report` keep enough accuracy? f1_vs_fp32 when detections are decoded, else cosine."""
+    if report.f1 is not None:
+        return GateResult(report.f1 >= min_f1, "f1_vs_fp32", report.f1, min_f1)
+    return GateResult(report.cosine >= min_cosine, "cosine", report.cosine, min_cosine)
+
+
+def enforce(result: GateResult, variant: str, allow_loss: bool, fallback_tried: bool) -> None:
+    if result.passed or allow_loss:
+        return
+    tried = " even after keeping the most sensitive layers in FP32" if fallback_tried else ""
+    hint = "" if fallback_tried else " or --int8-fallback auto to keep the most sensitive layers in FP32"
+    raise AccuracyGateError(
+        f"{variant.upper()} {result.metric} = {result.value:.4f} is below the gate {result.threshold}{tried}. "
+        f"Improve the calibration images (--calib, --calib-method){hint}, lower --min-f1, "
+        "or accept the loss with --allow-accuracy-loss"
+    )

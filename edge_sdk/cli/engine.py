@@ -1,0 +1,109 @@
+"""`edge-sdk engine BUNDLE`: compile the bundle's TensorRT engine on this device and cache it.
+
+Parameters use Typer's `typer.Option(default, ...)` form: on Python 3.8 (JetPack 5), Typer
+drops `Annotated[...]` metadata from postponed annotations, silently renaming options.
+"""
+from __future__ import annotations
+
+import json
+from enum import Enum
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from edge_sdk.cli._common import cli_errors
+
+
+class Precision(str, Enum):
+    fp32 = "fp32"
+    fp16 = "fp16"
+    int8 = "int8"
+    best = "best"
+
+
+@cli_errors
+def engine(
+    bundle: Path = typer.Argument(..., help="Bundle folder made by `edge-sdk build` (verified before use)."),
+    precision: Precision = typer.Option(
+        Precision.best,
+        "--precision",
+        help="fp32, fp16, int8, or best (FP16+INT8). INT8 on TensorRT 8.x uses the bundle's calibration "
+        "cache; on TensorRT >= 10 the bundle's Q/DQ model.",
+    ),
+    dla_core: Optional[int] = typer.Option(
+        None, "--dla-core", help="Run on this DLA core, falling back to the GPU per layer (FP16/INT8 only)."
+    ),
+    workspace: Optional[int] = typer.Option(None, "--workspace", help="Workspace memory pool limit in MiB."),
+    timing_cache: Optional[Path] = typer.Option(
+        None, "--timing-cache", help="Timing cache file: read if present, updated after the build."
+    ),
+    cache_dir: Optional[Path] = typer.Option(
+        None, "--cache-dir", help="Engine cache folder (default: $EDGE_SDK_ENGINE_CACHE or ~/.cache/edge-sdk/engines)."
+    ),
+    save_engine: Optional[Path] = typer.Option(
+        None, "--save-engine", help="Also copy the engine to this file (for trtexec --loadEngine)."
+    ),
+    recalibrate: bool = typer.Option(
+        False,
+        "--recalibrate",
+        help="Ignore the shipped calib.cache and let TensorRT calibrate on the bundle's calib/ tensors (TensorRT 8.x).",
+    ),
+    force: bool = typer.Option(False, "--force", help="Rebuild even when the cache holds this engine."),
+    as_json: bool = typer.Option(False, "--json", help="Print the result as JSON on stdout only."),
+) -> None:
+    """Compile BUNDLE's TensorRT engine for this device's GPU and cache it (run this on the device).
+
+    The engine is cached under (bundle hash, TensorRT version, GPU SM, precision, DLA core):
+    a second run with the same inputs finds it instead of building again.
+    """
+    from rich.console import Console
+
+    from edge_sdk import _imports
+    from edge_sdk.trt.engine import SaveEngine, build_engine
+
+    _imports.tensorrt()  # before anything else: says how to get TensorRT when it is missing
+    console = Console(stderr=True)
+    if as_json:
+        result = build_engine(
+            bundle, precision.value, dla_core, workspace, timing_cache, cache_dir, recalibrate=recalibrate, force=force
+        )
+    else:
+        with console.status("checking the bundle and the engine cache") as status:
+            result = build_engine(
+                bundle,
+                precision.value,
+                dla_core,
+                workspace,
+                timing_cache,
+                cache_dir,
+                recalibrate=recalibrate,
+                force=force,
+                progress=status.update,
+            )
+    if save_engine is not None:
+        SaveEngine(result.path.read_bytes(), save_engine)()
+    if as_json:
+        out = result.to_dict()
+        out["saved"] = str(save_engine) if save_engine is not None else None
+        typer.echo(json.dumps(out, indent=2))
+        return
+    how = "found in the cache" if result.cached else f"built in {result.build_seconds:.1f} s"
+    where = "GPU" if dla_core is None else f"DLA core {dla_core} + GPU fallback"
+    typer.echo(f"engine: {result.path} ({how})")
+    typer.echo(
+        f"  {result.gpu.name} (SM {result.gpu.sm}), TensorRT {result.tensorrt}, {precision.value} "
+        f"from {result.plan.to_dict()['model']}, {where}"
+    )
+    if result.calibration:
+        cal = result.calibration
+        if cal["cache_read"]:
+            typer.echo(f"  INT8 scales from {cal['cache_read']}")
+        else:
+            typer.echo(f"  INT8 calibrated here on {cal['batches']} batch(es) ({cal['calibrator']}); cache: {cal['cache_written']}")
+    if result.constrained_layers:
+        typer.echo(f"  {result.constrained_layers} layer(s) kept in FP32 (the bundle's INT8 fallback)")
+    if save_engine is not None:
+        typer.echo(f"  copied to {save_engine}")
+    for note in result.notes:
+        typer.secho(f"note: {note}", fg=typer.colors.YELLOW, err=True)

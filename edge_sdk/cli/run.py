@@ -1,0 +1,60 @@
+"""`edge-sdk run`: the device daemon (pipeline + telemetry + commands + hot reload)."""
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+from typing import Any, Dict, Optional
+
+import typer
+from typing_extensions import Annotated
+
+from edge_sdk.cli._common import cli_errors
+
+
+@cli_errors
+def run(
+    config: Annotated[Optional[Path], typer.Option("--config", "-c", help="Device config (TOML): pipeline keys plus [device], [mqtt], [telemetry], [health].", show_default=False)] = None,
+    source: Annotated[Optional[str], typer.Option("--source", help="Source URI: csi://0, v4l2:///dev/video0, rtsp://..., a file, a folder, synthetic://faces?...", show_default=False)] = None,
+    bundle: Annotated[Optional[Path], typer.Option("--bundle", help="Bundle folder. [default: the config's, else the embedded default bundle]", show_default=False)] = None,
+    broker: Annotated[Optional[str], typer.Option("--broker", help="MQTT broker URL: mqtt://host:1883 or mqtts://host:8883. Without one (here or in [mqtt]) telemetry goes to stdout as JSON lines.", show_default=False)] = None,
+    device_id: Annotated[Optional[str], typer.Option("--device-id", help="Device id, the <id> in edge-sdk/<id>/... topics. [default: host name]", show_default=False)] = None,
+    telemetry_interval: Annotated[Optional[float], typer.Option("--telemetry-interval", help="Seconds between telemetry messages. [default: 5]", show_default=False)] = None,
+    models_dir: Annotated[Optional[Path], typer.Option("--models-dir", help="Folder the `reload` command may load bundles from.", show_default=False)] = None,
+    max_frames: Annotated[Optional[int], typer.Option("--max-frames", help="Stop after this many frames (0: run until stopped).", show_default=False)] = None,
+    log_level: Annotated[str, typer.Option("--log-level", help="debug | info | warning | error")] = "info",
+) -> None:
+    """Run the pipeline continuously and report: telemetry, health alerts and command responses
+    over MQTT (or JSON lines on stdout without a broker).
+
+    SIGTERM/SIGINT stop cleanly (last telemetry flushed, status offline); SIGHUP re-reads the
+    config. Exit code 0 after a clean stop, the error's code otherwise (2 config, 8 bundle,
+    9 source, 10 backend, 11 telemetry).
+    """
+    from edge_sdk.daemon import Daemon, load_daemon_config
+
+    logging.basicConfig(stream=sys.stderr, level=getattr(logging, log_level.upper(), logging.INFO),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    overrides: Dict[str, Any] = {}
+    if source is not None:
+        overrides.setdefault("source", {})["uri"] = source
+    if bundle is not None:
+        overrides["bundle"] = str(bundle.resolve())
+    if max_frames is not None:
+        overrides["max_frames"] = max_frames
+    if broker is not None:
+        overrides.setdefault("mqtt", {})["url"] = broker
+    if device_id is not None:
+        overrides.setdefault("device", {})["id"] = device_id
+    if models_dir is not None:
+        overrides.setdefault("device", {})["models_dir"] = str(models_dir.resolve())
+    if telemetry_interval is not None:
+        overrides.setdefault("telemetry", {})["interval_s"] = telemetry_interval
+    cfg = load_daemon_config(config, overrides)
+    if not cfg.pipeline.bundle:
+        from edge_sdk.cli.detect import ensure_default_bundle
+
+        cfg.pipeline.bundle = str(ensure_default_bundle(cfg.pipeline.precision, echo=lambda m: typer.echo(m, err=True)))
+    code = Daemon(cfg, config_path=config, overrides=overrides).run()
+    if code:
+        raise typer.Exit(code)

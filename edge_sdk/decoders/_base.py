@@ -1,0 +1,204 @@
+"""What every decoder shares: spec parsing, output checks, top-k, NMS and the mapping to frame pixels."""
+from __future__ import annotations
+
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+
+import numpy as np
+
+from edge_sdk.decoders.nms import nms
+from edge_sdk.detections import Detections
+from edge_sdk.errors import BackendError, ConfigError
+from edge_sdk.preprocess import InputSpec, Transform
+
+COMMON_KEYS = (
+    "type",
+    "score_threshold",
+    "nms_iou",
+    "class_agnostic",
+    "max_detections",
+    "pre_nms_topk",
+    "num_classes",
+    "output_names",
+)
+
+
+class Decoder:
+    """Turns a batch of raw model outputs into one :class:`Detections` per image, in frame pixels.
+
+    Subclasses set `type_name`, `extra_keys` and the defaults, check the outputs in
+    `check_outputs`, and turn item `i` of the batch into candidates in `candidates`. The base
+    class does the rest (top-k, NMS, mapping back to the frame). A decoder holds only its
+    configuration and constants derived from the input size, never state from a previous call.
+    """
+
+    type_name = ""
+    extra_keys: Tuple[str, ...] = ()
+    default_score_threshold = 0.25
+    default_nms_iou = 0.45
+    default_class_agnostic = False
+    default_max_detections = 300
+    default_pre_nms_topk: Optional[int] = 1000
+
+    def __init__(self, spec: Mapping[str, Any], input_spec: InputSpec) -> None:
+        self.spec = dict(spec)
+        self.input_spec = input_spec
+        allowed = set(COMMON_KEYS) | set(self.extra_keys)
+        unknown = sorted(set(self.spec) - allowed)
+        if unknown:
+            raise ConfigError(
+                f"decoder {self.type_name!r} does not know the key(s) {unknown}; known keys: {sorted(allowed)}"
+            )
+        self.score_threshold = spec_float(self.spec, "score_threshold", self.default_score_threshold, 0.0, 1.0)
+        self.nms_iou = spec_float(self.spec, "nms_iou", self.default_nms_iou, 0.0, 1.0)
+        self.class_agnostic = spec_bool(self.spec, "class_agnostic", self.default_class_agnostic)
+        self.max_detections = spec_int(self.spec, "max_detections", self.default_max_detections, 1)
+        self.pre_nms_topk = spec_int(self.spec, "pre_nms_topk", self.default_pre_nms_topk, 1, allow_none=True)
+        self.num_classes = spec_int(self.spec, "num_classes", None, 1, allow_none=True)
+        names = self.spec.get("output_names")
+        if names is not None and (not isinstance(names, (list, tuple)) or not all(isinstance(n, str) for n in names)):
+            raise ConfigError(f"decoder.output_names must be a list of output names, got {names!r}")
+        self.output_names: Optional[List[str]] = list(names) if names is not None else None
+
+    # -- what subclasses provide ---------------------------------------------------------------
+    def check_outputs(self, outputs: List[np.ndarray]) -> None:
+        raise NotImplementedError
+
+    def candidates(
+        self, outputs: List[np.ndarray], i: int
+    ) -> Tuple[np.ndarray, np.ndarray, np.ndarray, Dict[str, np.ndarray]]:
+        """Boxes (K,4) xyxy in network-input pixels, scores (K,), class ids (K,), extra data.
+
+        Only candidates above the score threshold are returned. Extra data arrays may hold
+        points in network-input pixels under keys listed in `point_keys` (shape (K, P, 2)).
+        """
+        raise NotImplementedError
+
+    point_keys: Tuple[str, ...] = ()
+
+    # -- the shared part -------------------------------------------------------------------------
+    def __call__(self, outputs: Sequence[np.ndarray], transforms: Sequence[Transform]) -> List[Detections]:
+        arrays = [np.asarray(o) for o in outputs]
+        self.check_outputs(arrays)
+        n = arrays[0].shape[0]
+        for k, a in enumerate(arrays):
+            if a.shape[0] != n:
+                raise BackendError(
+                    f"{self.type_name} decoder: output {self._name(k)} has batch {a.shape[0]}, output "
+                    f"{self._name(0)} has batch {n}; all outputs must share the leading batch dimension"
+                )
+        if len(transforms) != n:
+            raise BackendError(
+                f"{self.type_name} decoder: got {len(transforms)} transform(s) for a batch of {n}; "
+                "pass one Transform per batch item"
+            )
+        return [self._decode_item(arrays, i, transforms[i]) for i in range(n)]
+
+    def _decode_item(self, outputs: List[np.ndarray], i: int, transform: Transform) -> Detections:
+        boxes, scores, class_id, data = self.candidates(outputs, i)
+        if self.pre_nms_topk is not None and len(scores) > self.pre_nms_topk:
+            top = np.argpartition(-scores, self.pre_nms_topk - 1)[: self.pre_nms_topk]
+            boxes, scores, class_id = boxes[top], scores[top], class_id[top]
+            data = {k: v[top] for k, v in data.items()}
+        keep = nms(boxes, scores, self.nms_iou, None if self.class_agnostic else class_id, self.max_detections)
+        out = {k: v[keep] for k, v in data.items()}
+        for key in self.point_keys:
+            if key in out:
+                out[key] = points_to_frame(out[key], transform)
+        return Detections(transform.to_frame(boxes[keep]), scores[keep], class_id[keep], out)
+
+    def _name(self, k: int) -> str:
+        if self.output_names is not None and k < len(self.output_names):
+            return f"{k} ({self.output_names[k]!r})"
+        return str(k)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.spec!r})"
+
+
+# -- helpers shared by the decoders --------------------------------------------------------------
+def points_to_frame(points: np.ndarray, transform: Transform, clip: bool = True) -> np.ndarray:
+    """Map points (..., 2) as (x, y) from network-input pixels to frame pixels (new float32 array)."""
+    out = np.asarray(points, dtype=np.float32).copy()
+    out[..., 0] = (out[..., 0] - transform.pad_x) / transform.scale_x
+    out[..., 1] = (out[..., 1] - transform.pad_y) / transform.scale_y
+    if clip:
+        np.clip(out[..., 0], 0, transform.frame_width, out=out[..., 0])
+        np.clip(out[..., 1], 0, transform.frame_height, out=out[..., 1])
+    return out
+
+
+def cxcywh_to_xyxy(cx: np.ndarray, cy: np.ndarray, w: np.ndarray, h: np.ndarray) -> np.ndarray:
+    x1 = cx - w * 0.5
+    y1 = cy - h * 0.5
+    return np.stack([x1, y1, x1 + w, y1 + h], axis=1).astype(np.float32, copy=False)
+
+
+def empty_candidates() -> Tuple[np.ndarray, np.ndarray, np.ndarray, Dict[str, np.ndarray]]:
+    return np.zeros((0, 4), np.float32), np.zeros(0, np.float32), np.zeros(0, np.int32), {}
+
+
+def check_count(decoder: Decoder, outputs: List[np.ndarray], expected: Sequence[int], what: str) -> None:
+    if len(outputs) not in expected:
+        shapes = [tuple(o.shape) for o in outputs]
+        raise BackendError(
+            f"{decoder.type_name} decoder expects {what}; the model gave {len(outputs)} output(s) with shapes "
+            f"{shapes}. Check decoder.type in the manifest or the model export"
+        )
+
+
+def check_ndim(decoder: Decoder, outputs: List[np.ndarray], k: int, ndim: int, what: str) -> None:
+    if outputs[k].ndim != ndim:
+        raise BackendError(
+            f"{decoder.type_name} decoder: output {decoder._name(k)} should be {what}, got shape "
+            f"{tuple(outputs[k].shape)}. Check decoder.type in the manifest or the model export"
+        )
+
+
+def spec_float(spec: Mapping[str, Any], key: str, default: Optional[float], lo: float, hi: float) -> float:
+    value = spec.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not lo <= float(value) <= hi:
+        raise ConfigError(f"decoder.{key} must be a number in [{lo}, {hi}], got {value!r}")
+    return float(value)
+
+
+def spec_int(
+    spec: Mapping[str, Any], key: str, default: Optional[int], lo: int, allow_none: bool = False
+) -> Optional[int]:
+    value = spec.get(key, default)
+    if value is None and allow_none:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or int(value) < lo:
+        raise ConfigError(f"decoder.{key} must be an integer >= {lo}{' or null' if allow_none else ''}, got {value!r}")
+    return int(value)
+
+
+def spec_bool(spec: Mapping[str, Any], key: str, default: bool) -> bool:
+    value = spec.get(key, default)
+    if not isinstance(value, bool):
+        raise ConfigError(f"decoder.{key} must be true or false, got {value!r}")
+    return value
+
+
+def spec_choice(spec: Mapping[str, Any], key: str, default: str, choices: Sequence[str]) -> str:
+    value = spec.get(key, default)
+    if value not in choices:
+        raise ConfigError(f"decoder.{key} must be one of {list(choices)}, got {value!r}")
+    return str(value)
+
+
+def spec_roles(spec: Mapping[str, Any], key: str, default: Sequence[str], required: Sequence[str], optional: Sequence[str] = ()) -> List[str]:
+    """A list naming the role of each model output, in model output order."""
+    value = spec.get(key, list(default))
+    known = set(required) | set(optional)
+    if (
+        not isinstance(value, (list, tuple))
+        or not all(isinstance(v, str) for v in value)
+        or len(set(value)) != len(value)
+        or not set(required) <= set(value)
+        or not set(value) <= known
+    ):
+        raise ConfigError(
+            f"decoder.{key} must list the role of each model output in order, using each of {list(required)}"
+            f"{' and optionally ' + str(list(optional)) if optional else ''} once; got {value!r}"
+        )
+    return list(value)

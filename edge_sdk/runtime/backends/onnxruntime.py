@@ -1,0 +1,234 @@
+"""ONNX Runtime backend: a session loader and a runner that binds preallocated buffers.
+
+`SessionFromOnnx(path, providers, threads)` is the loader; `OnnxRuntimeBackend` the runner.
+After the first call the runner binds its input to the caller's tensor and its outputs to
+buffers of its own (ONNX Runtime I/O binding), so a steady stream of `infer` calls on the same
+input tensor copies nothing and allocates no array: outputs are written in place and the same
+arrays are returned each time.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence
+
+import numpy as np
+
+from edge_sdk import _imports
+from edge_sdk.errors import BackendError, ModelError
+from edge_sdk.runtime.backends import Backend
+
+PROVIDERS = {
+    "cpu": "CPUExecutionProvider",
+    "cuda": "CUDAExecutionProvider",
+    "tensorrt": "TensorrtExecutionProvider",
+}
+
+_DTYPES = {
+    "tensor(float)": np.float32,
+    "tensor(float16)": np.float16,
+    "tensor(double)": np.float64,
+    "tensor(uint8)": np.uint8,
+    "tensor(int8)": np.int8,
+    "tensor(int32)": np.int32,
+    "tensor(int64)": np.int64,
+    "tensor(bool)": np.bool_,
+}
+
+
+def available_providers() -> List[str]:
+    return list(_imports.ort().get_available_providers())
+
+
+def resolve_providers(provider: str) -> List[Any]:
+    """Execution providers for a choice: auto (CUDA when present, else CPU), cpu, cuda or tensorrt.
+
+    An explicit choice that this onnxruntime cannot honour is a BackendError.
+    """
+    have = available_providers()
+    if provider == "auto":
+        return [p for p in (PROVIDERS["cuda"], PROVIDERS["cpu"]) if p in have]
+    if provider not in PROVIDERS:
+        raise BackendError(f"unknown ONNX Runtime provider {provider!r}; choose one of auto, {', '.join(PROVIDERS)}")
+    wanted = PROVIDERS[provider]
+    if wanted not in have:
+        hint = {
+            "cuda": "install onnxruntime-gpu matching your CUDA (on a Jetson: the wheel from NVIDIA's Jetson Zoo)",
+            "tensorrt": "install an onnxruntime build with TensorRT (onnxruntime-gpu with TensorRT libraries), or use --backend tensorrt",
+            "cpu": "reinstall onnxruntime",
+        }[provider]
+        raise BackendError(
+            f"ONNX Runtime execution provider {wanted} is not available here (this onnxruntime has: {', '.join(have)}); {hint}"
+        )
+    if provider == "tensorrt":
+        import platformdirs
+
+        cache = Path(platformdirs.user_cache_dir("edge-sdk")) / "ort-trt"
+        options = {"trt_engine_cache_enable": True, "trt_engine_cache_path": str(cache)}
+        return [(wanted, options)] + [p for p in (PROVIDERS["cuda"], PROVIDERS["cpu"]) if p in have]
+    if provider == "cuda":
+        return [wanted, PROVIDERS["cpu"]]
+    return [wanted]
+
+
+class SessionFromOnnx:
+    """Loader: an `onnxruntime.InferenceSession` for a model file."""
+
+    def __init__(self, path: Any, providers: Sequence[Any], threads: int = 0, optimization: str = "all") -> None:
+        self.path = Path(path)
+        self.providers = list(providers)
+        self.threads = int(threads)
+        self.optimization = optimization
+
+    def __call__(self) -> Any:
+        ort = _imports.ort()
+        if not self.path.is_file():
+            raise ModelError(f"model file {self.path} does not exist")
+        so = ort.SessionOptions()
+        so.log_severity_level = 3  # errors only; unused-initializer warnings are noise here
+        so.intra_op_num_threads = self.threads
+        so.inter_op_num_threads = 1
+        so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        so.graph_optimization_level = {
+            "disable": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
+            "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+            "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
+        }[self.optimization]
+        try:
+            return ort.InferenceSession(str(self.path), so, providers=self.providers)
+        except Exception as exc:  # onnxruntime raises its own pybind exception types
+            raise ModelError(f"ONNX Runtime cannot load {self.path}: {exc}") from exc
+
+
+class OnnxRuntimeBackend(Backend):
+    """Runner over an ONNX Runtime session (CPU, CUDA or TensorRT execution provider)."""
+
+    name = "onnxruntime"
+
+    def __init__(self, model_path: Any, provider: str = "auto", threads: int = 0, reuse_outputs: bool = True,
+                 session_loader: Any = None) -> None:
+        super().__init__()
+        self.model_path = Path(model_path)
+        self.provider = provider
+        self.threads = int(threads)
+        self.reuse_outputs = reuse_outputs
+        self._loader = session_loader
+        self.session: Any = None
+        self._binding: Any = None
+        self._bound_inputs: Dict[str, np.ndarray] = {}
+        self._bound_values: Dict[str, Any] = {}
+        self._outputs: List[np.ndarray] = []
+        self._input_dtypes: Dict[str, Any] = {}
+        self._input_shapes: Dict[str, List[Any]] = {}
+        self._static_outputs = True
+
+    def activate(self) -> None:
+        providers = resolve_providers(self.provider)
+        loader = self._loader or SessionFromOnnx(self.model_path, providers, self.threads)
+        session = loader()
+        wanted = [p[0] if isinstance(p, tuple) else p for p in providers]
+        got = list(session.get_providers())
+        if self.provider != "auto" and wanted[0] not in got:
+            raise BackendError(
+                f"ONNX Runtime did not enable {wanted[0]} for {self.model_path} (enabled: {', '.join(got)}); "
+                "its libraries failed to load. Fix the CUDA/TensorRT installation or choose --backend onnxruntime-cpu"
+            )
+        self.session = session
+        self.input_names = [i.name for i in session.get_inputs()]
+        self.output_names = [o.name for o in session.get_outputs()]
+        self._input_dtypes = {i.name: _DTYPES.get(i.type, np.float32) for i in session.get_inputs()}
+        self._input_shapes = {i.name: list(i.shape) for i in session.get_inputs()}
+        # Outputs whose shape depends on the data (e.g. a model with NMS inside) cannot be bound
+        # to fixed buffers; such models run through session.run, which allocates the outputs.
+        input_symbols = {d for shape in self._input_shapes.values() for d in shape if isinstance(d, str)}
+        self._static_outputs = all(
+            isinstance(d, int) or (isinstance(d, str) and d in input_symbols) for o in session.get_outputs() for d in o.shape
+        )
+        self._binding = session.io_binding()
+        self._bound_inputs = {}
+        self._bound_values = {}
+        self._outputs = []
+        self.is_active = True
+
+    @property
+    def providers(self) -> List[str]:
+        return list(self.session.get_providers()) if self.session is not None else []
+
+    def describe(self) -> Dict[str, Any]:
+        return {
+            "backend": self.name,
+            "providers": self.providers,
+            "threads": self.threads,
+            "model": str(self.model_path),
+        }
+
+    def input_shape(self, name: Optional[str] = None) -> List[Any]:
+        """The declared shape of an input (symbolic dims are strings or None)."""
+        if not self.is_active:
+            raise BackendError("activate the backend first")
+        return list(self._input_shapes[name or self.input_names[0]])
+
+    def _check(self, name: str, arr: Any) -> np.ndarray:
+        if name not in self._input_dtypes:
+            raise BackendError(f"unknown model input {name!r}; the model's inputs are {self.input_names}")
+        arr = np.asarray(arr)
+        dtype = self._input_dtypes[name]
+        declared = self._input_shapes[name]
+        if arr.ndim != len(declared) or any(isinstance(d, int) and d != s for d, s in zip(declared, arr.shape)):
+            raise BackendError(f"input {name!r} has shape {list(arr.shape)}, the model expects {declared}")
+        if arr.dtype != dtype or not arr.flags.c_contiguous:
+            arr = np.ascontiguousarray(arr, dtype=dtype)
+        return arr
+
+    def infer(self, feed: Dict[str, np.ndarray]) -> List[np.ndarray]:
+        if not self.is_active:
+            raise BackendError("the backend is not active; call activate() or use it as a context manager")
+        missing = [n for n in self.input_names if n not in feed]
+        if missing:
+            raise BackendError(f"missing model inputs {missing}; the model's inputs are {self.input_names}")
+        if not self._static_outputs:
+            try:
+                outs = self.session.run(None, {n: self._check(n, feed[n]) for n in self.input_names})
+            except Exception as exc:
+                raise BackendError(f"ONNX Runtime failed to run {self.model_path.name}: {exc}") from exc
+            return list(outs)
+        ort = _imports.ort()
+        rebound = False
+        for name in self.input_names:
+            given = feed[name]
+            if self._bound_inputs.get(name) is given:
+                continue
+            arr = self._check(name, given)
+            value = ort.OrtValue.ortvalue_from_numpy(arr)
+            self._binding.bind_ortvalue_input(name, value)
+            old = self._bound_inputs.get(name)
+            if old is None or old.shape != arr.shape:
+                rebound = True
+            self._bound_inputs[name] = given if arr is given else arr
+            self._bound_values[name] = value
+        try:
+            if rebound or not self._outputs:
+                # First call for these shapes: let ONNX Runtime size the outputs, then bind ours.
+                self._binding.clear_binding_outputs()
+                for name in self.output_names:
+                    self._binding.bind_output(name, "cpu")
+                self.session.run_with_iobinding(self._binding)
+                fresh = self._binding.copy_outputs_to_cpu()
+                self._outputs = [np.ascontiguousarray(o) for o in fresh]
+                self._binding.clear_binding_outputs()
+                for name, buf in zip(self.output_names, self._outputs):
+                    self._binding.bind_ortvalue_output(name, ort.OrtValue.ortvalue_from_numpy(buf))
+            else:
+                self.session.run_with_iobinding(self._binding)
+        except Exception as exc:  # onnxruntime's pybind exceptions carry the reason
+            raise BackendError(f"ONNX Runtime failed to run {self.model_path.name}: {exc}") from exc
+        if self.reuse_outputs:
+            return self._outputs
+        return [o.copy() for o in self._outputs]
+
+    def deactivate(self) -> None:
+        self._binding = None
+        self._bound_inputs = {}
+        self._bound_values = {}
+        self._outputs = []
+        self.session = None
+        self.is_active = False

@@ -1,0 +1,68 @@
+"""Prediction cache: reuse the last result when the frame has not changed.
+
+The test is cheap and allocation-free: the frame is shrunk to a small greyscale thumbnail
+(64x36 by default, INTER_AREA, so each thumbnail pixel averages a whole cell of the frame and
+sensor noise mostly cancels) in a preallocated buffer and compared with the thumbnail of the
+last frame that was actually processed. The largest absolute difference of any thumbnail pixel
+must stay under `threshold` grey levels for a hit: a mean would let one small object move
+unnoticed, the maximum does not. Comparing against the last *processed* frame (not the last
+seen) keeps slow drift from being cached forever.
+"""
+from __future__ import annotations
+
+from typing import Any, Optional, Tuple
+
+import numpy as np
+
+from edge_sdk import _imports
+
+
+class PredictionCache:
+    def __init__(self, threshold: float = 4.0, size: Tuple[int, int] = (64, 36), enabled: bool = True) -> None:
+        self.threshold = float(threshold)
+        self.size = (int(size[0]), int(size[1]))
+        self.enabled = enabled
+        w, h = self.size
+        self._small = np.empty((h, w, 3), np.uint8)
+        self._gray = np.empty((h, w), np.uint8)
+        self._ref = np.empty((h, w), np.uint8)
+        self._has_ref = False
+        self._value: Any = None
+        self.hits = 0
+        self.misses = 0
+        self.last_difference = float("nan")
+        self._cv2 = _imports.cv2()
+
+    def _thumbnail(self, frame: np.ndarray) -> np.ndarray:
+        cv2 = self._cv2
+        cv2.resize(frame, self.size, dst=self._small, interpolation=cv2.INTER_AREA)
+        cv2.cvtColor(self._small, cv2.COLOR_BGR2GRAY, dst=self._gray)
+        return self._gray
+
+    def lookup(self, frame: np.ndarray) -> Optional[Any]:
+        """The cached value when `frame` matches the last stored frame, else None (a miss).
+
+        After a miss, call `store(value)` with the new result for this same frame.
+        """
+        if not self.enabled:
+            return None
+        gray = self._thumbnail(frame)
+        if self._has_ref:
+            self.last_difference = self._cv2.norm(gray, self._ref, self._cv2.NORM_INF)
+            if self.last_difference < self.threshold:
+                self.hits += 1
+                return self._value
+        self.misses += 1
+        return None
+
+    def store(self, value: Any) -> None:
+        """Remember `value` as the result of the frame passed to the last `lookup`."""
+        if not self.enabled:
+            return
+        np.copyto(self._ref, self._gray)
+        self._has_ref = True
+        self._value = value
+
+    def clear(self) -> None:
+        self._has_ref = False
+        self._value = None

@@ -1,0 +1,139 @@
+"""Health rules over telemetry: each condition is raised once when crossed and cleared once when
+back within bounds. A metric that is absent (no GPU sensor, no batching, no target FPS) changes
+nothing: an open alert stays open, a closed one stays closed."""
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Mapping, Optional
+
+from edge_sdk.errors import ConfigError
+
+_OPS: Dict[str, Callable[[float, float], bool]] = {
+    "<=": operator.le,
+    "<": operator.lt,
+    ">=": operator.ge,
+    ">": operator.gt,
+}
+SEVERITIES = ("info", "warning", "critical")
+
+
+@dataclass
+class Rule:
+    """`metric` is a dotted path into the telemetry message; healthy while `value <op> threshold`."""
+
+    name: str
+    metric: str
+    op: str
+    threshold: float
+    severity: str = "warning"
+    description: str = ""
+
+    def __post_init__(self) -> None:
+        if self.op not in _OPS:
+            raise ConfigError(f"health rule {self.name!r}: op must be one of {', '.join(_OPS)}, got {self.op!r}")
+        if self.severity not in SEVERITIES:
+            raise ConfigError(f"health rule {self.name!r}: severity must be one of {', '.join(SEVERITIES)}")
+
+    def healthy(self, value: float) -> bool:
+        return _OPS[self.op](value, self.threshold)
+
+
+@dataclass
+class HealthConfig:
+    """The `[health]` table of the device config. A limit of 0 switches its rule off."""
+
+    latency_p99_ms: float = 300.0
+    fps_ratio: float = 0.9  # of target_fps; needs target_fps
+    drop_ratio: float = 0.05
+    batch_efficiency: float = 0.75
+    temperature_c: float = 85.0
+    extra: List[Dict[str, Any]] = field(default_factory=list)  # [[health.extra]] name/metric/op/threshold
+
+    def rules(self) -> List[Rule]:
+        rules = []
+        if self.latency_p99_ms > 0:
+            rules.append(Rule("latency_p99", "latency_ms.total.p99", "<=", self.latency_p99_ms, "warning",
+                              f"P99 total latency over the window above {self.latency_p99_ms:g} ms"))
+        if self.fps_ratio > 0:
+            rules.append(Rule("fps_low", "fps_ratio", ">=", self.fps_ratio, "warning",
+                              f"FPS below {self.fps_ratio:.0%} of the target"))
+        if self.drop_ratio > 0:
+            rules.append(Rule("frames_dropped", "interval.drop_ratio", "<=", self.drop_ratio, "warning",
+                              f"more than {self.drop_ratio:.0%} of captured frames dropped"))
+        if self.batch_efficiency > 0:
+            rules.append(Rule("batch_efficiency", "batch.efficiency", ">=", self.batch_efficiency, "info",
+                              f"batches less than {self.batch_efficiency:.0%} full"))
+        if self.temperature_c > 0:
+            rules.append(Rule("temperature", "system.temperature_max_c", "<", self.temperature_c, "critical",
+                              f"a temperature sensor at or above {self.temperature_c:g} °C"))
+        for i, d in enumerate(self.extra):
+            try:
+                rules.append(Rule(**d))
+            except TypeError as exc:
+                raise ConfigError(f"[[health.extra]] #{i + 1}: {exc}; keys are name, metric, op, threshold, severity") from exc
+        return rules
+
+
+def lookup(message: Mapping[str, Any], path: str) -> Optional[float]:
+    node: Any = message
+    for part in path.split("."):
+        if not isinstance(node, Mapping) or part not in node:
+            return None
+        node = node[part]
+    if isinstance(node, bool) or not isinstance(node, (int, float)):
+        return None
+    return float(node)
+
+
+class HealthMonitor:
+    """Evaluates rules against telemetry and returns alert transitions (raised / cleared)."""
+
+    def __init__(self, rules: List[Rule]) -> None:
+        self.rules = list(rules)
+        self._open: Dict[str, Dict[str, Any]] = {}
+
+    @property
+    def open(self) -> List[str]:
+        return sorted(self._open)
+
+    def evaluate(self, message: Mapping[str, Any]) -> List[Dict[str, Any]]:
+        events = []
+        for rule in self.rules:
+            value = lookup(message, rule.metric)
+            if value is None:
+                continue
+            ok = rule.healthy(value)
+            if not ok and rule.name not in self._open:
+                event = self._event(rule.name, "raised", rule.severity,
+                                    f"{rule.description or rule.name}: {value:g} (limit {rule.op} {rule.threshold:g})",
+                                    rule.metric, value, rule.threshold)
+                self._open[rule.name] = event
+                events.append(event)
+            elif ok and rule.name in self._open:
+                del self._open[rule.name]
+                events.append(self._event(rule.name, "cleared", rule.severity,
+                                          f"{rule.name} back within limit: {value:g} {rule.op} {rule.threshold:g}",
+                                          rule.metric, value, rule.threshold))
+        return events
+
+    def set(self, name: str, active: bool, message: str, severity: str = "warning") -> List[Dict[str, Any]]:
+        """Raise or clear a condition that is not a threshold rule (e.g. a failed reload)."""
+        if active and name not in self._open:
+            event = self._event(name, "raised", severity, message)
+            self._open[name] = event
+            return [event]
+        if not active and name in self._open:
+            del self._open[name]
+            return [self._event(name, "cleared", severity, message)]
+        return []
+
+    @staticmethod
+    def _event(name: str, state: str, severity: str, message: str, metric: Optional[str] = None,
+               value: Optional[float] = None, threshold: Optional[float] = None) -> Dict[str, Any]:
+        event: Dict[str, Any] = {"alert": name, "state": state, "severity": severity, "message": message}
+        if metric is not None:
+            event["metric"] = metric
+            event["value"] = round(value, 4) if value is not None else None
+            event["threshold"] = threshold
+        return event

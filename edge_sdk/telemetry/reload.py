@@ -1,0 +1,166 @@
+"""Hot model reload: verify, load and warm a new bundle beside the running one, then swap.
+
+    reloader = HotReloader(models_dir, loader=ModelFromBundle(backend="onnxruntime-cpu"))
+    reloader.request("faces-v2")          # returns at once; a worker thread does the work
+    ...
+    new = reloader.poll()                 # frame loop, between two frames
+    if new is not None:                   # swap it in; free the old model once unused
+        pipeline.swap_detector(FullFrameDetector(new.backend, new.decoder, new.input_spec))
+
+Every step that can fail (path outside the model folder, sha256, schema, backend, decoder,
+warm-up inference) fails before the swap: the old model keeps running and the failure is
+reported through `on_result` (the daemon raises an alert).
+"""
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Dict, Optional
+
+import numpy as np
+
+from edge_sdk.errors import BundleError, ConfigError
+from edge_sdk.manifest import Bundle
+from edge_sdk.preprocess import InputSpec
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Model:
+    """A loaded, activated model: what a pipeline needs to run a frame."""
+
+    bundle: Bundle
+    backend: Any  # an activated edge_sdk.runtime.backends.Backend
+    decoder: Any  # edge_sdk.decoders.Decoder
+    input_spec: InputSpec
+    precision: str = "fp32"
+
+    def describe(self) -> Dict[str, Any]:
+        backend = self.backend.describe() if hasattr(self.backend, "describe") else {}
+        return {"bundle_hash": self.bundle.hash, "backend": str(backend.get("backend", type(self.backend).__name__)),
+                "precision": self.precision}
+
+    def close(self) -> None:
+        self.backend.deactivate()
+
+
+class ModelFromBundle:
+    """Loader: bundle folder -> activated, warmed Model (Polygraphy-style callable)."""
+
+    def __init__(self, backend: str = "auto", precision: str = "fp32", threads: int = 0) -> None:
+        self.backend = backend
+        self.precision = precision
+        self.threads = threads
+
+    def __call__(self, folder: Path, precision: Optional[str] = None) -> Model:
+        from edge_sdk.decoders import make_decoder
+        from edge_sdk.runtime.backends import select_backend
+
+        precision = precision or self.precision
+        bundle = Bundle.load(folder, verify=True)
+        specs = bundle.inputs
+        if len(specs) != 1:
+            raise BundleError(f"bundle {folder} has {len(specs)} inputs; the runtime runs single-input models")
+        decoder = make_decoder(bundle.decoder, specs[0])
+        backend = select_backend(self.backend, bundle=bundle, precision=precision, threads=self.threads)
+        backend.activate()
+        model = Model(bundle, backend, decoder, specs[0], precision)
+        try:
+            warm(model)
+        except BaseException:
+            backend.deactivate()
+            raise
+        return model
+
+
+def warm(model: Model, runs: int = 2) -> None:
+    """Run the model on a blank input and decode it, so the first real frame pays no set-up cost
+    and a model whose outputs do not fit its decoder fails here, before any swap."""
+    from edge_sdk.preprocess import Transform
+
+    spec = model.input_spec
+    tensor = np.zeros(spec.shape, dtype=np.dtype(spec.dtype))
+    transform = Transform(1.0, 1.0, 0.0, 0.0, spec.width, spec.height)
+    for _ in range(runs):
+        outputs = model.backend.infer({spec.name: tensor})
+        model.decoder(outputs, [transform] * spec.batch)
+
+
+def resolve_in(models_dir: Path, name: str) -> Path:
+    """`name` (relative, or absolute) as a folder inside `models_dir`; anything else is refused."""
+    root = Path(models_dir).resolve()
+    candidate = Path(name)
+    path = (candidate if candidate.is_absolute() else root / candidate).resolve()
+    if path != root and root not in path.parents:
+        raise ConfigError(f"bundle {name!r} is outside the model folder {root}; copy it there first")
+    if not path.is_dir():
+        raise BundleError(f"no bundle folder {path}; copy the bundle into {root}")
+    return path
+
+
+class HotReloader:
+    """Loads a new model on a worker thread and hands it to the frame loop once it is ready."""
+
+    def __init__(
+        self,
+        models_dir: Optional[Path],
+        loader: Callable[..., Model],
+        on_result: Optional[Callable[[Optional[Model], Optional[BaseException], str], None]] = None,
+    ) -> None:
+        self.models_dir = Path(models_dir) if models_dir is not None else None
+        self.loader = loader
+        self.on_result = on_result
+        self._lock = threading.Lock()
+        self._worker: Optional[threading.Thread] = None
+        self._ready: Optional[Model] = None
+        self.reloads = 0
+        self.failures = 0
+
+    @property
+    def busy(self) -> bool:
+        return self._worker is not None and self._worker.is_alive()
+
+    def request(self, name: str, precision: Optional[str] = None) -> Path:
+        """Start loading `name` (a folder inside the model folder). Raises at once for a bad
+        path or when a reload is already in progress; later failures go to `on_result`."""
+        if self.models_dir is None:
+            raise ConfigError("reload needs a model folder: set models_dir in the device config")
+        return self.load(resolve_in(self.models_dir, name), precision)
+
+    def load(self, path: Path, precision: Optional[str] = None) -> Path:
+        """Start loading the bundle at `path` (trusted: from the device's own config)."""
+        with self._lock:
+            if self.busy or self._ready is not None:
+                raise ConfigError("a reload is already in progress; wait for its alert or response")
+            self._worker = threading.Thread(target=self._load, args=(path, precision), name="model-reload", daemon=True)
+            self._worker.start()
+        return path
+
+    def _load(self, path: Path, precision: Optional[str]) -> None:
+        try:
+            model = self.loader(path, precision)
+        except Exception as exc:  # noqa: BLE001 - any failure is the result: reported, alert raised
+            # (ONNX Runtime and TensorRT raise their own exception types for a broken model)
+            self.failures += 1
+            log.error("reload of %s refused: %s", path, exc)
+            if self.on_result is not None:
+                self.on_result(None, exc, str(path))
+            return
+        with self._lock:
+            self._ready = model
+
+    def poll(self) -> Optional[Model]:
+        """Frame loop: the model to swap in now, once; None most of the time (a cheap check)."""
+        if self._ready is None:
+            return None
+        with self._lock:
+            model, self._ready = self._ready, None
+        return model
+
+    def join(self, timeout: Optional[float] = None) -> None:
+        worker = self._worker
+        if worker is not None:
+            worker.join(timeout)

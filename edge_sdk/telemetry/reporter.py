@@ -1,0 +1,177 @@
+"""The reporter: turns frame results into a telemetry message every interval, checks the health
+rules and publishes both. It runs on its own thread; the frame loop only calls `observe()`."""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any, Callable, Dict, List, Optional
+
+from edge_sdk.runtime.types import FrameResult, PipelineStats
+from edge_sdk.telemetry.health import HealthMonitor
+from edge_sdk.telemetry.metrics import IntervalCounters, RollingMetrics, frames_block
+from edge_sdk.telemetry.mqtt import Publisher, PublisherError
+
+log = logging.getLogger(__name__)
+
+DETECTIONS_MODES = ("off", "summary", "frame")
+
+
+class Reporter:
+    """Publishes `telemetry` every `interval_s` and `alerts` when a health rule changes state.
+
+    `stats` returns the pipeline's current PipelineStats; `model` returns the identity of the
+    running model (bundle hash, backend, precision); `system` reads host figures (or None).
+    """
+
+    def __init__(
+        self,
+        publisher: Publisher,
+        health: HealthMonitor,
+        stats: Callable[[], PipelineStats],
+        interval_s: float = 5.0,
+        window_s: float = 10.0,
+        target_fps: float = 0.0,
+        model: Optional[Callable[[], Dict[str, Any]]] = None,
+        system: Optional[Any] = None,
+        detections: str = "off",
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.publisher = publisher
+        self.health = health
+        self.metrics = RollingMetrics(window_s=window_s, clock=clock)
+        self.interval = IntervalCounters(clock=clock)
+        self._stats = stats
+        self.interval_s = float(interval_s)
+        self.target_fps = float(target_fps)
+        self._model = model
+        self.system = system
+        self.detections = detections
+        self._clock = clock
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._lock = threading.Lock()  # one report at a time (timer thread, final flush, `set`)
+        self._thread: Optional[threading.Thread] = None
+        self.error: Optional[BaseException] = None
+        self.reports = 0
+        self.busy_s = 0.0  # CPU time spent building reports (thread time)
+        self._summary = {"frames": 0, "count": 0, "max_per_frame": 0}
+
+    # -- frame loop ------------------------------------------------------------------------------
+    def observe(self, result: FrameResult) -> None:
+        self.metrics.observe(result)
+        mode = self.detections
+        if mode == "off":
+            return
+        n = len(result.detections)
+        if mode == "frame":
+            self.publisher.publish("detections", {
+                "kind": "frame", "frame": int(result.index), "frame_ts": round(result.timestamp, 3),
+                "cached": bool(result.cached), "detections": result.detections.to_records()}, qos=0)
+        else:
+            s = self._summary
+            s["frames"] += 1
+            s["count"] += n
+            if n > s["max_per_frame"]:
+                s["max_per_frame"] = n
+
+    # -- configuration ---------------------------------------------------------------------------
+    def set_interval(self, seconds: float) -> None:
+        self.interval_s = float(seconds)
+        self._wake.set()  # restart the wait with the new interval
+
+    def raise_alert(self, name: str, active: bool, message: str, severity: str = "warning") -> None:
+        """Raise or clear a condition outside the threshold rules (a failed reload, say)."""
+        with self._lock:
+            events = self.health.set(name, active, message, severity)
+        for event in events:
+            self.publisher.publish("alerts", event)
+
+    # -- report ----------------------------------------------------------------------------------
+    def build(self) -> Dict[str, Any]:
+        now = self._clock()
+        snap = self.metrics.snapshot(now)
+        stats = self._stats()
+        totals = snap["totals"]
+        message: Dict[str, Any] = {
+            "uptime_s": round(now - self.metrics.started, 3),
+            "window_s": snap["window_s"],
+            "fps": snap["fps"],
+        }
+        if self.target_fps > 0:
+            message["target_fps"] = self.target_fps
+        message["latency_ms"] = snap["latency_ms"]
+        message["frames"] = frames_block(stats)
+        message["interval"] = self.interval.step(stats, totals["detections"], now)
+        if totals["batch_slots"]:
+            message["batch"] = {
+                "efficiency": round(totals["batch_filled"] / totals["batch_slots"], 4),
+                "filled": totals["batch_filled"],
+                "slots": totals["batch_slots"],
+            }
+        info = snap["info"] or {}
+        if isinstance(info.get("roi"), dict):
+            message["roi"] = info["roi"]
+        if isinstance(info.get("queue_depth"), int):
+            message["queue_depth"] = info["queue_depth"]
+        if self._model is not None:
+            message["model"] = self._model()
+        if self.system is not None:
+            message["system"] = self.system.read()
+        message["publisher"] = self.publisher.stats()
+        return message
+
+    def report(self) -> Dict[str, Any]:
+        """Build and publish one telemetry message (and any alert transitions); returns it."""
+        t0 = time.thread_time()
+        with self._lock:
+            message = self.build()
+            probe = dict(message)
+            if self.target_fps > 0:
+                probe["fps_ratio"] = message["fps"] / self.target_fps
+            events = self.health.evaluate(probe)
+            message["alerts_open"] = self.health.open
+            if self.detections == "summary" and self._summary["frames"]:
+                s, self._summary = self._summary, {"frames": 0, "count": 0, "max_per_frame": 0}
+                self.publisher.publish("detections", dict(s, kind="summary"))
+            self.publisher.publish("telemetry", message)
+            for event in events:
+                self.publisher.publish("alerts", event)
+            self.reports += 1
+        self.busy_s += time.thread_time() - t0
+        return message
+
+    # -- thread ----------------------------------------------------------------------------------
+    def start(self) -> "Reporter":
+        self._thread = threading.Thread(target=self._run, name="telemetry-reporter", daemon=True)
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        try:
+            while not self._stop.is_set():
+                if self._wake.wait(self.interval_s):
+                    self._wake.clear()
+                    continue
+                self.report()
+        except BaseException as exc:  # surfaced to the daemon by check()
+            log.exception("telemetry reporter failed")
+            self.error = exc
+
+    def check(self) -> None:
+        if self.error is not None:
+            raise PublisherError(f"telemetry reporter stopped: {self.error}") from self.error
+        self.publisher.check()
+
+    def stop(self, final_report: bool = True) -> Optional[Dict[str, Any]]:
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(10)
+        last = self.report() if final_report else None
+        if self.system is not None:
+            self.system.close()
+        return last
+
+    def alerts(self) -> List[str]:
+        return self.health.open

@@ -1,0 +1,308 @@
+"""INT8 calibration on the device with TensorRT's own calibrator (TensorRT 8.x implicit INT8).
+
+The builder ships two things in the bundle: `calib.cache` (the scales it computed, in
+TensorRT's cache format) and `calib/*.npy` (a bounded subset of the calibration images,
+already preprocessed by the runtime's code). TensorRT first asks the calibrator for a cache:
+the shipped one is handed over when its header matches this TensorRT and this calibrator, so
+no calibration runs. With `--recalibrate` (caches moved between GPUs have lost accuracy,
+NVIDIA/TensorRT #2036), or when the header does not match, TensorRT calibrates itself on the
+shipped tensors, batch by batch, and the cache it writes is kept next to the engines, never
+inside the bundle (whose checksums must stay valid).
+
+`CalibrationFeed` holds all of that logic in plain Python; the TensorRT subclass made by
+`make_calibrator` only forwards to it, because `tensorrt` is imported lazily and a class cannot
+derive from `IInt8EntropyCalibrator2` before it is imported.
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, Callable, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from edge_sdk import _imports
+from edge_sdk.errors import BackendError, CalibrationError, MissingDependencyError
+from edge_sdk.fsutil import atomic_write_bytes
+
+# manifest calibration algorithm -> (TensorRT calibrator class, cache header algorithm name)
+CALIBRATORS = {
+    "entropy": ("IInt8EntropyCalibrator2", "EntropyCalibration2"),
+    "percentile": ("IInt8EntropyCalibrator2", "EntropyCalibration2"),
+    "minmax": ("IInt8MinMaxCalibrator", "MinMaxCalibration"),
+}
+_HEADER_ALGORITHMS = {"EntropyCalibration2": "entropy", "MinMaxCalibration": "minmax"}
+_HEADER = re.compile(r"^TRT-(\d+)-(\w+)$")
+
+CALIB_DIR = "calib"
+CALIB_CACHE = "calib.cache"
+
+
+def calibrator_for(algorithm: str) -> Tuple[str, str]:
+    """(TensorRT calibrator class name, cache header algorithm) for a manifest algorithm."""
+    try:
+        return CALIBRATORS[algorithm]
+    except KeyError:
+        raise CalibrationError(
+            f"unknown calibration algorithm {algorithm!r} in the manifest; expected one of {', '.join(CALIBRATORS)}"
+        ) from None
+
+
+def algorithm_from_header(header: str) -> Optional[str]:
+    """'TRT-8502-MinMaxCalibration' -> 'minmax' (None when unknown)."""
+    m = _HEADER.match(header.strip())
+    return _HEADER_ALGORITHMS.get(m.group(2)) if m else None
+
+
+def version_code(version: str) -> int:
+    """TensorRT's cache version number: '8.5.2.2' -> 8502."""
+    parts = [int(p) for p in re.findall(r"\d+", version)[:3]] + [0, 0, 0]
+    return parts[0] * 1000 + parts[1] * 100 + parts[2]
+
+
+def calibration_tensors(bundle_root: Path) -> List[Path]:
+    """The shipped preprocessed calibration tensors, in the order they are fed (file name)."""
+    folder = Path(bundle_root) / CALIB_DIR
+    return sorted(folder.glob("*.npy")) if folder.is_dir() else []
+
+
+# --- device memory: the one place the calibrator touches CUDA --------------------------------
+
+
+class DeviceBuffer:
+    """A device allocation the calibrator fills batch by batch. Subclasses: one per CUDA binding."""
+
+    ptr: int = 0
+
+    def upload(self, host: np.ndarray) -> None:
+        raise NotImplementedError
+
+    def free(self) -> None:
+        raise NotImplementedError
+
+
+class _CudartBuffer(DeviceBuffer):
+    def __init__(self, cudart: Any, nbytes: int) -> None:
+        self._rt = cudart
+        self.nbytes = nbytes
+        err, ptr = cudart.cudaMalloc(nbytes)
+        self._check(err, f"cudaMalloc({nbytes})")
+        self.ptr = int(ptr)
+
+    def _check(self, err: Any, what: str) -> None:
+        if err != self._rt.cudaError_t.cudaSuccess:
+            raise BackendError(f"{what} failed for the INT8 calibrator: {err}; is the GPU busy or out of memory?")
+
+    def upload(self, host: np.ndarray) -> None:
+        kind = self._rt.cudaMemcpyKind.cudaMemcpyHostToDevice
+        (err,) = self._rt.cudaMemcpy(self.ptr, host.ctypes.data, host.nbytes, kind)
+        self._check(err, "cudaMemcpy")
+
+    def free(self) -> None:
+        if self.ptr:
+            (err,) = self._rt.cudaFree(self.ptr)
+            self.ptr = 0
+            self._check(err, "cudaFree")
+
+
+class _PycudaBuffer(DeviceBuffer):
+    def __init__(self, driver: Any, nbytes: int) -> None:
+        self._drv = driver
+        self._mem = driver.mem_alloc(nbytes)
+        self.ptr = int(self._mem)
+
+    def upload(self, host: np.ndarray) -> None:
+        self._drv.memcpy_htod(self._mem, host)
+
+    def free(self) -> None:
+        if self.ptr:
+            self._mem.free()
+            self.ptr = 0
+
+
+def allocate_device_buffer(nbytes: int) -> DeviceBuffer:
+    """Device memory for calibration batches: cuda-python if installed, else pycuda."""
+    for module in ("cuda.bindings.runtime", "cuda.cudart"):
+        if _imports.available(module):
+            return _CudartBuffer(_imports.require(module), nbytes)
+    if _imports.available("pycuda.driver"):
+        _imports.require("pycuda.autoinit")  # creates the CUDA context on GPU 0
+        return _PycudaBuffer(_imports.require("pycuda.driver"), nbytes)
+    raise MissingDependencyError(
+        "cuda-python", "trt", "re-calibrating on the device copies batches to the GPU: pip install cuda-python (or pycuda)"
+    )
+
+
+# --- the calibrator's logic ------------------------------------------------------------------
+
+
+class CalibrationFeed:
+    """Everything a TensorRT calibrator does, without TensorRT.
+
+    Tensors are fed in the order given, one sample per `.npy` file of shape (C, H, W) or
+    (k, C, H, W), packed into batches of `input_shape[0]`; a last incomplete batch is dropped
+    (TensorRT needs full batches). The host batch and the device buffer are allocated once.
+    """
+
+    def __init__(
+        self,
+        tensors: Sequence[Path],
+        input_name: str,
+        input_shape: Sequence[int],
+        algorithm: str,
+        tensorrt_version: str,
+        cache_in: Optional[Path] = None,
+        cache_out: Optional[Path] = None,
+        allocate: Optional[Callable[[int], DeviceBuffer]] = None,
+    ) -> None:
+        self.tensors = [Path(p) for p in tensors]
+        self.input_name = input_name
+        self.input_shape = tuple(int(v) for v in input_shape)
+        self.algorithm = algorithm
+        self.class_name, header_algorithm = calibrator_for(algorithm)
+        self.expected_header = f"TRT-{version_code(tensorrt_version)}-{header_algorithm}"
+        self.cache_in = Path(cache_in) if cache_in is not None else None
+        self.cache_out = Path(cache_out) if cache_out is not None else None
+        self._allocate = allocate or allocate_device_buffer
+        self._host = np.empty(self.input_shape, dtype=np.float32)
+        self._device: Optional[DeviceBuffer] = None
+        self._samples = self._iter_samples()
+        self.batches_fed = 0
+        self.files_fed: List[str] = []
+        self.cache_read: Optional[str] = None  # path of the cache handed to TensorRT
+        self.cache_written: Optional[str] = None
+        self.notes: List[str] = []
+        # An exception raised inside a TensorRT callback cannot cross TensorRT's C++ frames
+        # reliably: the callback stores it, tells TensorRT to stop, and the build re-raises it.
+        self.error: Optional[BaseException] = None
+
+    @property
+    def batch_size(self) -> int:
+        return self.input_shape[0]
+
+    def cache_usable(self) -> bool:
+        """True when `cache_in` exists and its header matches this TensorRT and calibrator."""
+        if self.cache_in is None or not self.cache_in.is_file():
+            return False
+        first = self.cache_in.read_text(errors="replace").split("\n", 1)[0].strip()
+        return first == self.expected_header
+
+    def check(self) -> None:
+        """Fail before the (long) build when TensorRT would be left with nothing to calibrate from."""
+        if self.cache_usable():
+            return
+        if self.cache_in is not None and self.cache_in.is_file():
+            first = self.cache_in.read_text(errors="replace").split("\n", 1)[0].strip()
+            self.notes.append(
+                f"{self.cache_in.name} header {first!r} does not match this TensorRT ({self.expected_header}); "
+                "calibrating on the device with the shipped tensors"
+            )
+        if not self.tensors:
+            raise CalibrationError(
+                "INT8 needs calibration, but the bundle has no usable calibration cache for this TensorRT "
+                f"(expected header {self.expected_header}) and no calib/*.npy tensors: rebuild the bundle with "
+                "`edge-sdk build --precision int8`, or use --precision fp16"
+            )
+        if len(self.tensors) < self.batch_size:
+            raise CalibrationError(
+                f"{len(self.tensors)} calibration tensors cannot fill one batch of {self.batch_size}; "
+                "rebuild the bundle with more calibration images"
+            )
+
+    # TensorRT's calibrator interface, forwarded by the subclass
+    def read_cache(self) -> Optional[bytes]:
+        if not self.cache_usable():
+            return None
+        assert self.cache_in is not None
+        self.cache_read = str(self.cache_in)
+        return self.cache_in.read_bytes()
+
+    def write_cache(self, cache: Any) -> None:
+        data = bytes(cache)
+        if self.cache_out is None:
+            return
+        atomic_write_bytes(self.cache_out, data)
+        self.cache_written = str(self.cache_out)
+
+    def next_batch(self, names: Sequence[str]) -> Optional[List[int]]:
+        if list(names) != [self.input_name]:
+            raise CalibrationError(
+                f"the network asks calibration data for inputs {list(names)}, the bundle's input is {self.input_name!r}; "
+                "calibration supports single-input models whose input matches the manifest"
+            )
+        for i in range(self.batch_size):
+            sample = next(self._samples, None)
+            if sample is None:
+                if i:
+                    self.notes.append(f"dropped a last incomplete calibration batch of {i} samples")
+                return None
+            self._host[i] = sample
+        if self._device is None:
+            self._device = self._allocate(self._host.nbytes)
+        self._device.upload(self._host)
+        self.batches_fed += 1
+        return [self._device.ptr]
+
+    def close(self) -> None:
+        if self._device is not None:
+            self._device.free()
+            self._device = None
+
+    def _iter_samples(self):
+        want = self.input_shape[1:]
+        for path in self.tensors:
+            try:
+                arr = np.load(str(path), allow_pickle=False)
+            except (OSError, ValueError) as exc:
+                raise CalibrationError(f"calibration tensor {path} is unreadable ({exc}); copy the bundle again") from exc
+            if arr.ndim == len(want):
+                arr = arr[None]
+            if tuple(arr.shape[1:]) != want or not np.issubdtype(arr.dtype, np.floating):
+                raise CalibrationError(
+                    f"calibration tensor {path} has shape {arr.shape} {arr.dtype}, expected floating (k, {', '.join(map(str, want))}) "
+                    "matching the manifest input; rebuild the bundle"
+                )
+            self.files_fed.append(path.name)
+            for sample in arr:
+                yield sample
+
+
+def make_calibrator(trt: Any, feed: CalibrationFeed) -> Any:
+    """A TensorRT calibrator object (subclass of `trt.<feed.class_name>`) driven by `feed`."""
+    base = getattr(trt, feed.class_name, None)
+    if base is None:
+        raise BackendError(
+            f"TensorRT {getattr(trt, '__version__', '?')} has no {feed.class_name} (implicit INT8 calibration was "
+            "removed); build INT8 from the bundle's Q/DQ model instead"
+        )
+
+    class BundleCalibrator(base):  # type: ignore[misc, valid-type]
+        def __init__(self) -> None:
+            base.__init__(self)
+            self.feed = feed
+
+        def get_batch_size(self) -> int:
+            return feed.batch_size
+
+        def get_batch(self, names: List[str], *_args: Any) -> Optional[List[int]]:
+            try:
+                return feed.next_batch(names)
+            except Exception as exc:  # re-raised by the build after TensorRT returns
+                feed.error = exc
+                return None
+
+        def read_calibration_cache(self, *_args: Any) -> Optional[bytes]:
+            try:
+                return feed.read_cache()
+            except Exception as exc:  # re-raised by the build after TensorRT returns
+                feed.error = exc
+                return None
+
+        def write_calibration_cache(self, cache: Any, *_args: Any) -> None:
+            try:
+                feed.write_cache(cache)
+            except Exception as exc:  # re-raised by the build after TensorRT returns
+                feed.error = exc
+
+    BundleCalibrator.__name__ = f"Bundle{feed.class_name[1:]}"
+    return BundleCalibrator()

@@ -1,0 +1,96 @@
+"""`edge-sdk run` as a real process: signals, exit codes and the retained status."""
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any, List
+
+import pytest
+
+from tiny_bundle import make_tiny_bundle
+
+pytest.importorskip("onnxruntime")
+pytest.importorskip("paho.mqtt.client")
+
+SOURCE = "synthetic://faces?width=96&height=64&count=2&min_size=8&max_size=16&fps=30"
+
+
+def write_config(path: Path, bundle: Path, url: str, interval: float) -> Path:
+    path.write_text(
+        f'bundle = "{bundle}"\nbackend = "onnxruntime-cpu"\nthreads = 1\n'
+        f'[source]\nuri = "{SOURCE}"\n'
+        f'[device]\nid = "proc-1"\n'
+        f'[mqtt]\nurl = "{url}"\nqueue_dir = "{path.parent / "queue"}"\n'
+        f'[telemetry]\ninterval_s = {interval}\n'
+    )
+    return path
+
+
+def start(config: Path, *extra: str) -> subprocess.Popen:
+    code = "import sys; from edge_sdk.cli import main; sys.argv[0] = 'edge-sdk'; main()"
+    return subprocess.Popen([sys.executable, "-c", code, "run", "--config", str(config), *extra],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def statuses(log: Any) -> List[dict]:
+    return log.on("status")
+
+
+@pytest.fixture
+def setup(tmp_path: Path, broker):
+    bundle = make_tiny_bundle(tmp_path / "bundle")
+    return write_config(tmp_path / "device.toml", bundle, broker.url, 0.3)
+
+
+def test_sigkill_leaves_offline_retained(setup: Path, broker, message_log) -> None:
+    log = message_log(broker.url, ["edge-sdk/proc-1/status"])
+    proc = start(setup)
+    try:
+        assert log.wait(lambda m: any(s["state"] == "online" for s in statuses(log)), timeout=30), proc.stderr
+    finally:
+        proc.kill()
+        proc.communicate(timeout=10)
+    assert log.wait(lambda m: statuses(log)[-1]["state"] == "offline", timeout=10)
+    late = message_log(broker.url, ["edge-sdk/proc-1/status"])  # a newcomer sees the retained will
+    assert late.wait(lambda m: any(x["retain"] and x["topic"].endswith("/status") for x in m), timeout=10)
+    retained = [x["payload"] for x in late.messages if x["retain"]][-1]
+    assert retained["state"] == "offline" and retained["reason"] == "connection lost"
+
+
+def test_sighup_rereads_and_sigterm_stops_cleanly(setup: Path, broker, message_log) -> None:
+    log = message_log(broker.url, ["edge-sdk/proc-1/#"])
+    proc = start(setup)
+    try:
+        assert log.wait(lambda m: len(log.on("telemetry")) >= 2, timeout=30), proc.stderr
+        setup.write_text(setup.read_text().replace("interval_s = 0.3", "interval_s = 0.7"))
+        proc.send_signal(signal.SIGHUP)
+        assert log.wait(lambda m: any(s.get("telemetry_interval_s") == 0.7 for s in statuses(log)), timeout=15)
+        proc.send_signal(signal.SIGTERM)
+        _out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0, err
+    assert log.wait(lambda m: statuses(log)[-1]["state"] == "offline", timeout=10)
+    assert statuses(log)[-1]["reason"] == "SIGTERM"
+    tel = log.on("telemetry")
+    assert [t["seq"] for t in tel] == list(range(tel[0]["seq"], tel[0]["seq"] + len(tel)))
+    assert "config re-read" in err and "stopped (SIGTERM)" in err
+
+
+@pytest.mark.parametrize("args,code,fragment", [
+    (["--source", "nope://x"], 9, "scheme"),
+    (["--bundle", "/nonexistent/bundle"], 8, "not a bundle"),
+    (["--broker", "http://x"], 2, "url"),
+])
+def test_exit_codes(setup: Path, args: List[str], code: int, fragment: str) -> None:
+    proc = start(setup, *args)
+    _out, err = proc.communicate(timeout=60)
+    assert proc.returncode == code, err
+    assert fragment in err

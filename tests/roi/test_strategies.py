@@ -1,0 +1,268 @@
+"""The strategies with a transparent fake detector: exact mapping, sweep bound, budget, tracks."""
+from __future__ import annotations
+
+from typing import List, Optional, Tuple
+
+import numpy as np
+import pytest
+
+from edge_sdk.detections import Detections, match_detections
+from edge_sdk.errors import ConfigError, SourceError
+from edge_sdk.roi import geometry as g
+from edge_sdk.roi.strategies import FullFrame, MotionDetector, RoiConfig, RoiScheduler, Tiles, make_strategy
+
+INPUT = (64, 48)  # a small "model input" keeps these tests fast
+
+
+class FakeBlobDetector:
+    """Finds white squares: every 8-connected blob of pixels > 127 is one detection.
+
+    Boxes are in the pixels of the image it is given, exactly; a bigger blob scores higher (a
+    whole object beats a part of it cut by a tile edge). `score_by_width` overrides the score
+    by blob width, so a test can make weak "proposals". Like a real model on a shrunk frame,
+    it sees nothing in images larger than its input unless `sees_large`. Records calls.
+    """
+
+    def __init__(self, input_size: Tuple[int, int] = INPUT, score_by_width: Optional[dict] = None, clock=None, ms_per_image: float = 0.0, sees_large: bool = False) -> None:
+        self.input_size = input_size
+        self.sees_large = sees_large
+        self.calls: List[List[Tuple[int, int]]] = []
+        self.score_by_width = score_by_width or {}
+        self.clock = clock
+        self.ms_per_image = ms_per_image
+
+    def __call__(self, images: List[np.ndarray]) -> List[Detections]:
+        import cv2
+
+        self.calls.append([img.shape[:2] for img in images])
+        if self.clock is not None:
+            self.clock.advance(self.ms_per_image * len(images) / 1000.0)
+        out = []
+        for img in images:
+            if not self.sees_large and (img.shape[1] > self.input_size[0] or img.shape[0] > self.input_size[1]):
+                out.append(Detections.empty())
+                continue
+            mask = (img[..., 0] > 127).astype(np.uint8)
+            n, _, stats, _ = cv2.connectedComponentsWithStats(mask, connectivity=8)
+            boxes = stats[1:n, :4].astype(np.float32)
+            boxes[:, 2:] += boxes[:, :2]
+            widths = (boxes[:, 2] - boxes[:, 0]).astype(int)
+            areas = (boxes[:, 2] - boxes[:, 0]) * (boxes[:, 3] - boxes[:, 1])
+            scores = [self.score_by_width.get(int(w), 0.5 + 0.5 * float(a) / (float(a) + 50.0)) for w, a in zip(widths, areas)]
+            out.append(Detections(boxes, np.array(scores, np.float32), np.zeros(len(boxes))))
+        return out
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+    def advance(self, s: float) -> None:
+        self.t += s
+
+
+def _frame(w: int, h: int, squares) -> np.ndarray:
+    frame = np.zeros((h, w, 3), np.uint8)
+    for x0, y0, x1, y1 in squares:
+        frame[y0:y1, x0:x1] = 255
+    return frame
+
+
+def _boxes(det: Detections) -> List[List[float]]:
+    return sorted(det.xyxy.tolist())
+
+
+SQUARES = [(10, 10, 20, 20), (58, 30, 70, 42), (150, 100, 160, 112), (290, 200, 300, 210)]
+
+
+def test_tiles_maps_back_exactly_and_merges_cut_objects() -> None:
+    # the second square straddles the first tile edge (x = 64): each tile sees a part of it
+    det = FakeBlobDetector()
+    tiles = Tiles(det, config=RoiConfig(full_frame_pass=False))
+    out = tiles(_frame(320, 240, SQUARES))
+    assert _boxes(out.detections) == sorted([list(map(float, s)) for s in SQUARES])
+    n_tiles = len(g.slice_grid(320, 240, 64, 48, 0.2, 0.2))
+    assert out.info == {"mode": "tiles", "tiles": n_tiles, "images": n_tiles}
+    assert det.calls == [[(48, 64)] * n_tiles]
+
+
+def test_tiles_full_frame_pass_adds_one_image() -> None:
+    det = FakeBlobDetector(sees_large=True)
+    out = Tiles(det, config=RoiConfig(full_frame_pass=True))(_frame(320, 240, SQUARES[:2] + [(100, 60, 300, 200)]))
+    assert det.calls[0][-1] == (240, 320)
+    # the large object is bigger than a tile: only the full-frame pass sees it whole, and the
+    # merge folds the tiles' pieces of it into that box
+    assert _boxes(out.detections) == [[10.0, 10.0, 20.0, 20.0], [58.0, 30.0, 70.0, 42.0], [100.0, 60.0, 300.0, 200.0]]
+
+
+def test_full_frame_is_one_pass_with_output_threshold() -> None:
+    det = FakeBlobDetector(score_by_width={10: 0.3}, sees_large=True)  # 10-wide squares are weak
+    out = FullFrame(det, RoiConfig(score_threshold=0.5))(_frame(320, 240, SQUARES))
+    assert det.calls == [[(240, 320)]]
+    assert _boxes(out.detections) == [[58.0, 30.0, 70.0, 42.0]]
+
+
+def _scheduler(det, **cfg) -> RoiScheduler:
+    base = dict(motion=False, sweep_tiles=2, max_fine_pixels=4 * INPUT[0] * INPUT[1], roi_min_size=16, roi_margin=0.5, pack_gap=4)
+    base.update(cfg)
+    return RoiScheduler(det, config=RoiConfig(**base))
+
+
+@pytest.mark.parametrize("sweep_tiles", [1, 2, 3, 5])
+def test_sweep_examines_every_tile_within_its_bound(sweep_tiles) -> None:
+    det = FakeBlobDetector()
+    sched = _scheduler(det, sweep_tiles=sweep_tiles, max_fine_pixels=sweep_tiles * INPUT[0] * INPUT[1])
+    frame = _frame(320, 240, [])
+    n_tiles = len(sched.grid(320, 240))
+    bound = g.sweep_bound(n_tiles, sweep_tiles)
+    history = []
+    for i in range(3 * bound + 1):
+        info = sched(frame).info
+        assert info["sweep_bound"] == bound
+        history.append(set(info["sweep_tiles"]))
+        window = history[-bound:]
+        if len(window) == bound:
+            assert set().union(*window) == set(range(n_tiles)), f"frames {i - bound + 1}..{i} left tiles unseen"
+        assert (i - sched.last_examined).max() < bound or i < bound - 1
+    # every tile of the grid went to the detector at full resolution (48x64 views)
+    assert all(shape == (48, 64) for call in det.calls for shape in call[1:])
+
+
+def test_zones_are_examined_and_mapped_back_exactly() -> None:
+    det = FakeBlobDetector()
+    sched = _scheduler(det, sweep_tiles=0, max_fine_pixels=4 * INPUT[0] * INPUT[1], zones=[[140, 90, 170, 120], [280, 190, 310, 220]])
+    out = sched(_frame(320, 240, SQUARES))
+    assert _boxes(out.detections) == [[150.0, 100.0, 160.0, 112.0], [290.0, 200.0, 300.0, 210.0]]
+    assert out.info["roi_sources"] == {"zone": 2}
+    assert out.info["rois"] == [[140, 90, 170, 120], [280, 190, 310, 220]]
+    # both zones packed side by side into a single model input
+    assert det.calls[1] == [(48, 64)]
+
+
+@pytest.mark.parametrize("budget_inputs, sweep_tiles", [(1, 1), (2, 1), (3, 0), (4, 2)])
+def test_pixel_budget_is_respected(budget_inputs, sweep_tiles) -> None:
+    # many zones spread over the frame: more regions than the budget holds
+    zones = [[x, y, x + 30, y + 30] for x in range(0, 290, 40) for y in range(0, 210, 40)]
+    det = FakeBlobDetector()
+    budget = budget_inputs * INPUT[0] * INPUT[1]
+    sched = _scheduler(det, sweep_tiles=sweep_tiles, max_fine_pixels=budget, zones=zones)
+    squares = [(x + 10, y + 10, x + 16, y + 16) for x, y, _, _ in zones]
+    frame = _frame(320, 240, squares)
+    for _ in range(4):
+        info = sched(frame).info
+        assert info["fine_pixels"] <= budget
+        assert len(det.calls[-1]) <= budget_inputs
+        assert info["rois_over_budget"] > 0
+        assert info["budget_used"] <= 1.0
+
+
+def test_millisecond_budget_uses_measured_cost() -> None:
+    clock = FakeClock()
+    zones = [[x, y, x + 30, y + 30] for x in range(0, 290, 40) for y in range(0, 210, 40)]
+    squares = [(x + 10, y + 10, x + 16, y + 16) for x, y, _, _ in zones]
+    det = FakeBlobDetector(clock=clock, ms_per_image=10.0)
+    sched = RoiScheduler(det, config=RoiConfig(motion=False, sweep_tiles=1, max_fine_pixels=8 * INPUT[0] * INPUT[1], max_fine_ms=25.0, zones=zones), clock=clock)
+    frame = _frame(320, 240, squares)
+    first = sched(frame).info
+    assert first["images"] - 1 == 8  # no measurement yet: the pixel budget alone
+    for _ in range(3):
+        info = sched(frame).info
+        assert info["images"] - 1 == 2  # 10 ms per model input, 25 ms allowed
+        assert info["budget_ms"] == 25.0
+
+
+def test_budget_smaller_than_the_sweep_is_refused() -> None:
+    with pytest.raises(ConfigError, match="max_fine_pixels"):
+        _scheduler(FakeBlobDetector(), sweep_tiles=3, max_fine_pixels=2 * INPUT[0] * INPUT[1])
+
+
+def test_tracks_carry_a_moving_object_between_sweeps() -> None:
+    det = FakeBlobDetector()
+    sched = _scheduler(det, sweep_tiles=1, max_fine_pixels=2 * INPUT[0] * INPUT[1])
+    found_from = None
+    for i in range(40):
+        x = 20 + 3 * i  # moves 3 px per frame to the right
+        square = (x, 100, x + 8, 108)
+        out = sched(_frame(320, 240, [square]))
+        truth = Detections(np.array([square], np.float32), [1.0], [0])
+        hit = match_detections(out.detections, truth, 0.9)["tp"] == 1
+        if hit and found_from is None:
+            found_from = i
+            assert out.info["roi_sources"].get("track", 0) == 0  # first found by the sweep
+        elif found_from is not None:
+            assert hit, f"lost the object at frame {i}"
+            assert out.info["roi_sources"].get("track", 0) >= 1 or out.info["rois_in_sweep"] >= 1
+    assert found_from is not None and found_from < sched.sweep_bound
+
+
+def test_scheduler_report_is_json_ready() -> None:
+    import json
+
+    sched = _scheduler(FakeBlobDetector(), zones=[[0, 0, 30, 30]])
+    info = sched(_frame(320, 240, SQUARES)).info
+    assert json.loads(json.dumps(info)) == info
+    for key in ("rois", "roi_sources", "sweep_tiles", "sweep_bound", "fine_pixels", "budget_pixels", "budget_used", "images"):
+        assert key in info
+
+
+def test_frame_size_change_resets_state() -> None:
+    sched = _scheduler(FakeBlobDetector())
+    sched(_frame(320, 240, SQUARES))
+    sched(_frame(320, 240, SQUARES))
+    assert sched.frame_index == 2
+    sched(_frame(200, 100, []))
+    assert sched.frame_index == 1 and len(sched.last_examined) == len(g.slice_grid(200, 100, 64, 48, 0.2, 0.2))
+
+
+def test_motion_detector_finds_what_moved() -> None:
+    md = MotionDetector(width=160, threshold=20)
+    still = _frame(320, 240, [(100, 100, 120, 120)])
+    assert len(md(still)) == 0  # first frame: learns the background
+    assert len(md(still)) == 0
+    moved = _frame(320, 240, [(200, 60, 220, 80)])
+    boxes = md(moved)
+    assert len(boxes) >= 1
+    assert g.covered_by(np.array([[200, 60, 220, 80]]), g.expand_boxes(boxes, 320, 240, margin=0.3)).all()
+    assert not md.saturated
+    md(np.full((240, 320, 3), 255, np.uint8))  # the lights go on
+    assert md.saturated
+
+
+@pytest.mark.parametrize(
+    "data, key",
+    [
+        ({"sweep_tiles": -1}, "sweep_tiles"),
+        ({"merge_method": "wbf"}, "merge_method"),
+        ({"proposal_threshold": 0.6, "score_threshold": 0.5}, "proposal_threshold"),
+        ({"zones": [[0, 0, 0, 10]]}, "zones"),
+        ({"tile_overlap": 1.0}, "tile_overlap"),
+        ({"motion": "yes"}, "motion"),
+        ({"budget": 3}, "unknown key"),
+    ],
+)
+def test_config_errors_name_the_key(data, key) -> None:
+    with pytest.raises(ConfigError, match=key):
+        RoiConfig.from_dict(data, origin="edge.toml [roi]")
+
+
+def test_config_round_trip() -> None:
+    cfg = RoiConfig(zones=[[0, 0, 10, 10]], sweep_tiles=3)
+    assert RoiConfig.from_dict(cfg.to_dict()) == cfg
+
+
+@pytest.mark.parametrize("mode, cls", [("full", FullFrame), ("tiles", Tiles), ("roi", RoiScheduler)])
+def test_make_strategy(mode, cls) -> None:
+    assert isinstance(make_strategy(mode, FakeBlobDetector()), cls)
+
+
+def test_make_strategy_rejects_unknown_mode() -> None:
+    with pytest.raises(ConfigError, match="mode"):
+        make_strategy("pyramid", FakeBlobDetector())
+
+
+def test_strategies_reject_non_frames() -> None:
+    with pytest.raises(SourceError):
+        Tiles(FakeBlobDetector())(np.zeros((10, 10), np.uint8))

@@ -1,0 +1,136 @@
+"""Backend selection and the ONNX Runtime runner (real inference on a tiny model)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from edge_sdk.errors import BackendError, BundleError, ModelError
+from edge_sdk.manifest import Bundle
+from edge_sdk.runtime import backends
+from edge_sdk.runtime.backends import available_backends, select_backend
+from edge_sdk.runtime.backends.onnxruntime import OnnxRuntimeBackend, resolve_providers
+
+
+def test_runner_matches_a_plain_session_and_reuses_its_buffers(tiny_bundle: Path) -> None:
+    import onnxruntime as ort
+
+    model = tiny_bundle / "model.onnx"
+    x = np.random.default_rng(0).uniform(0, 255, (1, 3, 32, 64)).astype(np.float32)
+    reference = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"]).run(None, {"input.1": x})
+    with OnnxRuntimeBackend(model, provider="cpu", threads=1) as backend:
+        assert backend.input_names == ["input.1"] and backend.output_names == ["537", "538", "539", "540"]
+        first = backend.infer({"input.1": x})
+        x2 = x[:, :, ::-1].copy()
+        x[...] = x2  # same array, new content: the bound input must see it
+        second = backend.infer({"input.1": x})
+        expected2 = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"]).run(None, {"input.1": x2})
+    for got, want in zip(first, reference):
+        assert got.shape == want.shape
+    assert all(a is b for a, b in zip(first, second)), "outputs are the runner's own reused buffers"
+    for got, want in zip(second, expected2):
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+
+
+def test_copies_when_asked(tiny_bundle: Path) -> None:
+    x = np.zeros((1, 3, 32, 64), np.float32)
+    with OnnxRuntimeBackend(tiny_bundle / "model.onnx", provider="cpu", reuse_outputs=False) as backend:
+        a = backend.infer({"input.1": x})
+        b = backend.infer({"input.1": x})
+    assert all(u is not v for u, v in zip(a, b))
+
+
+@pytest.mark.parametrize(
+    "feed, message",
+    [
+        ({}, "missing model inputs"),
+        ({"input.1": np.zeros((1, 3, 16, 16), np.float32)}, "has shape"),
+    ],
+)
+def test_bad_feeds(tiny_bundle: Path, feed: dict, message: str) -> None:
+    with OnnxRuntimeBackend(tiny_bundle / "model.onnx", provider="cpu") as backend:
+        with pytest.raises(BackendError, match=message):
+            backend.infer(feed)
+
+
+def test_float64_input_is_converted(tiny_bundle: Path) -> None:
+    with OnnxRuntimeBackend(tiny_bundle / "model.onnx", provider="cpu") as backend:
+        out = backend.infer({"input.1": np.full((1, 3, 32, 64), 255.0)})
+    assert out[0].dtype == np.float32 and out[0].min() > 0.99
+
+
+def test_inactive_runner_refuses() -> None:
+    with pytest.raises(BackendError, match="not active"):
+        OnnxRuntimeBackend("nowhere.onnx").infer({})
+
+
+def test_missing_and_corrupt_model(tmp_path: Path) -> None:
+    with pytest.raises(ModelError, match="does not exist"):
+        OnnxRuntimeBackend(tmp_path / "none.onnx", provider="cpu").activate()
+    bad = tmp_path / "bad.onnx"
+    bad.write_bytes(b"garbage")
+    with pytest.raises(ModelError, match="cannot load"):
+        OnnxRuntimeBackend(bad, provider="cpu").activate()
+
+
+@pytest.mark.parametrize("provider", ["cuda", "tensorrt"])
+def test_explicit_provider_that_is_missing_is_an_error(provider: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from edge_sdk.runtime.backends import onnxruntime as ort_backend
+
+    monkeypatch.setattr(ort_backend, "available_providers", lambda: ["CPUExecutionProvider"])
+    with pytest.raises(BackendError, match="not available here"):
+        resolve_providers(provider)
+
+
+def test_auto_provider_prefers_cuda_when_present(monkeypatch: pytest.MonkeyPatch) -> None:
+    from edge_sdk.runtime.backends import onnxruntime as ort_backend
+
+    monkeypatch.setattr(ort_backend, "available_providers", lambda: ["CUDAExecutionProvider", "CPUExecutionProvider"])
+    assert resolve_providers("auto") == ["CUDAExecutionProvider", "CPUExecutionProvider"]
+    monkeypatch.setattr(ort_backend, "available_providers", lambda: ["CPUExecutionProvider"])
+    assert resolve_providers("auto") == ["CPUExecutionProvider"]
+
+
+class FakeSilentFallbackSession:
+    """What ONNX Runtime returns when the CUDA libraries fail to load: a CPU-only session."""
+
+    def get_providers(self):
+        return ["CPUExecutionProvider"]
+
+
+def test_a_provider_that_silently_did_not_load_is_an_error(tiny_bundle: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from edge_sdk.runtime.backends import onnxruntime as ort_backend
+
+    monkeypatch.setattr(ort_backend, "available_providers", lambda: ["CUDAExecutionProvider", "CPUExecutionProvider"])
+    backend = OnnxRuntimeBackend(tiny_bundle / "model.onnx", provider="cuda", session_loader=FakeSilentFallbackSession)
+    with pytest.raises(BackendError, match="did not enable CUDAExecutionProvider"):
+        backend.activate()
+
+
+@pytest.mark.parametrize("precision, filename", [("fp32", "model.onnx"), ("fp16", "model.fp16.onnx")])
+def test_select_backend_picks_the_precision_variant(tiny_bundle: Path, precision: str, filename: str) -> None:
+    backend = select_backend("onnxruntime-cpu", bundle=Bundle.load(tiny_bundle), precision=precision, threads=1)
+    assert isinstance(backend, OnnxRuntimeBackend)
+    assert backend.model_path.name == filename and backend.provider == "cpu" and backend.threads == 1
+
+
+def test_select_backend_missing_variant(tiny_bundle: Path) -> None:
+    with pytest.raises(BundleError, match="no int8 variant"):
+        select_backend("onnxruntime", bundle=Bundle.load(tiny_bundle), precision="int8")
+
+
+def test_tensorrt_backend_without_tensorrt_says_why(tiny_bundle: Path) -> None:
+    pytest.importorskip("onnxruntime")
+    if backends.tensorrt_status() is None:
+        pytest.skip("TensorRT is installed here")
+    with pytest.raises(BackendError, match="tensorrt backend is (needs TensorRT|not available in this build)"):
+        select_backend("tensorrt", bundle=Bundle.load(tiny_bundle))
+    assert "tensorrt" not in available_backends()
+    # auto never fails for lack of TensorRT or a GPU
+    assert isinstance(select_backend("auto", bundle=Bundle.load(tiny_bundle)), OnnxRuntimeBackend)
+
+
+def test_unknown_backend_name() -> None:
+    with pytest.raises(BackendError, match="unknown backend 'magic'"):
+        select_backend("magic", model_path=Path("x.onnx"))

@@ -1,0 +1,190 @@
+"""The capture thread: back-pressure, newest-frame policy, reconnect, errors, size changes."""
+from __future__ import annotations
+
+import threading
+from typing import List
+
+import numpy as np
+import pytest
+
+from edge_sdk.errors import SourceError
+from edge_sdk.runtime.capture import Capture, Pacer
+from edge_sdk.runtime.config import ReconnectConfig
+from runtime_factories import FakeCamera, ListSource, scene
+
+FAST = ReconnectConfig(initial_s=0.001, max_s=0.004, max_attempts=10)
+
+
+def drain(capture: Capture) -> List[int]:
+    """Consume to the end; the pixel (0, 0) of each frame holds its source number."""
+    got = []
+    while True:
+        slot = capture.get(timeout=10)
+        if slot is None:
+            return got
+        got.append(int(slot.frame[0, 0, 0]))
+        capture.release(slot)
+
+
+@pytest.mark.parametrize("pool_size", [3, 4, 6])
+def test_finite_source_loses_nothing(pool_size: int) -> None:
+    frames = [scene(i) for i in range(40)]
+    capture = Capture(ListSource(frames), pool_size=pool_size).start()
+    try:
+        assert drain(capture) == list(range(40))
+        assert capture.stats.frames_captured == 40 and capture.stats.frames_dropped == 0
+    finally:
+        capture.stop()
+
+
+def test_buffers_are_a_fixed_pool() -> None:
+    capture = Capture(ListSource([scene(i) for i in range(30)]), pool_size=3).start()
+    seen = set()
+    try:
+        while True:
+            slot = capture.get(timeout=10)
+            if slot is None:
+                break
+            seen.add(id(slot.buffer))
+            capture.release(slot)
+    finally:
+        capture.stop()
+    assert len(seen) <= 3
+
+
+def test_live_source_keeps_the_newest_frame_and_counts_drops() -> None:
+    cam = FakeCamera(width=128, height=96)
+    cam.gate = threading.Semaphore(0)
+    capture = Capture(cam, pool_size=3).start()
+    try:
+        cam.gate.release()
+        first = capture.get(timeout=10)
+        assert int(first.frame[0, 0, 0]) == 0
+        # while the consumer holds frame 0, the camera delivers five more
+        for _ in range(5):
+            cam.gate.release()
+        assert capture.wait_captured(6)
+        newest = capture.get(timeout=10)
+        assert int(newest.frame[0, 0, 0]) == 5
+        assert capture.stats.frames_dropped == 4
+        capture.release(first)
+        capture.release(newest)
+    finally:
+        for _ in range(3):
+            cam.gate.release()
+        capture.stop()
+
+
+def test_camera_that_vanishes_reconnects_and_reports() -> None:
+    cam = FakeCamera(fail_reads=(3, 7), fail_opens=2, stop_after=10)
+    capture = Capture(cam, pool_size=4, reconnect=FAST).start()
+    events = []
+    got = []
+    try:
+        with pytest.raises(SourceError, match="did not come back after 10 reconnect attempts"):
+            while True:
+                slot = capture.get(timeout=10)
+                got.append(int(slot.frame[0, 0, 0]))
+                events += slot.events
+                capture.release(slot)
+    finally:
+        capture.stop()
+    # live: frames may be dropped when the consumer is slower, but order is kept and the
+    # frames on both sides of each loss arrive
+    assert got == sorted(got) and got[-1] == 9
+    kinds = [e["event"] for e in events]
+    assert kinds.count("source_reconnected") == 2
+    assert kinds.count("source_lost") >= 2
+    assert capture.stats.reconnects == 2
+    assert capture.stats.source_errors >= 2 + 2 * 2  # each loss + each failed reopen
+    assert cam.opens >= 1 + 2 * 3
+
+
+def test_stop_interrupts_backoff_immediately() -> None:
+    cam = FakeCamera(stop_after=1)
+    capture = Capture(cam, reconnect=ReconnectConfig(initial_s=3600, max_s=3600, max_attempts=0)).start()
+    slot = capture.get(timeout=10)
+    capture.release(slot)
+    done = threading.Event()
+
+    def stopper() -> None:
+        capture.stop()
+        done.set()
+
+    threading.Thread(target=stopper).start()
+    assert done.wait(10), "stop() waited for the hour-long backoff"
+
+
+def test_error_in_a_finite_source_surfaces_in_the_consumer() -> None:
+    capture = Capture(ListSource([scene(0), scene(1), ValueError("decoder exploded")])).start()
+    try:
+        assert int(capture.get(timeout=10).frame[0, 0, 0]) == 0
+        slot = capture.get(timeout=10)
+        capture.release(slot)
+        with pytest.raises(ValueError, match="decoder exploded"):
+            capture.get(timeout=10)
+    finally:
+        capture.stop()
+
+
+def test_size_change_and_channels_are_converted_and_reported() -> None:
+    frames = [scene(0, 64, 48), scene(1, 64, 48)[:, :, 0].copy(), scene(2, 96, 80), np.dstack([scene(3, 96, 80), np.zeros((80, 96), np.uint8)])]
+    capture = Capture(ListSource(frames)).start()
+    shapes, events = [], []
+    try:
+        while True:
+            slot = capture.get(timeout=10)
+            if slot is None:
+                break
+            shapes.append(slot.frame.shape)
+            events += slot.events
+            capture.release(slot)
+    finally:
+        capture.stop()
+    assert shapes == [(48, 64, 3), (48, 64, 3), (80, 96, 3), (80, 96, 3)]
+    assert events == [{"event": "frame_size_changed", "from": [64, 48], "to": [96, 80]}]
+
+
+def test_open_errors_raise_in_the_caller() -> None:
+    cam = FakeCamera()
+    cam._opens_to_fail = 1
+    with pytest.raises(OSError, match="camera not found"):
+        Capture(cam).start()
+
+
+def test_pool_needs_three_slots() -> None:
+    with pytest.raises(ValueError, match="at least 3"):
+        Capture(ListSource([]), pool_size=2)
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class RecordingEvent(threading.Event):
+    def __init__(self, clock: FakeClock) -> None:
+        super().__init__()
+        self.clock = clock
+        self.waits: List[float] = []
+
+    def wait(self, timeout=None) -> bool:  # type: ignore[override]
+        self.waits.append(round(timeout, 6))
+        self.clock.now += timeout
+        return False
+
+
+def test_pacer_spaces_frames_and_does_not_burst_after_a_stall() -> None:
+    clock = FakeClock()
+    pacer = Pacer(10.0, clock=clock)
+    stop = RecordingEvent(clock)
+    assert pacer.wait(stop)  # first frame: no wait
+    clock.now += 0.03  # the frame took 30 ms
+    assert pacer.wait(stop)
+    clock.now += 0.5  # a long stall
+    assert pacer.wait(stop)
+    assert pacer.wait(stop)
+    assert stop.waits == [0.07, 0.1]

@@ -1,0 +1,189 @@
+"""The Pipeline end to end: real ONNX Runtime inference on tiny and real models."""
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+from typing import Any, Dict, List
+
+import numpy as np
+import pytest
+
+from edge_sdk.detections import Detections, match_detections
+from edge_sdk.errors import BundleError, ConfigError
+from edge_sdk.runtime.config import CacheConfig, PipelineConfig, ReconnectConfig, SourceConfig
+from edge_sdk.runtime.pipeline import Detector, Pipeline
+from edge_sdk.runtime.types import STAGES
+from runtime_factories import FakeCamera, ListSource, scene, write_bundle
+
+
+def config(uri: str = "", bundle: Any = None, **kw: Any) -> PipelineConfig:
+    kw.setdefault("threads", 1)
+    return PipelineConfig(source=SourceConfig(uri), bundle=str(bundle) if bundle else None, **kw)
+
+
+def square_frame(index: int, width: int = 256, height: int = 128, size: int = 64) -> np.ndarray:
+    frame = np.full((height, width, 3), 10, np.uint8)
+    x = 16 + (index * 24) % (width - size - 32)
+    frame[32 : 32 + size, x : x + size] = 250
+    return frame
+
+
+def test_video_file_through_the_tiny_model(tiny_bundle: Path, video_factory) -> None:
+    path = video_factory(frames=8, width=128, height=96)
+    with Pipeline(config(str(path), tiny_bundle, cache=CacheConfig(enabled=False))) as pipeline:
+        results = [(r.index, r.latency_ms, r.frame.shape, r.to_json()) for r in pipeline]
+    assert [r[0] for r in results] == list(range(8))
+    for _, latency, shape, line in results:
+        assert set(latency) == set(STAGES) | {"total"}
+        assert latency["total"] >= latency["infer"] > 0
+        assert shape == (96, 128, 3)
+        assert json.loads(json.dumps(line))["frame"] == line["frame"]
+    assert pipeline.stats.frames_processed == 8 and pipeline.stats.frames_captured == 8
+
+
+def test_boxes_come_back_in_frame_pixels(tiny_bundle: Path) -> None:
+    frames = [square_frame(i) for i in range(4)]
+    with Pipeline(config(bundle=tiny_bundle), source=ListSource(frames)) as pipeline:
+        results = [(r.index, r.detections) for r in pipeline]
+    assert len(results) == 4
+    for i, det in results:
+        assert len(det) >= 1
+        centres = (det.xyxy[:, :2] + det.xyxy[:, 2:]) / 2
+        x0 = 16 + (i * 24) % (256 - 64 - 32)
+        assert np.all((centres[:, 0] >= x0) & (centres[:, 0] <= x0 + 64)), (i, centres)
+        assert np.all((centres[:, 1] >= 32) & (centres[:, 1] <= 96)), (i, centres)
+
+
+@pytest.mark.parametrize("enabled, hits", [(True, 5), (False, 0)])
+def test_prediction_cache_in_the_pipeline(tiny_bundle: Path, enabled: bool, hits: int) -> None:
+    frames = [square_frame(0)] * 6
+    cfg = config(bundle=tiny_bundle, cache=CacheConfig(enabled=enabled))
+    with Pipeline(cfg, source=ListSource(frames)) as pipeline:
+        results = list((r.cached, r.detections, dict(r.latency_ms)) for r in pipeline)
+    assert pipeline.stats.cache_hits == hits
+    assert [c for c, _, _ in results] == [False] + [enabled] * 5
+    if enabled:
+        assert all(d is results[0][1] for _, d, _ in results)
+        assert "infer" not in results[1][2] and "total" in results[1][2]
+
+
+def test_max_frames(tiny_bundle: Path) -> None:
+    cfg = config("synthetic://faces?width=256&height=128&count=2&min_size=16&max_size=24", tiny_bundle, max_frames=5)
+    with Pipeline(cfg) as pipeline:
+        assert sum(1 for _ in pipeline) == 5
+
+
+def test_camera_that_vanishes_is_reported_and_the_stream_continues(tiny_bundle: Path) -> None:
+    cam = FakeCamera(width=128, height=64, fail_reads=(4,), fail_opens=2)
+    events: List[Dict[str, Any]] = []
+    cfg = config(bundle=tiny_bundle, max_frames=12, reconnect=ReconnectConfig(initial_s=0.001, max_s=0.002, max_attempts=5))
+    with Pipeline(cfg, source=cam, on_event=events.append) as pipeline:
+        infos = [r.info for r in pipeline]
+    assert len(infos) == 12
+    assert [e["event"] for e in events] == ["source_lost", "source_reconnected"]
+    assert any("events" in info for info in infos)
+    assert pipeline.stats.reconnects == 1 and pipeline.stats.source_errors == 3
+
+
+def test_size_change_mid_stream_is_handled(tiny_bundle: Path) -> None:
+    frames = [square_frame(0, 256, 128), square_frame(0, 256, 128), np.ascontiguousarray(square_frame(0, 512, 256, 128))]
+    with Pipeline(config(bundle=tiny_bundle, cache=CacheConfig(enabled=False)), source=ListSource(frames)) as pipeline:
+        results = [(r.frame.shape, r.detections.xyxy.copy(), r.info) for r in pipeline]
+    assert [s for s, _, _ in results] == [(128, 256, 3), (128, 256, 3), (256, 512, 3)]
+    assert results[2][2]["events"][0]["event"] == "frame_size_changed"
+    big = results[2][1]
+    centres = (big[:, :2] + big[:, 2:]) / 2
+    # the square is 16..144 x 32..160 in the bigger frame (16..80 x 32..96 in the first ones)
+    assert np.all((centres >= [16, 32]) & (centres <= [144, 160])), centres
+    assert big[:, 2].max() > 100 and results[0][1][:, 2].max() <= 96
+
+
+class RecordingDetector(Detector):
+    def __init__(self, tag: int) -> None:
+        self.tag = tag
+        self.frames = 0
+
+    def detect(self, frame: np.ndarray, latency: Dict[str, float], info: Dict[str, Any]) -> Detections:
+        self.frames += 1
+        info["detector"] = self.tag
+        return Detections(np.array([[0, 0, 1, 1]]), np.array([0.9]), np.array([self.tag]))
+
+
+def test_injected_detector_and_hot_swap() -> None:
+    first, second = RecordingDetector(1), RecordingDetector(2)
+    cfg = config(cache=CacheConfig(enabled=False))
+    with Pipeline(cfg, source=ListSource([scene(i) for i in range(10)]), detector=first) as pipeline:
+        tags = []
+        swapped = None
+        for result in pipeline:
+            tags.append(result.info["detector"])
+            if result.index == 3:
+                swapped = pipeline.swap_detector(second)
+                assert not swapped.is_set()
+    assert swapped is not None and swapped.is_set()
+    assert tags == [1] * 4 + [2] * 6 and first.frames == 4 and second.frames == 6
+
+
+def test_other_modes_need_their_detector(tiny_bundle: Path) -> None:
+    with pytest.raises(ConfigError, match="mode 'tiles' needs its detector"):
+        Pipeline(config("synthetic://faces", tiny_bundle, mode="tiles")).open()
+
+
+def test_no_bundle_is_a_config_error() -> None:
+    with pytest.raises(ConfigError, match="no bundle"):
+        Pipeline(config("synthetic://faces")).open()
+
+
+def test_corrupt_and_newer_bundles_are_refused(tiny_bundle: Path, tmp_path: Path) -> None:
+    from runtime_factories import CENTERFACE_DECODER
+    from edge_sdk.preprocess import InputSpec
+
+    spec = InputSpec(name="input.1", shape=[1, 3, 32, 64])
+    corrupt = write_bundle(tmp_path / "corrupt", tiny_bundle / "model.onnx", spec, CENTERFACE_DECODER)
+    with open(corrupt / "model.onnx", "ab") as f:
+        f.write(b"\0")
+    with pytest.raises(BundleError, match="fails its sha256 check"):
+        Pipeline(config("synthetic://faces", corrupt)).open()
+    newer = write_bundle(tmp_path / "newer", tiny_bundle / "model.onnx", spec, CENTERFACE_DECODER, schema_version=99)
+    with pytest.raises(BundleError, match="newer than this runtime"):
+        Pipeline(config("synthetic://faces", newer)).open()
+
+
+def test_source_error_after_open_leaves_nothing_running(tiny_bundle: Path) -> None:
+    before = threading.active_count()
+    pipeline = Pipeline(config(bundle=tiny_bundle), source=ListSource([scene(0), ValueError("broken decoder")]))
+    with pytest.raises(ValueError, match="broken decoder"):
+        with pipeline:
+            for _ in pipeline:
+                pass
+    assert threading.active_count() == before
+    assert pipeline.backend is not None and not pipeline.backend.is_active
+
+
+# -- the real default model -------------------------------------------------------------------
+
+
+def test_centerface_finds_the_astronaut(centerface_bundle: Path, tmp_path: Path) -> None:
+    skimage_data = pytest.importorskip("skimage.data")
+    import cv2
+
+    cv2.imwrite(str(tmp_path / "astronaut.png"), cv2.cvtColor(skimage_data.astronaut(), cv2.COLOR_RGB2BGR))
+    with Pipeline(config(str(tmp_path / "astronaut.png"), centerface_bundle, threads=2)) as pipeline:
+        (result,) = list(pipeline)
+    det = result.detections
+    assert len(det) == 1
+    x1, y1, x2, y2 = det.xyxy[0]
+    # Eileen Collins' face in the 512x512 photo
+    assert 150 < x1 < 200 and 50 < y1 < 110 and 230 < x2 < 290 and 150 < y2 < 210, det.xyxy
+    assert det.data["landmarks"].shape == (1, 5, 2)
+
+
+def test_centerface_on_the_synthetic_scene_matches_its_ground_truth(centerface_bundle: Path) -> None:
+    uri = "synthetic://faces?width=1280&height=720&count=8&seed=2&min_size=56&max_size=96&frames=6"
+    with Pipeline(config(uri, centerface_bundle, threads=2, cache=CacheConfig(enabled=False))) as pipeline:
+        scores = [match_detections(r.detections, r.ground_truth, iou=0.3) for r in pipeline]
+    assert len(scores) == 6
+    recall = np.mean([s["recall"] for s in scores])
+    precision = np.mean([s["precision"] for s in scores])
+    assert recall >= 0.6 and precision >= 0.6, (recall, precision)

@@ -1,0 +1,178 @@
+"""Factories for runtime and CLI tests: tiny ONNX models, bundles, videos and fake sources."""
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional, Sequence
+
+import numpy as np
+import pytest
+
+from edge_sdk.fsutil import sha256_file
+from edge_sdk.manifest import MANIFEST, SCHEMA_VERSION
+from edge_sdk.preprocess import InputSpec
+from edge_sdk.runtime.sources import Source
+
+CENTERFACE_SPEC = InputSpec(name="input.1", shape=[1, 3, 384, 640], color="BGR", resize="letterbox")
+CENTERFACE_DECODER = {"type": "centerface", "score_threshold": 0.5, "nms_iou": 0.3}
+
+
+def tiny_centerface_model(path: Path, height: int = 32, width: int = 64) -> Path:
+    """A tiny model with CenterFace's four outputs: the heatmap is sigmoid((mean of a 4x4 cell
+    of the image - 128) / 4), so bright cells light up; boxes are 4x4 px (scale 0), no offset."""
+    onnx = pytest.importorskip("onnx", reason="making a test model needs onnx")
+    from onnx import TensorProto, helper
+
+    h4, w4 = height // 4, width // 4
+    nodes = [
+        helper.make_node("AveragePool", ["input.1"], ["pooled"], kernel_shape=[4, 4], strides=[4, 4]),
+        helper.make_node("ReduceMean", ["pooled"], ["gray"], axes=[1], keepdims=1),
+        helper.make_node("Sub", ["gray", "c128"], ["centred"]),
+        helper.make_node("Mul", ["centred", "c025"], ["logit"]),
+        helper.make_node("Sigmoid", ["logit"], ["537"]),
+        helper.make_node("Mul", ["pooled", "zero"], ["z3"]),
+        helper.make_node("Concat", ["z3", "z3"], ["z6"], axis=1),
+        helper.make_node("Slice", ["z6", "s0", "s2", "s_axis"], ["538"]),
+        helper.make_node("Slice", ["z6", "s0", "s2", "s_axis"], ["539"]),
+        helper.make_node("Concat", ["z6", "z3", "z3"], ["z12"], axis=1),
+        helper.make_node("Slice", ["z12", "s0", "s10", "s_axis"], ["540"]),
+    ]
+    inits = [
+        helper.make_tensor("c128", TensorProto.FLOAT, [], [128.0]),
+        helper.make_tensor("c025", TensorProto.FLOAT, [], [0.25]),
+        helper.make_tensor("zero", TensorProto.FLOAT, [], [0.0]),
+        helper.make_tensor("s0", TensorProto.INT64, [1], [0]),
+        helper.make_tensor("s2", TensorProto.INT64, [1], [2]),
+        helper.make_tensor("s10", TensorProto.INT64, [1], [10]),
+        helper.make_tensor("s_axis", TensorProto.INT64, [1], [1]),
+    ]
+    outs = [
+        helper.make_tensor_value_info(name, TensorProto.FLOAT, [1, c, h4, w4])
+        for name, c in (("537", 1), ("538", 2), ("539", 2), ("540", 10))
+    ]
+    graph = helper.make_graph(nodes, "tiny_centerface", [helper.make_tensor_value_info("input.1", TensorProto.FLOAT, [1, 3, height, width])], outs, inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 7
+    onnx.checker.check_model(model)
+    onnx.save(model, str(path))
+    return path
+
+
+def write_bundle(root: Path, model: Path, spec: InputSpec, decoder: Dict[str, Any], schema_version: int = SCHEMA_VERSION,
+                 extra_variants: Sequence[str] = ()) -> Path:
+    """A bundle folder Bundle.load accepts: model.onnx (+ variants as copies) and manifest.json."""
+    root.mkdir(parents=True, exist_ok=True)
+    files = {"model.onnx": model.read_bytes()}
+    names = {"fp16": "model.fp16.onnx", "int8": "model.int8.qdq.onnx"}
+    for variant in extra_variants:
+        files[names[variant]] = files["model.onnx"]
+    for rel, data in files.items():
+        (root / rel).write_bytes(data)
+    manifest = {
+        "schema_version": schema_version,
+        "model": {"name": model.stem, "source_sha256": sha256_file(model)},
+        "target": {"name": "host", "sm": None, "tensorrt": None},
+        "inputs": [spec.to_dict()],
+        "outputs": [],
+        "decoder": decoder,
+        "precision": "fp32",
+        "files": {rel: sha256_file(root / rel) for rel in files},
+    }
+    (root / MANIFEST).write_text(json.dumps(manifest, indent=2))
+    return root
+
+
+def scene(index: int, width: int = 128, height: int = 96, square: int = 16) -> np.ndarray:
+    """A dark frame with a bright square whose position depends on `index`; pixel (0,0) = index % 256."""
+    frame = np.full((height, width, 3), 20, np.uint8)
+    x = (index * 8) % (width - square)
+    y = (index * 4) % (height - square)
+    frame[y : y + square, x : x + square] = 250
+    frame[0, 0] = index % 256
+    return frame
+
+
+def write_video(path: Path, frames: int, width: int = 128, height: int = 96, fps: float = 10.0, fourcc: str = "MJPG") -> Path:
+    import cv2
+
+    writer = cv2.VideoWriter(str(path), cv2.VideoWriter_fourcc(*fourcc), fps, (width, height))
+    assert writer.isOpened(), f"this OpenCV cannot write {fourcc} to {path.suffix}"
+    for i in range(frames):
+        writer.write(scene(i, width, height))
+    writer.release()
+    return path
+
+
+class FakeCamera(Source):
+    """A live source that delivers numbered frames and fails in scripted ways.
+
+    `fail_reads`: frame counts after which one read raises (the camera vanished);
+    `fail_opens`: how many reopen attempts fail after each loss before it comes back.
+    `stop_after`: after this many frames every read returns None and opens fail (gone for good).
+    """
+
+    live = True
+
+    def __init__(self, width: int = 64, height: int = 48, fail_reads: Sequence[int] = (), fail_opens: int = 0,
+                 stop_after: Optional[int] = None, channels: int = 3) -> None:
+        self.name = "fake://camera"
+        self.width, self.height, self.channels = width, height, channels
+        self.fail_reads = set(fail_reads)
+        self.fail_opens = fail_opens
+        self.stop_after = stop_after
+        self.delivered = 0
+        self.opens = 0
+        self.is_open = False
+        self._opens_to_fail = 0
+        self.gate: Optional[threading.Semaphore] = None  # when set, each read waits for a permit
+
+    def open(self) -> None:
+        self.opens += 1
+        if self._opens_to_fail > 0 or (self.stop_after is not None and self.delivered >= self.stop_after):
+            self._opens_to_fail -= 1
+            raise OSError("camera not found")
+        self.is_open = True
+
+    def read(self, out: Optional[np.ndarray] = None) -> Optional[np.ndarray]:
+        if self.gate is not None:
+            self.gate.acquire()
+        if not self.is_open:
+            raise OSError("read from a closed camera")
+        if self.stop_after is not None and self.delivered >= self.stop_after:
+            return None
+        if self.delivered in self.fail_reads:
+            self.fail_reads.discard(self.delivered)
+            self._opens_to_fail = self.fail_opens
+            raise OSError("camera vanished")
+        frame = scene(self.delivered, self.width, self.height)
+        self.delivered += 1
+        if self.channels == 1:
+            return frame[:, :, 0].copy()
+        return frame
+
+    def close(self) -> None:
+        self.is_open = False
+
+
+class ListSource(Source):
+    """A finite source over a list of frames (any shape/channels), or raising at an index."""
+
+    def __init__(self, frames: List[Any], live: bool = False) -> None:
+        self.name = "list://"
+        self.frames = frames
+        self.live = live
+        self.frame_count = len(frames)
+        self._i = 0
+
+    def open(self) -> None:
+        self._i = 0
+
+    def read(self, out: Optional[np.ndarray] = None) -> Optional[np.ndarray]:
+        if self._i >= len(self.frames):
+            return None
+        item = self.frames[self._i]
+        self._i += 1
+        if isinstance(item, BaseException):
+            raise item
+        return item
