@@ -14,9 +14,8 @@ import argparse
 import statistics
 import time
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict
 
-import numpy as np
 
 
 def median_ms(fn, runs: int) -> float:

@@ -17,6 +17,8 @@ _EXTRAS = {
     "cv2": ("cpu", "on a Jetson use JetPack's OpenCV instead: sudo apt install python3-opencv"),
     "paho.mqtt.client": ("mqtt", ""),
     "jsonschema": ("mqtt", ""),
+    "prometheus_client": ("mqtt", "needed by edge-sdk monitor --prometheus"),
+    "matplotlib": ("report", ""),
     "jtop": ("jetson", "and start the jtop service: sudo systemctl start jtop.service"),
     "tensorrt": ("trt", "TensorRT comes with JetPack on a Jetson: sudo apt install python3-libnvinfer"),
     "pycuda.driver": ("trt", "on a Jetson: pip install pycuda (needs CUDA from JetPack)"),

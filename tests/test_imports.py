@@ -48,3 +48,22 @@ def test_every_command_help_is_light() -> None:
     assert "targets" in names
     heavy = sorted(m for m in loaded if m.split(".")[0] in HEAVY)
     assert heavy == [], f"command --help loaded heavy modules: {heavy}"
+
+
+def test_cli_modules_keep_annotations_evaluable_by_typer() -> None:
+    """On Python 3.8, Typer reads `Annotated[...]` option names only from evaluated annotations.
+
+    With `from __future__ import annotations` the names silently fall back to ones derived
+    from the parameter (`--json` becomes `--as-json`), so CLI modules that use Annotated must
+    not postpone annotations.
+    """
+    from pathlib import Path
+
+    import edge_sdk.cli
+
+    offenders = []
+    for path in sorted(Path(edge_sdk.cli.__file__).parent.glob("*.py")):
+        text = path.read_text()
+        if "Annotated[" in text and "from __future__ import annotations" in text:
+            offenders.append(path.name)
+    assert offenders == [], f"CLI modules mixing Annotated with postponed annotations: {offenders}"

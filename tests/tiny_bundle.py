@@ -1,20 +1,18 @@
 """A tiny real model for daemon and telemetry tests: a CenterFace-shaped ONNX graph (heatmap,
 scale, offset, landmarks at stride 4) small enough to run thousands of frames a second on
-ONNX Runtime, written as a verified bundle; and `TinyLoop`, a frame loop that runs it on
-synthetic frames and yields real FrameResults (real source, real ORT inference, real decoder).
+ONNX Runtime, written as a bundle that Bundle.load verifies. The real Pipeline, the real
+CenterFace decoder and the synthetic source run it in the tests.
 """
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
-from typing import Any, Dict, Iterator, Optional
+from typing import Any, Dict
 
 import numpy as np
 
 from edge_sdk.fsutil import sha256_file
-from edge_sdk.preprocess import InputSpec, Preprocessor
-from edge_sdk.runtime.types import FrameResult, PipelineStats
+from edge_sdk.preprocess import InputSpec
 
 HEIGHT, WIDTH = 32, 32
 
@@ -67,57 +65,3 @@ def make_tiny_bundle(folder: Path, seed: int = 0, score_threshold: float = 0.3) 
     }
     (folder / "manifest.json").write_text(json.dumps(manifest, indent=2))
     return folder
-
-
-class TinyLoop:
-    """Synthetic frames -> Preprocessor -> ONNX Runtime -> CenterFace decoder -> FrameResult.
-
-    `swap_model(model)` replaces the running model between two frames, like the daemon asks of
-    a pipeline; `frames=None` runs until `stop()`.
-    """
-
-    def __init__(self, model: Any, frames: Optional[int] = None, width: int = 96, height: int = 64) -> None:
-        from edge_sdk.runtime.synthetic import SyntheticFaces
-
-        self.source = SyntheticFaces(width=width, height=height, fps=30, count=2, seed=1, min_size=8, max_size=16)
-        self.model = model
-        self.pre = Preprocessor(model.input_spec)
-        self.frames = frames
-        self.stats = PipelineStats()
-        self._stop = False
-        self.bundle_hashes: list = []
-
-    def swap_model(self, model: Any) -> Any:
-        old, self.model = self.model, model
-        if model.input_spec != old.input_spec:
-            self.pre = Preprocessor(model.input_spec)
-        return old
-
-    def stop(self) -> None:
-        self._stop = True
-
-    def close(self) -> None:
-        self.stop()
-
-    def __iter__(self) -> Iterator[FrameResult]:
-        i = 0
-        while not self._stop and (self.frames is None or i < self.frames):
-            t0 = time.monotonic()
-            frame, _truth = self.source.read()
-            self.stats.frames_captured += 1
-            t1 = time.monotonic()
-            tensor, transform = self.pre(frame)
-            t2 = time.monotonic()
-            model = self.model
-            outputs = model.backend.infer({model.input_spec.name: tensor})
-            t3 = time.monotonic()
-            dets = model.decoder(outputs, [transform])[0]
-            t4 = time.monotonic()
-            self.stats.frames_processed += 1
-            self.bundle_hashes.append(model.bundle.hash)
-            yield FrameResult(
-                index=i, timestamp=time.time(), detections=dets, frame=frame,
-                latency_ms={"capture_wait": (t1 - t0) * 1e3, "preprocess": (t2 - t1) * 1e3,
-                            "infer": (t3 - t2) * 1e3, "decode": (t4 - t3) * 1e3, "total": (t4 - t0) * 1e3},
-            )
-            i += 1

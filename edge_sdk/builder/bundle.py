@@ -45,8 +45,14 @@ def check_output_dir(out: Path) -> None:
 
 
 def _npy_bytes(array: np.ndarray) -> bytes:
+    """`.npy` bytes; float16 when that is exact (e.g. raw 0..255 pixels), halving the size."""
+    array = np.ascontiguousarray(array)
+    if array.dtype == np.float32:
+        half = array.astype(np.float16)
+        if np.array_equal(half.astype(np.float32), array):
+            array = half
     buf = io.BytesIO()
-    np.save(buf, np.ascontiguousarray(array), allow_pickle=False)
+    np.save(buf, array, allow_pickle=False)
     return buf.getvalue()
 
 

@@ -9,6 +9,8 @@ from edge_sdk.cli import targets as _targets
 from edge_sdk.cli import detect as _detect
 from edge_sdk.cli import engine as _engine
 from edge_sdk.cli import run as _run
+from edge_sdk.cli import monitor as _monitor
+from edge_sdk.cli import report as _report
 
 app = typer.Typer(
     name="edge-sdk",
@@ -37,6 +39,8 @@ app.command("engine")(_engine.engine)
 app.command("build")(_build.build)
 app.command("detect")(_detect.detect)
 app.command("run")(_run.run)
+app.command("monitor")(_monitor.monitor)
+app.command("report")(_report.report)
 
 
 def main() -> None:

@@ -26,6 +26,19 @@ def cli_errors(func: F) -> F:
             typer.secho("interrupted", fg=typer.colors.YELLOW, err=True)
             raise typer.Exit(130) from None
 
+    # Resolve postponed (string) annotations against the command's own module now: on Python
+    # < 3.10 Typer reads the unevaluated strings (inspect.signature has no eval_str there),
+    # misses the typer.Option metadata inside them, and the options lose their names and help.
+    import inspect
+
+    from typing_extensions import get_type_hints
+
+    hints = get_type_hints(func, include_extras=True)
+    sig = inspect.signature(func)
+    wrapper.__signature__ = sig.replace(  # type: ignore[attr-defined]
+        parameters=[p.replace(annotation=hints.get(p.name, p.annotation)) for p in sig.parameters.values()]
+    )
+    wrapper.__annotations__ = hints
     return wrapper  # type: ignore[return-value]
 
 

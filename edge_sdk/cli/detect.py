@@ -1,5 +1,8 @@
-"""`edge-sdk detect SOURCE`: run a bundle on a camera, stream, video, folder or synthetic scene."""
-from __future__ import annotations
+"""`edge-sdk detect SOURCE`: run a bundle on a camera, stream, video, folder or synthetic scene.
+
+Annotations here are not postponed: Typer on Python 3.8 must see the evaluated option
+metadata (tests/test_imports.py checks).
+"""
 
 from pathlib import Path
 from typing import Any, Dict, List, Optional
@@ -85,6 +88,7 @@ def detect(
     save_video: Annotated[Optional[Path], typer.Option("--save-video", help="Write the frames with boxes drawn (.avi: MJPG, .mp4: mp4v).")] = None,
     threads: Annotated[Optional[int], typer.Option("--threads", help="Inference threads (ONNX Runtime intra-op; 0: its default).")] = None,
     no_cache: Annotated[bool, typer.Option("--no-cache", help="Run the model on every frame, even unchanged ones.")] = False,
+    mode: Annotated[Optional[str], typer.Option("--mode", help="Per-frame strategy: full (one pass on the whole frame), tiles or roi (small objects in big frames).")] = None,
     loop: Annotated[bool, typer.Option("--loop", help="Restart a file, folder or finite synthetic source at its end.")] = False,
     fps: Annotated[Optional[float], typer.Option("--fps", help="Pace file/folder/synthetic sources to this rate (0: as fast as possible).")] = None,
     config: Annotated[Optional[Path], typer.Option("--config", help="TOML pipeline config; flags override it.")] = None,
@@ -105,7 +109,7 @@ def detect(
         overrides["source"]["loop"] = True
     if fps is not None:
         overrides["source"]["fps"] = fps
-    for key, value in (("precision", precision), ("backend", backend), ("max_frames", max_frames), ("threads", threads)):
+    for key, value in (("precision", precision), ("backend", backend), ("max_frames", max_frames), ("threads", threads), ("mode", mode)):
         if value is not None:
             overrides[key] = value
     if bundle is not None:

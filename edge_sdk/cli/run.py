@@ -7,22 +7,21 @@ from pathlib import Path
 from typing import Any, Dict, Optional
 
 import typer
-from typing_extensions import Annotated
 
 from edge_sdk.cli._common import cli_errors
 
 
 @cli_errors
 def run(
-    config: Annotated[Optional[Path], typer.Option("--config", "-c", help="Device config (TOML): pipeline keys plus [device], [mqtt], [telemetry], [health].", show_default=False)] = None,
-    source: Annotated[Optional[str], typer.Option("--source", help="Source URI: csi://0, v4l2:///dev/video0, rtsp://..., a file, a folder, synthetic://faces?...", show_default=False)] = None,
-    bundle: Annotated[Optional[Path], typer.Option("--bundle", help="Bundle folder. [default: the config's, else the embedded default bundle]", show_default=False)] = None,
-    broker: Annotated[Optional[str], typer.Option("--broker", help="MQTT broker URL: mqtt://host:1883 or mqtts://host:8883. Without one (here or in [mqtt]) telemetry goes to stdout as JSON lines.", show_default=False)] = None,
-    device_id: Annotated[Optional[str], typer.Option("--device-id", help="Device id, the <id> in edge-sdk/<id>/... topics. [default: host name]", show_default=False)] = None,
-    telemetry_interval: Annotated[Optional[float], typer.Option("--telemetry-interval", help="Seconds between telemetry messages. [default: 5]", show_default=False)] = None,
-    models_dir: Annotated[Optional[Path], typer.Option("--models-dir", help="Folder the `reload` command may load bundles from.", show_default=False)] = None,
-    max_frames: Annotated[Optional[int], typer.Option("--max-frames", help="Stop after this many frames (0: run until stopped).", show_default=False)] = None,
-    log_level: Annotated[str, typer.Option("--log-level", help="debug | info | warning | error")] = "info",
+    config: Optional[Path] = typer.Option(None, "--config", "-c", help="Device config (TOML): pipeline keys plus [device], [mqtt], [telemetry], [health]."),
+    source: Optional[str] = typer.Option(None, "--source", help="Source URI: csi://0, v4l2:///dev/video0, rtsp://..., a file, a folder, synthetic://faces?..."),
+    bundle: Optional[Path] = typer.Option(None, "--bundle", help="Bundle folder. [default: the config's, else the embedded default bundle]"),
+    broker: Optional[str] = typer.Option(None, "--broker", help="MQTT broker URL: mqtt://host:1883 or mqtts://host:8883. Without one (here or in [mqtt]) telemetry goes to stdout as JSON lines."),
+    device_id: Optional[str] = typer.Option(None, "--device-id", help="Device id, the <id> in edge-sdk/<id>/... topics. [default: host name]"),
+    telemetry_interval: Optional[float] = typer.Option(None, "--telemetry-interval", help="Seconds between telemetry messages. [default: 5]"),
+    models_dir: Optional[Path] = typer.Option(None, "--models-dir", help="Folder the `reload` command may load bundles from."),
+    max_frames: Optional[int] = typer.Option(None, "--max-frames", help="Stop after this many frames (0: run until stopped)."),
+    log_level: str = typer.Option("info", "--log-level", help="debug | info | warning | error"),
 ) -> None:
     """Run the pipeline continuously and report: telemetry, health alerts and command responses
     over MQTT (or JSON lines on stdout without a broker).

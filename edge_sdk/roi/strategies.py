@@ -53,7 +53,7 @@ class RoiConfig:
     # -- roi ------------------------------------------------------------------------------------
     proposal_threshold: float = 0.2  # coarse-pass score that makes a candidate region
     sweep_tiles: int = 2  # full-resolution sweep tiles per frame; every tile is seen within ceil(tiles / sweep_tiles) frames
-    roi_margin: float = 1.0  # a region grows by this many box sizes on each side
+    roi_margin: float = 0.5  # a region grows by this many box sizes on each side
     roi_min_size: int = 64  # smallest region side, in frame pixels
     track_ttl: int = 8  # frames a lost object keeps its region
     track_iou: float = 0.1  # overlap linking a detection to a tracked object's predicted box
@@ -411,17 +411,30 @@ class RoiScheduler:
         budget_images = self.max_images
         if cfg.max_fine_ms > 0 and self._ms_per_image:
             budget_images = min(budget_images, max(k, int(cfg.max_fine_ms // self._ms_per_image)))
-        packer = geo.ShelfPacker(cw, ch, cfg.pack_gap, max_canvases=max(0, budget_images - k))
+        room = max(0, budget_images - k)
+        sizes = [(int(r[2] - r[0]), int(r[3] - r[1])) for r in regions]
+        packer = geo.ShelfPacker(cw, ch, cfg.pack_gap, max_canvases=room)
         placements: List[geo.Placement] = []
         used_sources: Dict[str, int] = {s: 0 for s in ROI_SOURCES}
         over_budget = 0
-        for region, src in zip(regions, sources):
-            spot = packer.add(int(region[2] - region[0]), int(region[3] - region[1]))
+        # tallest first packs tightest; when that does not fit the budget, priority order decides
+        # which regions wait for a later frame
+        tallest_first = sorted(range(len(sizes)), key=lambda i: (-sizes[i][1], -sizes[i][0], i))
+        trial = geo.ShelfPacker(cw, ch, cfg.pack_gap, max_canvases=room)
+        spots = [trial.add(*sizes[i]) for i in tallest_first]
+        if all(spot is not None for spot in spots):
+            packer, order, fixed = trial, tallest_first, spots
+        else:
+            order, fixed = list(range(len(sizes))), [None] * len(sizes)
+        for i, spot in zip(order, fixed):
+            if spot is None:
+                spot = packer.add(*sizes[i])
             if spot is None:
                 over_budget += 1
                 continue
+            region = regions[i]
             placements.append(geo.Placement(tuple(int(v) for v in region), spot[1], spot[2], 1.0, spot[0]))
-            used_sources[src] += 1
+            used_sources[sources[i]] += 1
         n_canvases = packer.canvases
         canvases = self._canvases[:n_canvases]
         canvases[...] = 0
@@ -499,6 +512,15 @@ class RoiScheduler:
                 groups.append(("zone", np.concatenate(parts)))
         if self._motion is not None:
             moving = self._motion(frame)
+            if len(moving) and groups:
+                # moving pixels at a tracked object or a candidate are examined already
+                earlier = np.concatenate([g for _, g in groups]).astype(np.float32)
+                centres = (moving[:, :2] + moving[:, 2:]) / 2
+                inside = (
+                    (centres[:, None, 0] >= earlier[None, :, 0]) & (centres[:, None, 0] < earlier[None, :, 2])
+                    & (centres[:, None, 1] >= earlier[None, :, 1]) & (centres[:, None, 1] < earlier[None, :, 3])
+                ).any(axis=1)
+                moving = moving[~inside]
             if len(moving):
                 # biggest movers first: a small blob is more often noise
                 moving = moving[np.argsort(-geo.region_area(np.round(moving).astype(np.int64)), kind="stable")]

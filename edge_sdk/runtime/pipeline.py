@@ -136,8 +136,15 @@ class Pipeline:
 
     def _build_detector(self) -> Detector:
         cfg = self.config
+        strategy_detector = None
         if cfg.mode != "full":
-            raise ConfigError(f"mode {cfg.mode!r} needs its detector strategy passed as Pipeline(detector=...); this build wires only mode 'full'")
+            try:
+                from edge_sdk.roi.runtime import strategy_detector
+            except ImportError:
+                raise ConfigError(
+                    f"mode {cfg.mode!r} needs its detector strategy (edge_sdk.roi), which this build lacks; "
+                    "use mode 'full' or pass Pipeline(detector=...)"
+                ) from None
         input_spec = self._input_spec
         if input_spec is None:
             inputs = self._load_bundle().inputs
@@ -157,6 +164,9 @@ class Pipeline:
             backend.activate()
             self._owned_backends.append(backend)
         self._backend = backend
+        if strategy_detector is not None:
+            decoder_spec = self._load_bundle().decoder
+            return strategy_detector(cfg.mode, backend, decoder_spec, input_spec)  # type: ignore[no-any-return]
         return FullFrameDetector(backend, decoder, input_spec)
 
     def open(self) -> "Pipeline":

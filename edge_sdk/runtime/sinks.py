@@ -49,13 +49,24 @@ class JsonlSink(Sink):
         self.lines = 0
 
     def write(self, result: FrameResult) -> None:
-        self._file.write(json.dumps(result.to_json(), separators=(", ", ": ")) + "\n")
+        self._file.write(json.dumps(result.to_json(), separators=(", ", ": "), default=_jsonable) + "\n")
         self._file.flush()
         self.lines += 1
 
     def close(self) -> None:
         if self._own and not self._file.closed:
             self._file.close()
+
+
+def _jsonable(value: Any) -> Any:
+    """numpy values in FrameResult.info (strategy reports) as plain JSON."""
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, (set, tuple)):
+        return list(value)
+    raise TypeError(f"{type(value).__name__} in FrameResult.info is not JSON serializable")
 
 
 def _color(class_id: int) -> Tuple[int, int, int]:

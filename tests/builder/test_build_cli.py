@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 from typing import List
 
-import numpy as np
 import pytest
 from detector_factory import TINY_HW, make_detector, tiny_build_args, write_images
 from typer.testing import CliRunner
@@ -29,7 +29,8 @@ def invoke(args: List[str], cwd: Path):
 
 
 def output_of(result) -> str:
-    return result.output + (result.stderr if hasattr(result, "stderr_bytes") and result.stderr_bytes else "")
+    """stdout and stderr together (what a user sees)."""
+    return result.output
 
 
 def test_fp32_build_writes_a_loadable_bundle(tmp_path: Path, detector_path: Path) -> None:
@@ -166,8 +167,6 @@ def test_bad_input_fails_cleanly_without_a_bundle(tmp_path: Path, case: str) -> 
     text = output_of(result)
     assert result.exit_code == code, text
     assert "error:" in text
-    import re
-
     assert re.search(message, text), text
     assert not out.exists()
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".bundle")]

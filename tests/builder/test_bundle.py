@@ -33,9 +33,17 @@ def test_writes_files_with_checksums_and_loads(tmp_path: Path) -> None:
     assert sorted(files) == ["calib.cache", "calib/0000.npy", "calib/0001.npy", "calib/0002.npy", "model.onnx"]
     assert all(sha256_file(out / rel) == digest for rel, digest in files.items())
     assert np.load(out / "calib" / "0002.npy").tolist() == tensors[2].tolist()
+    assert np.load(out / "calib" / "0002.npy").dtype == np.float16  # exact in float16: stored at half size
     assert bundle.model_path("fp32") == out / "model.onnx"
     assert Bundle.load(out).inputs[0].name == "input.1"
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
+
+
+def test_calibration_tensors_stay_float32_when_float16_would_round(tmp_path: Path) -> None:
+    tensor = np.full((1, 3, 2, 2), 0.1234567, np.float32)
+    write_bundle(tmp_path / "b", MANIFEST, {"fp32": make_detector()}, calib_tensors=[tensor])
+    stored = np.load(tmp_path / "b" / "calib" / "0000.npy")
+    assert stored.dtype == np.float32 and np.array_equal(stored, tensor)
 
 
 def test_failure_leaves_no_partial_bundle_and_keeps_the_old_one(tmp_path: Path) -> None:

@@ -1,7 +1,7 @@
 """YOLOv5, YOLOv8/YOLO11 and YOLOX decoding on hand-built outputs that encode known boxes."""
 from __future__ import annotations
 
-from typing import List, Sequence
+from typing import List
 
 import numpy as np
 import pytest

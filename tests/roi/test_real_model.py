@@ -48,3 +48,33 @@ def test_roi_beats_full_on_small_faces_at_4k(detector) -> None:
     assert roi["recall"] >= 0.35, roi
     assert roi["recall"] >= full["recall"] + 0.25, (full, roi)
     assert roi["precision"] >= 0.8, roi
+
+
+def test_pipeline_in_roi_mode_reports_per_frame(centerface_384x640_path) -> None:
+    """The runtime's pipeline with the ROI strategy: JSON lines in the runtime's format plus the report."""
+    import json
+
+    pytest.importorskip("onnxruntime")
+    from edge_sdk.builder.default_model import CENTERFACE
+    from edge_sdk.roi.runtime import strategy_detector
+    from edge_sdk.runtime.backends.onnxruntime import OnnxRuntimeBackend
+    from edge_sdk.runtime.config import CacheConfig, PipelineConfig, SourceConfig
+    from edge_sdk.runtime.pipeline import Pipeline
+
+    backend = OnnxRuntimeBackend(centerface_384x640_path, provider="cpu", threads=2)
+    backend.activate()
+    detector = strategy_detector("roi", backend, CENTERFACE.decoder, CENTERFACE.input_spec, RoiConfig())
+    config = PipelineConfig(
+        source=SourceConfig("synthetic://faces?width=3840&height=2160&frames=4&seed=2"), mode="roi", cache=CacheConfig(enabled=False)
+    )
+    try:
+        with Pipeline(config, backend=backend, detector=detector) as pipeline:
+            lines = [json.loads(json.dumps(r.to_json())) for r in pipeline]
+    finally:
+        backend.deactivate()
+    assert [line["frame"] for line in lines] == [0, 1, 2, 3]
+    for line in lines:
+        assert {"frame", "ts", "detections", "latency_ms", "info"} <= set(line)
+        assert {"preprocess", "infer", "decode", "merge", "total"} <= set(line["latency_ms"])
+        assert line["info"]["mode"] == "roi" and line["info"]["fine_pixels"] <= line["info"]["budget_pixels"]
+    assert sum(len(line["detections"]) for line in lines) > 0

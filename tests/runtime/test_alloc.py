@@ -13,7 +13,7 @@ from __future__ import annotations
 import gc
 import tracemalloc
 from pathlib import Path
-from typing import Any, Dict, List, Sequence, Tuple
+from typing import Any, List, Sequence, Tuple
 
 import numpy as np
 import pytest

@@ -71,13 +71,20 @@ def resolve_providers(provider: str) -> List[Any]:
 
 
 class SessionFromOnnx:
-    """Loader: an `onnxruntime.InferenceSession` for a model file."""
+    """Loader: an `onnxruntime.InferenceSession` for a model file.
 
-    def __init__(self, path: Any, providers: Sequence[Any], threads: int = 0, optimization: str = "all") -> None:
+    `spinning=False` (the default here, unlike ONNX Runtime's) stops idle intra-op threads
+    from busy-waiting between runs: beside a capture thread on a small CPU, spinning threads
+    take the cores that decoding the next frame needs.
+    """
+
+    def __init__(self, path: Any, providers: Sequence[Any], threads: int = 0, optimization: str = "all",
+                 spinning: bool = False) -> None:
         self.path = Path(path)
         self.providers = list(providers)
         self.threads = int(threads)
         self.optimization = optimization
+        self.spinning = spinning
 
     def __call__(self) -> Any:
         ort = _imports.ort()
@@ -88,6 +95,7 @@ class SessionFromOnnx:
         so.intra_op_num_threads = self.threads
         so.inter_op_num_threads = 1
         so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        so.add_session_config_entry("session.intra_op.allow_spinning", "1" if self.spinning else "0")
         so.graph_optimization_level = {
             "disable": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
             "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
@@ -105,11 +113,12 @@ class OnnxRuntimeBackend(Backend):
     name = "onnxruntime"
 
     def __init__(self, model_path: Any, provider: str = "auto", threads: int = 0, reuse_outputs: bool = True,
-                 session_loader: Any = None) -> None:
+                 session_loader: Any = None, spinning: bool = False) -> None:
         super().__init__()
         self.model_path = Path(model_path)
         self.provider = provider
         self.threads = int(threads)
+        self.spinning = spinning
         self.reuse_outputs = reuse_outputs
         self._loader = session_loader
         self.session: Any = None
@@ -123,7 +132,7 @@ class OnnxRuntimeBackend(Backend):
 
     def activate(self) -> None:
         providers = resolve_providers(self.provider)
-        loader = self._loader or SessionFromOnnx(self.model_path, providers, self.threads)
+        loader = self._loader or SessionFromOnnx(self.model_path, providers, self.threads, spinning=self.spinning)
         session = loader()
         wanted = [p[0] if isinstance(p, tuple) else p for p in providers]
         got = list(session.get_providers())

@@ -1,0 +1,139 @@
+"""`edge-sdk detect` end to end with CliRunner: a video made here, a tiny model, real ONNX Runtime."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, List
+
+import pytest
+from typer.testing import CliRunner
+
+from edge_sdk.cli import app
+from edge_sdk.cli import detect as detect_cmd
+from edge_sdk.errors import BundleError
+from edge_sdk.preprocess import InputSpec
+from runtime_factories import CENTERFACE_DECODER, tiny_centerface_model, write_bundle, write_video
+
+runner = CliRunner()
+STAGE_KEYS = {"capture_wait", "preprocess", "infer", "decode", "merge", "total"}
+
+
+@pytest.fixture(scope="module")
+def bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    tmp = tmp_path_factory.mktemp("cli")
+    model = tiny_centerface_model(tmp / "tiny.onnx")
+    return write_bundle(tmp / "bundle", model, InputSpec(name="input.1", shape=[1, 3, 32, 64]), CENTERFACE_DECODER)
+
+
+def invoke(*args: Any) -> Any:
+    return runner.invoke(app, ["detect", *[str(a) for a in args]])
+
+
+def test_video_to_jsonl_and_video(bundle: Path, tmp_path: Path) -> None:
+    import cv2
+
+    clip = write_video(tmp_path / "clip.avi", 9, width=128, height=96)
+    out, video = tmp_path / "out.jsonl", tmp_path / "boxes.avi"
+    result = invoke(clip, "--bundle", bundle, "--jsonl", out, "--save-video", video, "--threads", "1", "--no-cache")
+    assert result.exit_code == 0, result.output
+    lines: List[str] = out.read_text().splitlines()
+    assert len(lines) == 9
+    for i, line in enumerate(lines):
+        record = json.loads(line)
+        assert list(record) == ["frame", "ts", "detections", "latency_ms"]
+        assert record["frame"] == i and isinstance(record["ts"], float) and record["ts"] > 1.6e9
+        assert set(record["latency_ms"]) == STAGE_KEYS
+        assert all(isinstance(v, float) for v in record["latency_ms"].values())
+        for det in record["detections"]:
+            assert list(det) == ["xyxy", "score", "class_id"]
+            assert len(det["xyxy"]) == 4 and 0 <= det["score"] <= 1 and det["class_id"] == 0
+            x1, y1, x2, y2 = det["xyxy"]
+            assert 0 <= x1 <= x2 <= 128 and 0 <= y1 <= y2 <= 96
+    assert any(json.loads(line)["detections"] for line in lines), "the bright square is never detected"
+    cap = cv2.VideoCapture(str(video))
+    assert int(cap.get(cv2.CAP_PROP_FRAME_COUNT)) == 9
+    ok, frame = cap.read()
+    cap.release()
+    assert ok and frame.shape == (96, 128, 3)
+    assert "frames 9" in result.output and "p99" in result.output
+
+
+def test_synthetic_source_with_max_frames(bundle: Path, tmp_path: Path) -> None:
+    out = tmp_path / "syn.jsonl"
+    result = invoke("synthetic://faces?width=320&height=240&count=3&min_size=16&max_size=32", "--bundle", bundle,
+                    "--max-frames", "4", "--jsonl", out, "-q")
+    assert result.exit_code == 0, result.output
+    assert [json.loads(line)["frame"] for line in out.read_text().splitlines()] == [0, 1, 2, 3]
+
+
+def test_jsonl_to_stdout(bundle: Path, tmp_path: Path) -> None:
+    clip = write_video(tmp_path / "clip.avi", 3)
+    result = invoke(clip, "--bundle", bundle, "--jsonl", "-", "-q")
+    assert result.exit_code == 0, result.output
+    frames = [json.loads(line)["frame"] for line in result.stdout.splitlines() if line.startswith("{")]
+    assert frames == [0, 1, 2]
+
+
+def _corrupt(bundle: Path, tmp: Path) -> Path:
+    root = write_bundle(tmp / "corrupt", bundle / "model.onnx", InputSpec(name="input.1", shape=[1, 3, 32, 64]), CENTERFACE_DECODER)
+    (root / "model.onnx").write_bytes(b"tampered")
+    return root
+
+
+@pytest.mark.parametrize(
+    "case, code, message",
+    [
+        ("missing file", 9, "does not exist"),
+        ("empty video", 9, "has no readable frames|cannot open video"),
+        ("unknown scheme", 9, "unknown source scheme 'ftp://'"),
+        ("corrupt bundle", 8, "fails its sha256 check"),
+        ("newer schema", 8, "newer than this runtime"),
+        ("missing variant", 8, "has no int8 variant"),
+        ("bad precision", 2, "precision must be one of"),
+        ("unwritable video", 2, "unknown video type"),
+    ],
+)
+def test_bad_input_is_a_clear_error(bundle: Path, tmp_path: Path, case: str, code: int, message: str) -> None:
+    clip = write_video(tmp_path / "clip.avi", 2)
+    empty = tmp_path / "empty.mp4"
+    empty.write_bytes(b"")
+    args = {
+        "missing file": [tmp_path / "nope.mp4", "--bundle", bundle],
+        "empty video": [empty, "--bundle", bundle],
+        "unknown scheme": ["ftp://host/clip.mp4", "--bundle", bundle],
+        "corrupt bundle": [clip, "--bundle", _corrupt(bundle, tmp_path)],
+        "newer schema": [clip, "--bundle", write_bundle(tmp_path / "newer", bundle / "model.onnx",
+                                                          InputSpec(name="input.1", shape=[1, 3, 32, 64]), CENTERFACE_DECODER, schema_version=7)],
+        "missing variant": [clip, "--bundle", bundle, "--precision", "int8"],
+        "bad precision": [clip, "--bundle", bundle, "--precision", "fp8"],
+        "unwritable video": [clip, "--bundle", bundle, "--save-video", tmp_path / "out.gif"],
+    }[case]
+    result = invoke(*args)
+    assert result.exit_code == code, result.output
+    assert "Traceback" not in result.output
+    assert "error:" in result.output
+    import re
+
+    assert re.search(message, result.output.replace("\n", " ")), result.output
+
+
+def test_default_bundle_is_reused(bundle: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import shutil
+
+    cached = tmp_path / "cache" / "default"
+    shutil.copytree(bundle, cached)
+
+    def no_build(*a: Any, **k: Any) -> None:
+        raise AssertionError("the default bundle was rebuilt although a valid one is cached")
+
+    monkeypatch.setattr("edge_sdk.builder.pipeline.build", no_build)
+    assert detect_cmd.ensure_default_bundle("fp32", root=cached) == cached
+
+
+def test_default_bundle_without_the_builder_says_how_to_get_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from edge_sdk import _imports
+
+    real = _imports.available
+    monkeypatch.setattr(_imports, "available", lambda name: False if name == "onnx" else real(name))
+    with pytest.raises(BundleError, match=r'pip install "edge-sdk\[host\]".*--bundle'):
+        detect_cmd.ensure_default_bundle("fp32", root=tmp_path / "default")

@@ -1,0 +1,133 @@
+"""`edge-sdk monitor` and `edge-sdk report` against a real broker, and the fleet model."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any, Dict, List
+
+import pytest
+from typer.testing import CliRunner
+
+from edge_sdk.cli import app
+from edge_sdk.telemetry.fleet import Fleet, prometheus_collector
+from edge_sdk.telemetry.mqtt import BrokerConfig, MqttPublisher
+
+pytest.importorskip("paho.mqtt.client")
+
+
+def tel(seq: int, fps: float = 30.0, p99: float = 20.0) -> Dict[str, Any]:
+    return {"schema": "edge-sdk/telemetry/1", "device_id": "d1", "ts": 1000 * seq, "seq": seq, "window_s": 10,
+            "fps": fps, "latency_ms": {"total": {"p50": p99 / 2, "p95": p99 * 0.9, "p99": p99}},
+            "frames": {"captured": seq, "processed": seq, "dropped": 0, "cached": 0},
+            "interval": {"seconds": 1, "captured": 1, "processed": 1, "dropped": 0, "drop_ratio": 0.0},
+            "system": {"cpu_percent": 12.0, "temperature_max_c": 51.0, "power_mw": {"TOT": 6500.0}}}
+
+
+def test_fleet_tracks_status_telemetry_alerts_and_repeats() -> None:
+    fleet = Fleet()
+    fleet.update("edge-sdk/d1/status", {"state": "online", "seq": 1, "ts": 1, "bundle_hash": "ab", "started_ts": 5})
+    fleet.update("edge-sdk/d1/telemetry", tel(1))
+    fleet.update("edge-sdk/d1/telemetry", tel(2, fps=25))
+    fleet.update("edge-sdk/d1/telemetry", tel(1, fps=99))  # a QoS 1 repeat: ignored
+    fleet.update("edge-sdk/d1/alerts", {"alert": "fps_low", "state": "raised", "seq": 1})
+    fleet.update("edge-sdk/d1/alerts", {"alert": "latency_p99", "state": "raised", "seq": 2})
+    fleet.update("edge-sdk/d1/alerts", {"alert": "fps_low", "state": "cleared", "seq": 3})
+    fleet.update("other/topic", {"x": 1})
+    [row] = fleet.rows()
+    assert row == {"device": "d1", "status": "online", "fps": 25, "p50": 10.0, "p99": 20.0, "dropped": 0,
+                   "drop_ratio": 0.0, "temperature_c": 51.0, "power_w": 6.5, "alerts": ["latency_p99"], "bundle": "ab"}
+    assert fleet.devices["d1"].repeats == 1
+
+
+def test_prometheus_exposition() -> None:
+    prom = pytest.importorskip("prometheus_client")
+    fleet = Fleet()
+    fleet.update("edge-sdk/d1/status", {"state": "online", "seq": 1})
+    fleet.update("edge-sdk/d1/telemetry", tel(1))
+    fleet.update("edge-sdk/d1/alerts", {"alert": "temperature", "state": "raised", "seq": 1})
+    registry = prom.CollectorRegistry()
+    registry.register(prometheus_collector(fleet))
+    text = prom.generate_latest(registry).decode()
+    for line in ('edge_sdk_up{device="d1"} 1.0', 'edge_sdk_fps{device="d1"} 30.0',
+                 'edge_sdk_latency_ms{device="d1",quantile="p99",stage="total"} 20.0',
+                 'edge_sdk_alert_open{alert="temperature",device="d1"} 1.0',
+                 'edge_sdk_system{device="d1",metric="temperature_max_c"} 51.0'):
+        assert line in text, text
+
+
+def _publisher(url: str, tmp_path: Path, device: str = "d1") -> MqttPublisher:
+    pub = MqttPublisher(BrokerConfig(url=url), device, tmp_path / f"{device}.sqlite3")
+    pub.set_status({"started_ts": 1, "versions": {"edge_sdk": "t"}, "bundle_hash": "ab"})
+    return pub.start()
+
+
+def _body(i: int) -> Dict[str, Any]:
+    b = tel(i, fps=20.0 + i, p99=10.0 + i)
+    return {k: v for k, v in b.items() if k not in ("schema", "device_id", "ts", "seq")}
+
+
+def test_monitor_records_and_report_plots(broker, tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    record = tmp_path / "fleet.jsonl"
+    pub = _publisher(broker.url, tmp_path)
+    runner = CliRunner()
+    result: List[Any] = []
+
+    def watch() -> None:
+        result.append(runner.invoke(app, ["monitor", "--broker", broker.url, "--json", "--record", str(record),
+                                          "--duration", "2.5"]))
+
+    t = threading.Thread(target=watch)
+    t.start()
+    deadline = time.monotonic() + 10
+    while not (record.exists() and record.stat().st_size) and time.monotonic() < deadline:
+        threading.Event().wait(0.02)  # the retained status arrives once the monitor subscribed
+    for i in range(10):
+        pub.publish("telemetry", _body(i))
+    t.join(20)
+    pub.stop()
+    assert result and result[0].exit_code == 0, result[0].output if result else "monitor hung"
+    lines = [json.loads(x) for x in record.read_text().splitlines()]
+    assert [x["payload"]["fps"] for x in lines if x["topic"].endswith("/telemetry")] == [20.0 + i for i in range(10)]
+    assert result[0].output.count("\"topic\":\"edge-sdk/d1/telemetry\"") == 10  # --json streamed them too
+    out = runner.invoke(app, ["report", str(record), "--out", str(tmp_path / "plots")])
+    assert out.exit_code == 0, out.output
+    png = (tmp_path / "plots" / "d1.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
+
+
+def test_report_on_a_file_without_telemetry_is_an_error(tmp_path: Path) -> None:
+    f = tmp_path / "empty.jsonl"
+    f.write_text('{"topic": "edge-sdk/d1/status", "payload": {"state": "online"}}\n')
+    out = CliRunner().invoke(app, ["report", str(f)])
+    assert out.exit_code == 2 and "no telemetry" in out.output
+
+
+def test_shared_subscription_splits_telemetry_between_monitors(broker, tmp_path: Path) -> None:
+    code = "import sys; from edge_sdk.cli import main; sys.argv[0] = 'edge-sdk'; main()"
+    records = [tmp_path / f"m{i}.jsonl" for i in range(2)]
+    pub = _publisher(broker.url, tmp_path)
+    procs = [subprocess.Popen([sys.executable, "-c", code, "monitor", "--broker", broker.url, "--share", "g",
+                               "--json", "--record", str(r), "--duration", "4"], stdout=subprocess.DEVNULL,
+                              stderr=subprocess.PIPE, text=True) for r in records]
+    try:
+        deadline = time.monotonic() + 20
+        while not all(r.exists() and r.stat().st_size for r in records) and time.monotonic() < deadline:
+            threading.Event().wait(0.05)  # each monitor records the retained status once subscribed
+        for i in range(40):
+            pub.publish("telemetry", _body(i))
+        for p in procs:
+            _out, err = p.communicate(timeout=30)
+            assert p.returncode == 0, err
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+        pub.stop()
+    got = [[json.loads(x)["payload"]["seq"] for x in r.read_text().splitlines() if "/telemetry" in x] for r in records]
+    assert sorted(got[0] + got[1]) == list(range(1, 41)), "the group must receive each message exactly once"
+    assert got[0] and got[1], "both members should get a share"
