@@ -1,24 +1,25 @@
 """Pipeline throughput against the model alone and against a naive loop, side by side.
 
-    python bench/bench_pipeline.py                 # 3 rounds x 300 frames, RSS over 5,000 frames
-    python bench/bench_pipeline.py --frames 100 --rss-frames 1000 --rounds 2
+    python bench/bench_pipeline.py                           # 600 frames per variant, RSS over 5,000
+    python bench/bench_pipeline.py --frames 150 --rss-frames 1000
 
 Same video (a synthetic scene of real faces written to an MJPG file), same model (the
 default CenterFace bundle, or --bundle), same 640x384 input, same ONNX Runtime thread count,
-steady state only (each variant's first --warmup frames are not timed). Variants:
+steady state only (each variant first runs --warmup untimed frames). Variants:
 
 - (a) model alone: `session.run` in a tight loop on one ready tensor: the ceiling on a CPU.
 - (b) naive loop: what a user writes first: cv2 read → resize → float tensor → session.run →
-  decode.
-- pipeline: edge_sdk.runtime.Pipeline (capture thread + preallocated buffers + bound I/O).
+  decode, one after the other.
+- pipeline: edge_sdk.runtime.Pipeline (capture thread, preallocated buffers, bound I/O).
 
-(a) and (b) run with the pipeline backend's session options (same thread count, idle threads
-not spinning); (a0) and (b0) repeat them with ONNX Runtime's defaults (spinning threads), which
-is what a user's own loop gets.
+(a) and (b) use the pipeline backend's session options (same thread count, idle threads not
+spinning); (a0) and (b0) repeat them with ONNX Runtime's defaults (spinning threads), which is
+what a user's own loop gets.
 
-The variants run in rounds (a, b, pipeline, a, b, pipeline, ...) so that load from other
-processes hits all of them alike; the table shows the median FPS of the rounds and the ratios.
-Then one long pipeline run samples the process RSS every 250 frames.
+All variants stay open and run in turns of --chunk frames (a, b, a0, b0, pipeline, a, ...), so
+load from other processes hits every variant alike; FPS is frames over the time spent in a
+variant's turns, and each ratio is the median over turns. Then one long pipeline run samples
+the process RSS.
 """
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Tuple
 
 import numpy as np
 
@@ -38,7 +39,7 @@ def rss_mb() -> float:
     try:
         import psutil
 
-        return psutil.Process().memory_info().rss / 2**20
+        return float(psutil.Process().memory_info().rss) / 2**20
     except ImportError:
         with open("/proc/self/statm") as f:
             return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
@@ -73,24 +74,14 @@ def session(model: Path, threads: int, like_pipeline: bool) -> Any:
     return ort.InferenceSession(str(model), so, providers=["CPUExecutionProvider"])
 
 
-def timed(step: Callable[[], None], warmup: int, frames: int) -> float:
-    for _ in range(warmup):
-        step()
-    t0 = time.perf_counter()
-    for _ in range(frames):
-        step()
-    return frames / (time.perf_counter() - t0)
-
-
-def model_alone(model: Path, spec: Any, threads: int, warmup: int, frames: int, like_pipeline: bool) -> float:
+def model_alone(model: Path, spec: Any, threads: int, like_pipeline: bool) -> Callable[[], None]:
     sess = session(model, threads, like_pipeline)
-    x = np.random.default_rng(0).uniform(0, 255, spec.shape).astype(np.float32)
-    feed = {spec.name: x}
-    return timed(lambda: sess.run(None, feed), warmup, frames)
+    feed = {spec.name: np.random.default_rng(0).uniform(0, 255, spec.shape).astype(np.float32)}
+    return lambda: sess.run(None, feed)
 
 
-def naive_loop(model: Path, spec: Any, decoder_spec: Dict[str, Any], video: Path, threads: int, warmup: int, frames: int,
-               like_pipeline: bool) -> float:
+def naive_loop(model: Path, spec: Any, decoder_spec: Dict[str, Any], video: Path, threads: int,
+               like_pipeline: bool) -> Callable[[], None]:
     import cv2
 
     from edge_sdk.decoders import make_decoder
@@ -112,13 +103,10 @@ def naive_loop(model: Path, spec: Any, decoder_spec: Dict[str, Any], video: Path
         transform, _ = plan_transform(w, h, spec.width, spec.height, "stretch")
         decoder(outputs, [transform])
 
-    try:
-        return timed(step, warmup, frames)
-    finally:
-        cap.release()
+    return step
 
 
-def pipeline_run(bundle: Path, video: Path, threads: int, warmup: int, frames: int, rss_every: int = 0) -> Tuple[float, List[Tuple[int, float]]]:
+def make_pipeline(bundle: Path, video: Path, threads: int) -> Any:
     from edge_sdk.runtime.config import CacheConfig, PipelineConfig, SourceConfig
     from edge_sdk.runtime.pipeline import Pipeline
 
@@ -127,32 +115,82 @@ def pipeline_run(bundle: Path, video: Path, threads: int, warmup: int, frames: i
         bundle=str(bundle),
         backend="onnxruntime-cpu",
         threads=threads,
-        max_frames=warmup + frames,
         cache=CacheConfig(enabled=False),  # every frame of the clip differs; measure the full path
     )
-    rss: List[Tuple[int, float]] = []
-    with Pipeline(cfg) as pipeline:
-        t0 = 0.0
-        for n, _result in enumerate(pipeline):
-            if n == warmup:
+    return Pipeline(cfg).open()
+
+
+def pipeline_step(pipeline: Any) -> Callable[[], None]:
+    it: Iterator[Any] = iter(pipeline)
+    return lambda: next(it)
+
+
+def rss_run(bundle: Path, video: Path, threads: int, warmup: int, frames: int, every: int = 250) -> Tuple[float, List[Tuple[int, float]]]:
+    pipeline = make_pipeline(bundle, video, threads)
+    samples: List[Tuple[int, float]] = []
+    try:
+        step = pipeline_step(pipeline)
+        for _ in range(warmup):
+            step()
+        t0 = time.perf_counter()
+        for n in range(1, frames + 1):
+            step()
+            if n == 1 or n % every == 0 or n == frames:
+                samples.append((n, rss_mb()))
+        rate = frames / (time.perf_counter() - t0)
+    finally:
+        pipeline.close()
+    return rate, samples
+
+
+def compare(video: Path, label: str, bundle_dir: Path, bundle: Any, model: Path, spec: Any, args: Any, turns: int) -> None:
+    pipeline = make_pipeline(bundle_dir, video, args.threads)
+    try:
+        steps: Dict[str, Callable[[], None]] = {
+            "model alone (a)": model_alone(model, spec, args.threads, True),
+            "naive loop (b)": naive_loop(model, spec, bundle.decoder, video, args.threads, True),
+            "model alone, ORT defaults (a0)": model_alone(model, spec, args.threads, False),
+            "naive loop, ORT defaults (b0)": naive_loop(model, spec, bundle.decoder, video, args.threads, False),
+            "pipeline": pipeline_step(pipeline),
+        }
+        for step in steps.values():
+            for _ in range(args.warmup):
+                step()
+        seconds: Dict[str, List[float]] = {k: [] for k in steps}
+        for _ in range(turns):
+            for name, step in steps.items():
                 t0 = time.perf_counter()
-            done = n + 1 - warmup
-            if rss_every and done > 0 and (done % rss_every == 0 or done == 1 or done == frames):
-                rss.append((done, rss_mb()))
-        elapsed = time.perf_counter() - t0
-    return (frames - 1) / elapsed if frames > 1 else 0.0, rss
+                for _ in range(args.chunk):
+                    step()
+                seconds[name].append(time.perf_counter() - t0)
+        stages = pipeline.latency.percentiles((50,))
+    finally:
+        pipeline.close()
+    frames = turns * args.chunk
+    print()
+    print(f"video {label}:")
+    print()
+    print(f"| variant | FPS | ms/frame | pipeline / variant (median of {turns} turns) |")
+    print("|---|---:|---:|---:|")
+    for name, times in seconds.items():
+        fps = frames / sum(times)
+        ratio = statistics.median(t / p for t, p in zip(times, seconds["pipeline"]))
+        print(f"| {name} | {fps:.1f} | {1000 / fps:.1f} | {ratio:.3f} |")
+    print()
+    print("pipeline stages, p50 ms: " + ", ".join(f"{k} {v['p50']:.2f}" for k, v in stages.items()))
+    print("targets on a CPU: pipeline >= 0.90 x (a) and >= 1.05 x (b)", flush=True)
 
 
 def main(argv: List[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--bundle", type=Path, help="bundle folder (default: the embedded CenterFace bundle)")
-    parser.add_argument("--frames", type=int, default=300, help="timed frames per variant per round")
-    parser.add_argument("--warmup", type=int, default=20, help="untimed frames at the start of each run")
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--frames", type=int, default=600, help="timed frames per variant")
+    parser.add_argument("--chunk", type=int, default=25, help="frames per turn")
+    parser.add_argument("--warmup", type=int, default=20, help="untimed frames per variant before the first turn")
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="ONNX Runtime intra-op threads, all variants")
     parser.add_argument("--rss-frames", type=int, default=5000, help="frames of the long pipeline run that samples RSS (0: skip)")
-    parser.add_argument("--width", type=int, default=1280)
-    parser.add_argument("--height", type=int, default=768)
+    parser.add_argument("--sizes", default="640x384,1280x768",
+                        help="video sizes to compare, WxH comma-separated (640x384 is the model's input size)")
     args = parser.parse_args(argv)
 
     from edge_sdk.cli.detect import ensure_default_bundle
@@ -162,39 +200,22 @@ def main(argv: List[str]) -> int:
     bundle = Bundle.load(bundle_dir)
     spec = bundle.inputs[0]
     model = bundle.model_path("fp32")
+    turns = max(1, args.frames // args.chunk)
+    sizes = [tuple(int(v) for v in size.lower().split("x")) for size in args.sizes.split(",")]
+    print(f"model {model.name} input {spec.width}x{spec.height}, threads {args.threads}, "
+          f"{turns} turns x {args.chunk} frames per variant (+{args.warmup} warm-up), MJPG video", flush=True)
     with tempfile.TemporaryDirectory(prefix="edge-sdk-bench-") as tmp:
-        video = make_video(Path(tmp) / "clip.avi", 150, args.width, args.height)
-        print(f"video {args.width}x{args.height} MJPG, model {model.name} input {spec.width}x{spec.height}, "
-              f"threads {args.threads}, {args.rounds} rounds x {args.frames} frames (+{args.warmup} warm-up)")
-        runs: Dict[str, Callable[[], float]] = {
-            "model alone (a)": lambda: model_alone(model, spec, args.threads, args.warmup, args.frames, True),
-            "naive loop (b)": lambda: naive_loop(model, spec, bundle.decoder, video, args.threads, args.warmup, args.frames, True),
-            "model alone, ORT defaults (a0)": lambda: model_alone(model, spec, args.threads, args.warmup, args.frames, False),
-            "naive loop, ORT defaults (b0)": lambda: naive_loop(model, spec, bundle.decoder, video, args.threads, args.warmup, args.frames, False),
-            "pipeline": lambda: pipeline_run(bundle_dir, video, args.threads, args.warmup, args.frames)[0],
-        }
-        fps: Dict[str, List[float]] = {k: [] for k in runs}
-        for r in range(args.rounds):
-            for name, run in runs.items():
-                fps[name].append(run())
-            print(f"  round {r + 1}: " + ", ".join(f"{k.split(' (')[-1].rstrip(')')} {v[-1]:.1f}" for k, v in fps.items()), flush=True)
-        med = {k: statistics.median(v) for k, v in fps.items()}
-        print()
-        print(f"| variant | FPS (median of {args.rounds}) | ms/frame | pipeline / variant (median of rounds) |")
-        print("|---|---:|---:|---:|")
-        for k, v in med.items():
-            ratio = statistics.median(p / x for p, x in zip(fps["pipeline"], fps[k]))
-            print(f"| {k} | {v:.1f} | {1000 / v:.1f} | {ratio:.3f} |")
-        print()
-        print("targets: pipeline >= 0.90 x (a) and >= 1.05 x (b); (a) and (b) use the pipeline's own session options "
-              "(same threads, no spinning), (a0) and (b0) ONNX Runtime's defaults")
+        for width, height in sizes:
+            video = make_video(Path(tmp) / f"clip-{width}x{height}.avi", 150, width, height)
+            compare(video, f"{width}x{height}", bundle_dir, bundle, model, spec, args, turns)
         if args.rss_frames:
-            rate, rss = pipeline_run(bundle_dir, video, args.threads, args.warmup, args.rss_frames, rss_every=250)
+            width, height = sizes[-1]
+            video = Path(tmp) / f"clip-{width}x{height}.avi"
+            rate, rss = rss_run(bundle_dir, video, args.threads, args.warmup, args.rss_frames)
             start, end = rss[0][1], rss[-1][1]
-            peak = max(v for _, v in rss)
             print()
-            print(f"RSS over {args.rss_frames} pipeline frames ({rate:.1f} FPS): start {start:.1f} MB, end {end:.1f} MB, "
-                  f"max {peak:.1f} MB, end - start {end - start:+.1f} MB")
+            print(f"RSS over {args.rss_frames} pipeline frames of the {width}x{height} video ({rate:.1f} FPS): "
+                  f"first frame {start:.1f} MB, last {end:.1f} MB, max {max(v for _, v in rss):.1f} MB, change {end - start:+.1f} MB")
             print("  samples (frame: MB): " + ", ".join(f"{n}: {v:.1f}" for n, v in rss[:: max(1, len(rss) // 10)]))
     return 0
 

@@ -171,7 +171,12 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--variant", action="append", default=[], metavar="NAME:KEY=VALUE[,KEY=VALUE]",
                    help="an extra roi mode with other settings, e.g. roi-sweep4:sweep_tiles=4 (repeatable)")
     p.add_argument("--out", type=Path, default=Path("bench/results"), help="folder for roi_bench.json and roi_bench.png")
+    p.add_argument("--plot-only", action="store_true", help="redraw roi_bench.png from the roi_bench.json in --out")
     args = p.parse_args(argv)
+    if args.plot_only:
+        saved = json.loads((args.out / "roi_bench.json").read_text())
+        plot(saved["modes"], args.out / "roi_bench.png", f"{saved['frames']} frames, {saved['source'].split('?')[0]}")
+        return 0
     if args.clip and not args.truth:
         p.error("--clip needs --truth")
 
@@ -282,7 +287,9 @@ def plot(rows: Dict[str, Dict[str, float]], path: Path, title: str) -> None:
     fig, ax = plt.subplots(figsize=(6, 4), dpi=120)
     for k, (mode, r) in enumerate(rows.items()):
         ax.scatter(r["median_ms"], r["recall"], s=60 if mode in ("full", "tiles", "roi", "sahi") else 30)
-        ax.annotate(mode, (r["median_ms"], r["recall"]), textcoords="offset points", xytext=(6, 4 - 14 * (k % 2)), fontsize=8)
+        offset = ((6, 6), (6, -12), (-14, 8), (-22, -14))[k % 4]
+        ax.annotate(mode, (r["median_ms"], r["recall"]), textcoords="offset points", xytext=offset, fontsize=8,
+                    ha="right" if offset[0] < 0 else "left")
     if "tiles" in rows:
         t = rows["tiles"]
         ax.axhline(TARGETS["recall_vs_tiles"] * t["recall"], color="grey", lw=0.8, ls="--")

@@ -204,14 +204,14 @@ def abs_histogram(values: np.ndarray, amax: float, num_bins: int = DEFAULT_BINS)
 
     Bin k holds ``k*w <= |x| < (k+1)*w``; values at or above ``amax`` land in the last bin.
     """
-    a = np.abs(np.asarray(values, dtype=np.float32).reshape(-1))
+    a = np.abs(np.asarray(values, dtype=np.float32).reshape(-1))  # a new array: scaled in place below
     if amax <= 0:
         counts = np.zeros(num_bins, dtype=np.int64)
         counts[0] = a.size
         return counts
-    idx = (a * np.float32(num_bins / amax)).astype(np.int64)
-    np.minimum(idx, num_bins - 1, out=idx)
-    return np.bincount(idx, minlength=num_bins).astype(np.int64)
+    np.multiply(a, np.float32(num_bins / amax), out=a)
+    np.minimum(a, np.float32(num_bins - 1), out=a)
+    return np.bincount(a.astype(np.intp), minlength=num_bins).astype(np.int64)
 
 
 def kl_divergences(counts: np.ndarray, levels: int = QUANT_LEVELS, start: int = KL_START, eps: float = KL_EPS, chunk: int = 128) -> np.ndarray:
@@ -389,7 +389,8 @@ def collect_ranges(
     for feed in batches:
         values = runner.run(feed)
         for name in names:
-            top = float(np.max(np.abs(values[name]))) if values[name].size else 0.0
+            v = values[name]
+            top = max(float(v.max()), -float(v.min())) if v.size else 0.0
             if not np.isfinite(top):
                 raise CalibrationError(f"tensor {name!r} has non-finite values on calibration data; check the preprocessing and the model")
             if top > amax[name]:

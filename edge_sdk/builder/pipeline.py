@@ -329,18 +329,11 @@ def _int8(config: BuildConfig, target: Target, fp32: Any, spec: InputSpec, calib
         result = calibration.collect_ranges(fp32, feeds, method=config.calib_method, percentile=config.percentile,
                                             progress=advance)
     ranges = result.ranges
-    algorithm = _trt_algorithm(config.calib_method)
-    header = None
-    if target.tensorrt is not None:
-        header = target.calib_cache_header(algorithm)
+    algorithm = calib_cache.cache_algorithm(config.calib_method)
+    # The host target's TensorRT version is only known on the machine that builds the engine.
     cache_text = None
-    if header is not None:
-        import tempfile
-
-        with tempfile.TemporaryDirectory(prefix="edge-sdk-cache-") as tmp:
-            path = Path(tmp) / "calib.cache"
-            calib_cache.write_calib_cache(path, ranges, header)
-            cache_text = path.read_text()
+    if target.tensorrt is not None:
+        cache_text = calib_cache.format_calib_cache(ranges, target.calib_cache_header(algorithm))
     exclude: List[str] = []
     int8_model = qdq.quantize_qdq(fp32, ranges, exclude)
     with rep.task("evaluate int8", len(hold_tensors)) as advance:
@@ -376,10 +369,6 @@ def _int8(config: BuildConfig, target: Target, fp32: Any, spec: InputSpec, calib
         layer_precisions=dict(qdq.layer_precisions(fp32, exclude)), coverage=coverage, calib_cache=cache_text,
         ranges_json=json.dumps(result.to_json(), indent=2) + "\n", search=search_log,
     )
-
-
-def _trt_algorithm(method: str) -> str:
-    return {"entropy": "EntropyCalibration2", "minmax": "MinMaxCalibration", "percentile": "EntropyCalibration2"}[method]
 
 
 def _make_decoder(spec: Optional[Dict[str, Any]], input_spec: InputSpec) -> Any:

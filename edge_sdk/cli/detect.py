@@ -102,7 +102,9 @@ def detect(
     from edge_sdk.runtime.config import config_from_dict, load_config
     from edge_sdk.runtime.pipeline import Pipeline
     from edge_sdk.runtime.sinks import JsonlSink, Sink, VideoSink
+    from edge_sdk.runtime.sources import parse_uri
 
+    parse_uri(source)  # a missing file or unknown scheme fails now, before any bundle is built
     console = Console(stderr=True)
     overrides: Dict[str, Any] = {"source": {"uri": source}}
     if loop:

@@ -11,6 +11,8 @@ One thread reads the source into free slots of a fixed pool and publishes them i
   backoff; each loss and each recovery is reported as an event attached to the next frame
   (and counted in PipelineStats). Waits use `Event.wait`, so `stop()` is immediate.
 - An exception in the thread is never swallowed: the consumer's next `get()` raises it.
+- The thread can run at a lower priority (`nice`), so that on a small CPU it decodes in the
+  gaps inference leaves rather than competing with the inference threads.
 
 Buffers are allocated once per frame size; a size change mid-stream reallocates the slots
 that see it and is reported once as a `frame_size_changed` event.
@@ -18,6 +20,7 @@ that see it and is reported once as a `frame_size_changed` event.
 from __future__ import annotations
 
 import collections
+import os
 import threading
 import time
 from typing import Any, Deque, Dict, List, Optional
@@ -85,6 +88,7 @@ class Capture:
         fps: float = 0.0,
         reconnect: Optional[ReconnectConfig] = None,
         stats: Optional[PipelineStats] = None,
+        nice: int = 0,
     ) -> None:
         if pool_size < 3:
             raise ValueError("the frame pool needs at least 3 slots (writer, ready, consumer)")
@@ -92,6 +96,7 @@ class Capture:
         self.live = bool(source.live)
         self.reconnect = reconnect or ReconnectConfig()
         self.stats = stats if stats is not None else PipelineStats()
+        self.nice = int(nice)
         self._pacer = Pacer(0.0 if self.live else fps)
         self._slots = [FrameSlot(i) for i in range(pool_size)]
         self._free: List[FrameSlot] = list(reversed(self._slots))
@@ -159,8 +164,22 @@ class Capture:
         return list(self._slots)
 
     # -- capture thread ------------------------------------------------------------------
+    def _lower_priority(self) -> None:
+        """Raise this thread's nice value (Linux: per thread) so that, on a CPU that inference
+        keeps busy, decoding the next frame runs in the gaps instead of stalling inference
+        threads. Measured on 2 cores by bench/bench_pipeline.py. A system that refuses is
+        reported as an event; capture goes on at normal priority."""
+        if self.nice <= 0 or not hasattr(os, "setpriority"):
+            return
+        try:
+            tid = threading.get_native_id()
+            os.setpriority(os.PRIO_PROCESS, tid, os.getpriority(os.PRIO_PROCESS, tid) + self.nice)
+        except OSError as exc:
+            self._post({"event": "capture_priority_unchanged", "error": str(exc)})
+
     def _run(self) -> None:
         try:
+            self._lower_priority()
             while not self._stop.is_set():
                 slot = self._acquire()
                 if slot is None:

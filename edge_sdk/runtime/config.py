@@ -6,7 +6,8 @@ precision = "fp32"         # fp32 | fp16 | int8
 backend = "auto"           # auto | onnxruntime | onnxruntime-cpu | onnxruntime-cuda | onnxruntime-tensorrt | tensorrt
 threads = 2                # ONNX Runtime intra-op threads (0 = ONNX Runtime's default)
 max_frames = 0             # 0 = until the source ends
-mode = "full"              # per-frame detection strategy
+mode = "full"              # per-frame detection strategy: full | tiles | roi
+capture_nice = 10          # capture thread priority below inference (0..19)
 
 [source]
 uri = "csi://0"
@@ -75,6 +76,7 @@ class PipelineConfig:
     max_frames: int = 0  # 0 = no limit
     mode: str = "full"
     pool_size: int = 4  # preallocated frame buffers (>= 3)
+    capture_nice: int = 10  # the capture thread's priority below the process (0..19; 0 = same)
     cache: CacheConfig = field(default_factory=CacheConfig)
     reconnect: ReconnectConfig = field(default_factory=ReconnectConfig)
 
@@ -92,6 +94,7 @@ class PipelineConfig:
             ("threads", self.threads, 0),
             ("max_frames", self.max_frames, 0),
             ("pool_size", self.pool_size, 3),
+            ("capture_nice", self.capture_nice, 0),
             ("cache.width", self.cache.width, 4),
             ("cache.height", self.cache.height, 4),
             ("reconnect.max_attempts", self.reconnect.max_attempts, 0),
@@ -109,6 +112,8 @@ class PipelineConfig:
         for key, value in (("source.loop", self.source.loop), ("cache.enabled", self.cache.enabled)):
             if not isinstance(value, bool):
                 raise bad(key, f"must be true or false, got {value!r}")
+        if self.capture_nice > 19:
+            raise bad("capture_nice", f"must be between 0 and 19, got {self.capture_nice}")
         if not isinstance(self.source.uri, str):
             raise bad("source.uri", f"must be a string, got {self.source.uri!r}")
         if not isinstance(self.source.options, dict):

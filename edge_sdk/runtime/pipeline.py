@@ -182,7 +182,8 @@ class Pipeline:
             if self._source is None:
                 self._source = open_source(cfg.source.uri, loop=cfg.source.loop, **cfg.source.options)
             self._cache = PredictionCache(cfg.cache.threshold, (cfg.cache.width, cfg.cache.height), enabled=cfg.cache.enabled)
-            capture = Capture(self._source, cfg.pool_size, fps=cfg.source.fps, reconnect=cfg.reconnect, stats=self.stats)
+            capture = Capture(self._source, cfg.pool_size, fps=cfg.source.fps, reconnect=cfg.reconnect, stats=self.stats,
+                              nice=cfg.capture_nice)
             capture.start()
             self._capture = capture
         except BaseException:

@@ -188,3 +188,28 @@ def test_pacer_spaces_frames_and_does_not_burst_after_a_stall() -> None:
     assert pacer.wait(stop)
     assert pacer.wait(stop)
     assert stop.waits == [0.07, 0.1]
+
+
+class PriorityProbe(ListSource):
+    """Records the nice value of the thread that reads it."""
+
+    def read(self, out=None):
+        import os
+
+        self.seen = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+        return super().read(out)
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "setpriority"), reason="needs os.setpriority (Unix)")
+@pytest.mark.parametrize("nice", [0, 5])
+def test_capture_thread_runs_below_the_consumer(nice: int) -> None:
+    import os
+
+    probe = PriorityProbe([scene(0)])
+    capture = Capture(probe, nice=nice).start()
+    try:
+        drain(capture)
+    finally:
+        capture.stop()
+    mine = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+    assert probe.seen == min(19, mine + nice)

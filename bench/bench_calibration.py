@@ -1,0 +1,180 @@
+"""INT8 calibration on the real CenterFace: speed of each method, and what each does to accuracy.
+
+    python bench/bench_calibration.py                 # throughput only (~1 min)
+    python bench/bench_calibration.py --accuracy      # plus F1 vs FP32 with and without fallback (~6 min)
+
+Images are scenes made from scikit-image's sample data: real LFW face crops (the first 100 of
+`skimage.data.lfw_subset()`) pasted at 30-90 px onto photographs. Three disjoint sets, each
+from its own seed: calibration images, a held-back set for the fallback search (what the
+builder's accuracy gate sees) and a test set that only reports.
+
+Throughput: plain FP32 inference over the calibration images is timed in the same run, before
+and after the calibrations, and every method is reported as images/s and as the ratio of its
+time to that inference time. Accuracy: detections of the INT8 (Q/DQ, ONNX Runtime) model are
+matched to FP32's at IoU 0.5 (score threshold 0.5) and F1 is summed over all faces of a set.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from edge_sdk.builder import calibration, qdq, sensitivity
+from edge_sdk.detections import Detections, match_detections
+from edge_sdk.preprocess import InputSpec, Preprocessor
+
+SPEC = InputSpec(name="input.1", shape=[1, 3, 384, 640], color="BGR", mean=[0, 0, 0], scale=[1, 1, 1], resize="letterbox")
+BACKGROUNDS = ["coffee", "astronaut", "camera", "rocket", "chelsea", "motorcycle_left", "hubble_deep_field",
+               "brick", "coins", "page", "text", "grass", "gravel", "retina", "cat", "horse", "moon"]
+METHODS = [("minmax", None), ("entropy", None), ("percentile", 99.99), ("percentile", 99.999)]
+
+
+def _bgr(img: np.ndarray) -> np.ndarray:
+    img = np.asarray(img)
+    if img.dtype != np.uint8:
+        img = (255 * (img.astype(np.float64) / max(float(img.max()), 1.0))).astype(np.uint8)
+    if img.ndim == 2:
+        img = np.stack([img] * 3, -1)
+    return np.ascontiguousarray(img[..., :3][..., ::-1])
+
+
+def scenes(count: int, seed: int) -> List[np.ndarray]:
+    """`count` BGR scenes, 2-6 real faces each, sizes and places drawn from `seed`."""
+    import cv2
+    from skimage import data
+
+    rng = np.random.default_rng(seed)
+    faces = data.lfw_subset()[:100]
+    backgrounds = [_bgr(getattr(data, name)()) for name in BACKGROUNDS if hasattr(data, name)]
+    out = []
+    for _ in range(count):
+        bg = backgrounds[rng.integers(len(backgrounds))]
+        w = int(rng.integers(480, 900))
+        h = int(w * rng.uniform(0.55, 0.8))
+        img = cv2.resize(bg, (w, h), interpolation=cv2.INTER_AREA)
+        if rng.random() < 0.5:
+            img = np.ascontiguousarray(img[:, ::-1])
+        for _ in range(int(rng.integers(2, 7))):
+            size = int(rng.integers(30, 91))
+            face = cv2.resize((faces[rng.integers(len(faces))] * 255).astype(np.uint8), (size, size), interpolation=cv2.INTER_CUBIC)
+            face = np.clip(face[..., None] * rng.uniform(0.8, 1.1, 3), 0, 255).astype(np.uint8)
+            x, y = int(rng.integers(0, w - size)), int(rng.integers(0, h - size))
+            img[y : y + size, x : x + size] = face
+        out.append(img)
+    return out
+
+
+def preprocess(images: Sequence[np.ndarray]) -> Tuple[List[Dict[str, np.ndarray]], List[Any]]:
+    pre = Preprocessor(SPEC)
+    feeds, transforms = [], []
+    for img in images:
+        tensor, transform = pre(img)
+        feeds.append({SPEC.name: tensor.copy()})
+        transforms.append(transform)
+    return feeds, transforms
+
+
+def default_model() -> Any:
+    from edge_sdk.builder.default_model import ensure_model
+    from edge_sdk.builder.graph import fix_input, model_from_path, optimize, upgrade_opset
+
+    model = fix_input(model_from_path(ensure_model()), SPEC.name, SPEC.shape)
+    model, _ = optimize(upgrade_opset(model))
+    return qdq.name_nodes(model)
+
+
+class Judge:
+    """F1 of a model's detections against FP32's on one image set."""
+
+    def __init__(self, fp32: Any, feeds: List[Dict[str, np.ndarray]], transforms: List[Any]) -> None:
+        from edge_sdk.decoders import make_decoder
+
+        self.decoder = make_decoder({"type": "centerface", "score_threshold": 0.5, "nms_iou": 0.3}, SPEC)
+        self.feeds, self.transforms = feeds, transforms
+        self.reference = self.detect(fp32)
+
+    def detect(self, model: Any) -> List[Detections]:
+        session = calibration.make_session(model)
+        return [self.decoder(session.run(None, f), [t])[0] for f, t in zip(self.feeds, self.transforms)]
+
+    def f1(self, model: Any) -> float:
+        tp = fp = fn = 0
+        for pred, ref in zip(self.detect(model), self.reference):
+            m = match_detections(pred, ref, 0.5, class_aware=False)
+            tp, fp, fn = tp + m["tp"], fp + m["fp"], fn + m["fn"]
+        return 2 * tp / max(2 * tp + fp + fn, 1)
+
+    @property
+    def faces(self) -> int:
+        return sum(len(d) for d in self.reference)
+
+
+def time_inference(model: Any, feeds: Sequence[Dict[str, np.ndarray]]) -> float:
+    session = calibration.make_session(model)
+    session.run(None, feeds[0])
+    start = time.perf_counter()
+    for feed in feeds:
+        session.run(None, feed)
+    return time.perf_counter() - start
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--images", type=int, default=32, help="calibration images")
+    ap.add_argument("--accuracy", action="store_true", help="also measure F1 vs FP32, with and without FP32 fallback")
+    ap.add_argument("--search-images", type=int, default=48, help="held-back images the fallback search scores on")
+    ap.add_argument("--test-images", type=int, default=64, help="images that only report F1")
+    ap.add_argument("--rank-images", type=int, default=8, help="images for the layer sensitivity ranking")
+    ap.add_argument("--threshold", type=float, default=0.97, help="F1 the fallback search must reach")
+    ap.add_argument("--json", type=Path, help="write the figures here")
+    args = ap.parse_args(argv)
+
+    model = default_model()
+    feeds, _ = preprocess(scenes(args.images, seed=100))
+    fp32_times = [time_inference(model, feeds)]
+    results: Dict[str, Any] = {"images": args.images, "methods": {}}
+    calibrated: Dict[str, Any] = {}
+    for method, pct in METHODS:
+        label = method if pct is None else f"{method} {pct}"
+        start = time.perf_counter()
+        calibrated[label] = calibration.collect_ranges(model, feeds, method=method, percentile=pct or 99.99)
+        results["methods"][label] = {"seconds": time.perf_counter() - start}
+    fp32_times.append(time_inference(model, feeds))
+    fp32 = statistics.median(fp32_times)
+    results["fp32_inference_seconds"] = fp32
+    print(f"{args.images} calibration images; plain FP32 inference {args.images / fp32:.1f} images/s")
+    print(f"{'method':<18}{'images/s':>10}{'x FP32 time':>13}")
+    for label, row in results["methods"].items():
+        row["images_per_s"] = args.images / row["seconds"]
+        row["ratio_to_fp32"] = row["seconds"] / fp32
+        print(f"{label:<18}{row['images_per_s']:>10.2f}{row['ratio_to_fp32']:>13.1f}")
+
+    if args.accuracy:
+        search = Judge(model, *preprocess(scenes(args.search_images, seed=200)))
+        test = Judge(model, *preprocess(scenes(args.test_images, seed=400)))
+        rank_feeds, _ = preprocess(scenes(args.rank_images, seed=300))
+        print(f"\nF1 vs FP32 (faces found by FP32: search set {search.faces}, test set {test.faces})")
+        print(f"{'method':<18}{'int8 test':>10}{'fp32 layers':>13}{'search':>8}{'test':>8}{'seconds':>9}")
+        for label, result in calibrated.items():
+            ranges = result.ranges
+            full = test.f1(qdq.quantize_qdq(model, ranges))
+            start = time.perf_counter()
+            ranking = sensitivity.rank_layers(model, ranges, rank_feeds)
+            exclude, searched, history = sensitivity.search_fallback(model, ranges, ranking, search.f1, args.threshold)
+            seconds = time.perf_counter() - start
+            mixed = test.f1(qdq.quantize_qdq(model, ranges, exclude_nodes=exclude))
+            results["methods"][label].update({"f1_int8": full, "fp32_layers": exclude, "f1_search": searched,
+                                              "f1_mixed": mixed, "search_history": history, "fallback_seconds": seconds})
+            print(f"{label:<18}{full:>10.3f}{len(exclude):>13d}{searched:>8.3f}{mixed:>8.3f}{seconds:>9.0f}")
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
