@@ -31,6 +31,9 @@ The range (``amax``; the INT8 scale is ``amax / 127``) then comes from the histo
        still sum to 1 and stay positive);
     4. ``KL(P || Q) = sum P log(P / Q)`` over the ``i`` kept bins.
 
+    Exact zeros are taken out of bin 0 before the search: zero is exact at any scale, and the
+    30-40 % zeros of a ReLU output would otherwise make the narrowest range look best (on
+    CenterFace that clipped tensors to a tenth of their range and lost every face).
     The smallest ``i`` with the least divergence wins and ``amax = (i + 0.5) * w``: half a bin
     above the upper edge of the kept range, the convention of NVIDIA's description of the
     algorithm (so for ``i = num_bins`` it lies half a bin above the observed max).

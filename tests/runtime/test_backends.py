@@ -124,7 +124,7 @@ def test_tensorrt_backend_without_tensorrt_says_why(tiny_bundle: Path) -> None:
     pytest.importorskip("onnxruntime")
     if backends.tensorrt_status() is None:
         pytest.skip("TensorRT is installed here")
-    with pytest.raises(BackendError, match="tensorrt backend is (needs TensorRT|not available in this build)"):
+    with pytest.raises(BackendError, match="tensorrt backend is (unavailable: it needs TensorRT|not available in this build)"):
         select_backend("tensorrt", bundle=Bundle.load(tiny_bundle))
     assert "tensorrt" not in available_backends()
     # auto never fails for lack of TensorRT or a GPU

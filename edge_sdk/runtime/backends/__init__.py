@@ -69,11 +69,11 @@ def tensorrt_status() -> Optional[str]:
     try:
         _imports.tensorrt()
     except MissingDependencyError as exc:
-        return f"needs TensorRT, which cannot be imported here ({exc})"
+        return f"unavailable: it needs TensorRT, which cannot be imported here ({exc})"
     try:
         importlib.import_module(TENSORRT_MODULE)
     except ImportError:
-        return "not available in this build of edge-sdk (no TensorRT backend module)"
+        return f"not available in this build of edge-sdk (no {TENSORRT_MODULE} module)"
     return None
 
 
