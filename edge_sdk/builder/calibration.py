@@ -86,21 +86,11 @@ def load_model(model: Any) -> Any:
         raise ModelError(f"{path} is not a readable ONNX model ({type(exc).__name__}: {exc})") from exc
 
 
-def make_session(model: Any, optimization: str = "basic") -> Any:
-    """ONNX Runtime CPU session for `model` (warnings silenced); ModelError when it cannot run."""
-    ort = _imports.ort()
-    opts = ort.SessionOptions()
-    opts.log_severity_level = 3
-    opts.graph_optimization_level = {
-        "none": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
-        "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
-        "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
-    }[optimization]
-    try:
-        return ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
-    except Exception as exc:  # ORT raises its own Fail/InvalidGraph/NotImplemented types
-        first = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
-        raise ModelError(f"ONNX Runtime cannot run the model ({first}); check that it has fixed input shapes and standard operators") from exc
+def make_session(model: Any) -> Any:
+    """ONNX Runtime CPU session with basic optimisation (ModelError when it cannot run)."""
+    from edge_sdk.builder.graph import session_from_model
+
+    return session_from_model(model, "basic")
 
 
 def _float_types(model: Any) -> Dict[str, bool]:
