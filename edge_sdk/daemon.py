@@ -48,7 +48,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, Callable, Deque, Dict, Mapping, Optional
+from typing import IO, Any, Callable, Deque, Dict, Mapping, Optional, Tuple
 
 from edge_sdk import __version__
 from edge_sdk.errors import ConfigError, EdgeSdkError
@@ -267,9 +267,9 @@ class Daemon:
         for key in ("score_threshold", "nms_iou"):
             if key in args and not hasattr(decoder, key):
                 raise CommandRejected(f"the running detector has no {key} to set")
+        new_detector = None
         if "mode" in args and args["mode"] != self.config.pipeline.mode:
-            raise CommandRejected(f"mode {args['mode']!r} cannot be switched to at run time in this build; "
-                                  "set `mode` in the config and restart")
+            new_detector = self._detector_for(args["mode"], self._running_model())
         # everything checked: apply
         applied: Dict[str, Any] = {}
         if "telemetry_interval" in args:
@@ -286,9 +286,29 @@ class Daemon:
             if key in args:
                 setattr(decoder, key, float(args[key]))
                 applied[key] = float(args[key])
+        if new_detector is not None:
+            self.config.pipeline.mode = args["mode"]
+            self.pipeline.config.mode = args["mode"]
+            self.pipeline.swap_detector(new_detector)
         if "mode" in args:
             applied["mode"] = args["mode"]
         return {"applied": applied}
+
+    def _running_model(self) -> Tuple[Any, Dict[str, Any], Any]:
+        """(backend, decoder spec, input spec) of the model that runs now."""
+        if self.model is not None:
+            return self.model.backend, self.model.bundle.decoder, self.model.input_spec
+        bundle = getattr(self.pipeline, "bundle", None)
+        backend = getattr(getattr(self.pipeline, "detector", None), "backend", None) or getattr(self.pipeline, "backend", None)
+        if bundle is None or backend is None or not bundle.inputs:
+            raise CommandRejected("the running pipeline was not built from a bundle; its mode cannot be switched")
+        return backend, bundle.decoder, bundle.inputs[0]
+
+    def _detector_for(self, mode: str, model: Tuple[Any, Dict[str, Any], Any]) -> Any:
+        from edge_sdk.runtime.pipeline import make_detector
+
+        backend, decoder_spec, input_spec = model
+        return make_detector(mode, backend, decoder_spec, input_spec, self.config.pipeline.roi)
 
     def _cmd_snapshot(self, args: Dict[str, Any]) -> Dict[str, Any]:
         result = self._last_result
@@ -332,11 +352,9 @@ class Daemon:
             self.reporter.raise_alert("reload_failed", False, f"reload of {where} succeeded")
 
     def _swap_in(self, new: Model) -> None:
-        from edge_sdk.runtime.pipeline import FullFrameDetector
-
         old_detector = getattr(self.pipeline, "detector", None)
         old_model = self.model
-        done = self.pipeline.swap_detector(FullFrameDetector(new.backend, new.decoder, new.input_spec))
+        done = self.pipeline.swap_detector(self._detector_for(self.config.pipeline.mode, (new.backend, new.bundle.decoder, new.input_spec)))
         self.model = new
         old_backend = getattr(old_detector, "backend", None)
 

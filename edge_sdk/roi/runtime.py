@@ -28,9 +28,10 @@ class StrategyDetector(Detector):
     strategy's report goes into FrameResult.info.
     """
 
-    def __init__(self, strategy: Any, batch_detector: BatchDetector) -> None:
+    def __init__(self, strategy: Any, batch_detector: BatchDetector, backend: Any = None) -> None:
         self.strategy = strategy
         self.batch_detector = batch_detector
+        self.backend = backend  # whoever swaps this detector out retires the backend
 
     def detect(self, frame: np.ndarray, latency: Dict[str, float], info: Dict[str, Any]) -> Detections:
         self.batch_detector.reset_timings()
@@ -61,4 +62,4 @@ def strategy_detector(
     config = RoiConfig.from_dict(dict(config.to_dict(), score_threshold=output_threshold, proposal_threshold=proposal))
     spec["score_threshold"] = proposal if mode == "roi" else output_threshold
     detect = BatchDetector(backend.infer, input_spec, make_decoder(spec, input_spec))
-    return StrategyDetector(make_strategy(mode, detect, config=config), detect)
+    return StrategyDetector(make_strategy(mode, detect, config=config), detect, backend)

@@ -57,6 +57,7 @@ class RoiConfig:
     roi_min_size: int = 64  # smallest region side, in frame pixels
     track_ttl: int = 8  # frames a lost object keeps its region
     track_iou: float = 0.1  # overlap linking a detection to a tracked object's predicted box
+    max_tracks: int = 128  # objects tracked at once (most recent, then most confident, kept): bounds per-frame work
     motion: bool = True  # regions from background subtraction on a small copy
     motion_width: int = 480  # width of the small copy (height follows the frame's aspect)
     motion_threshold: int = 18  # grey-level difference that counts as motion
@@ -65,6 +66,7 @@ class RoiConfig:
     zones: List[List[int]] = field(default_factory=list)  # static regions [x0, y0, x1, y1] in frame pixels, always examined
     max_fine_pixels: int = 6 * 640 * 384  # fine-pass budget: model-input pixels per frame (sweep included)
     max_fine_ms: float = 0.0  # optional fine-pass budget in milliseconds, estimated from past frames; 0 = off
+    max_fine_inputs: int = 12  # fine-pass model inputs per frame at most, whatever the model's input size
     pack_gap: int = 8  # pixels between crops packed into one model input
 
     def validate(self, origin: str = "roi") -> "RoiConfig":
@@ -76,7 +78,7 @@ class RoiConfig:
             hi_open = key == "tile_overlap"
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not (0.0 <= value < 1.0 if hi_open else 0.0 <= value <= 1.0):
                 raise bad(key, f"must be a number in [0, 1{')' if hi_open else ']'}, got {value!r}")
-        for key, low in (("sweep_tiles", 0), ("roi_min_size", 1), ("track_ttl", 0), ("motion_width", 16), ("motion_threshold", 1), ("max_fine_pixels", 0), ("pack_gap", 0)):
+        for key, low in (("sweep_tiles", 0), ("roi_min_size", 1), ("track_ttl", 0), ("max_tracks", 1), ("motion_width", 16), ("motion_threshold", 1), ("max_fine_pixels", 0), ("max_fine_inputs", 0), ("pack_gap", 0)):
             value = getattr(self, key)
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise bad(key, f"must be an integer >= {low}, got {value!r}")
@@ -325,12 +327,13 @@ class RoiScheduler:
         self.clock = clock
         cw, ch = self.input_size
         self.canvas_area = cw * ch
-        self.max_images = self.config.max_fine_pixels // self.canvas_area
+        self.max_images = min(self.config.max_fine_pixels // self.canvas_area, self.config.max_fine_inputs)
         if self.max_images < self.config.sweep_tiles:
             raise ConfigError(
-                f"roi.max_fine_pixels ({self.config.max_fine_pixels}) is less than roi.sweep_tiles "
-                f"({self.config.sweep_tiles}) model inputs of {cw}x{ch}; raise the budget to at least "
-                f"{self.config.sweep_tiles * self.canvas_area} or sweep fewer tiles"
+                f"roi.max_fine_pixels ({self.config.max_fine_pixels}) and roi.max_fine_inputs "
+                f"({self.config.max_fine_inputs}) allow fewer than roi.sweep_tiles ({self.config.sweep_tiles}) "
+                f"model inputs of {cw}x{ch}; raise the budget to at least {self.config.sweep_tiles * self.canvas_area} "
+                "pixels and as many inputs, or sweep fewer tiles"
             )
         self._canvases = np.zeros((max(0, self.max_images), ch, cw, 3), np.uint8)
         self._motion = (
@@ -554,7 +557,10 @@ class RoiScheduler:
                 unmatched[j] = False
         for j in np.flatnonzero(unmatched):
             tracks.append(_Track(det.xyxy[j].copy(), np.zeros(2, np.float32), index, float(det.confidence[j])))
-        self._tracks = [t for t in tracks if index - t.last_seen <= cfg.track_ttl]
+        tracks = [t for t in tracks if index - t.last_seen <= cfg.track_ttl]
+        if len(tracks) > cfg.max_tracks:
+            tracks = sorted(tracks, key=lambda t: (-t.last_seen, -t.score))[: cfg.max_tracks]
+        self._tracks = tracks
 
 
 STRATEGIES = {"full": FullFrame, "tiles": Tiles, "roi": RoiScheduler}

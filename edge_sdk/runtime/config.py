@@ -16,8 +16,11 @@ fps = 0                    # pace file/folder/synthetic sources; 0 = as fast as 
 options = { width = 1920, height = 1080, framerate = 30, flip = 0 }
 
 [cache]
-enabled = true
+enabled = true             # used in mode "full" only: a thumbnail cannot see small objects move
 threshold = 4.0            # largest grey-level change of any pixel of a 64x36 thumbnail
+
+[roi]                      # parameters of modes "tiles" and "roi" (edge_sdk.roi.strategies.RoiConfig)
+sweep_tiles = 2
 
 [reconnect]
 initial_s = 0.5
@@ -37,6 +40,7 @@ from pathlib import Path
 from typing import Any, Dict, Mapping, Optional, Tuple
 
 from edge_sdk.errors import ConfigError
+from edge_sdk.roi.strategies import RoiConfig
 
 PRECISIONS = ("fp32", "fp16", "int8")
 BACKENDS = ("auto", "onnxruntime", "onnxruntime-cpu", "onnxruntime-cuda", "onnxruntime-tensorrt", "tensorrt")
@@ -79,6 +83,13 @@ class PipelineConfig:
     capture_nice: int = 10  # the capture thread's priority below the process (0..19; 0 = same)
     cache: CacheConfig = field(default_factory=CacheConfig)
     reconnect: ReconnectConfig = field(default_factory=ReconnectConfig)
+    roi: RoiConfig = field(default_factory=RoiConfig)
+
+    @property
+    def cache_enabled(self) -> bool:
+        """The prediction cache runs in mode "full" only: its thumbnail cannot see small objects
+        move, so in "tiles" and "roi" a hit would serve stale boxes and freeze the tracks."""
+        return self.cache.enabled and self.mode == "full"
 
     def validate(self, origin: str = "config") -> "PipelineConfig":
         def bad(key: str, msg: str) -> ConfigError:
@@ -120,6 +131,7 @@ class PipelineConfig:
             raise bad("source.options", f"must be a table, got {self.source.options!r}")
         if self.bundle is not None and not isinstance(self.bundle, str):
             raise bad("bundle", f"must be a path string, got {self.bundle!r}")
+        self.roi.validate(f"{origin}: roi")
         return self
 
     def replace(self, **changes: Any) -> "PipelineConfig":
@@ -127,7 +139,7 @@ class PipelineConfig:
         return dataclasses.replace(self, **changes)
 
 
-_SECTIONS = {"source": SourceConfig, "cache": CacheConfig, "reconnect": ReconnectConfig}
+_SECTIONS = {"source": SourceConfig, "cache": CacheConfig, "reconnect": ReconnectConfig, "roi": RoiConfig}
 
 
 def config_from_dict(data: Mapping[str, Any], origin: str = "config") -> PipelineConfig:

@@ -87,6 +87,21 @@ class FullFrameDetector(Detector):
         return detections
 
 
+def make_detector(mode: str, backend: Backend, decoder_spec: Dict[str, Any], input_spec: InputSpec, roi: Any = None) -> Detector:
+    """The per-frame detector for `mode` ("full", "tiles" or "roi") over an active backend.
+
+    One factory for the pipeline, hot reload and the daemon's `set mode` command. `roi` is the
+    RoiConfig of the tiles and roi modes (defaults when None).
+    """
+    if mode == "full":
+        from edge_sdk.decoders import make_decoder
+
+        return FullFrameDetector(backend, make_decoder(decoder_spec, input_spec), input_spec)
+    from edge_sdk.roi.runtime import strategy_detector
+
+    return strategy_detector(mode, backend, decoder_spec, input_spec, roi)
+
+
 class Pipeline:
     """Frames in, FrameResults out. Iterate it; use it as a context manager.
 
@@ -136,26 +151,12 @@ class Pipeline:
 
     def _build_detector(self) -> Detector:
         cfg = self.config
-        strategy_detector = None
-        if cfg.mode != "full":
-            try:
-                from edge_sdk.roi.runtime import strategy_detector
-            except ImportError:
-                raise ConfigError(
-                    f"mode {cfg.mode!r} needs its detector strategy (edge_sdk.roi), which this build lacks; "
-                    "use mode 'full' or pass Pipeline(detector=...)"
-                ) from None
         input_spec = self._input_spec
         if input_spec is None:
             inputs = self._load_bundle().inputs
             if not inputs:
                 raise ConfigError(f"bundle {self.config.bundle} lists no inputs in its manifest; rebuild it")
             input_spec = inputs[0]
-        decoder = self._decoder
-        if decoder is None:
-            from edge_sdk.decoders import make_decoder
-
-            decoder = make_decoder(self._load_bundle().decoder, input_spec)
         backend = self._backend
         if backend is None:
             bundle = self._load_bundle()
@@ -164,10 +165,9 @@ class Pipeline:
             backend.activate()
             self._owned_backends.append(backend)
         self._backend = backend
-        if strategy_detector is not None:
-            decoder_spec = self._load_bundle().decoder
-            return strategy_detector(cfg.mode, backend, decoder_spec, input_spec)  # type: ignore[no-any-return]
-        return FullFrameDetector(backend, decoder, input_spec)
+        if cfg.mode == "full" and self._decoder is not None:
+            return FullFrameDetector(backend, self._decoder, input_spec)
+        return make_detector(cfg.mode, backend, self._load_bundle().decoder, input_spec, cfg.roi)
 
     def open(self) -> "Pipeline":
         """Build what was not injected, open the source and start capturing. Idempotent."""
@@ -181,7 +181,7 @@ class Pipeline:
             cfg = self.config
             if self._source is None:
                 self._source = open_source(cfg.source.uri, loop=cfg.source.loop, **cfg.source.options)
-            self._cache = PredictionCache(cfg.cache.threshold, (cfg.cache.width, cfg.cache.height), enabled=cfg.cache.enabled)
+            self._cache = PredictionCache(cfg.cache.threshold, (cfg.cache.width, cfg.cache.height), enabled=cfg.cache_enabled)
             capture = Capture(self._source, cfg.pool_size, fps=cfg.source.fps, reconnect=cfg.reconnect, stats=self.stats,
                               nice=cfg.capture_nice)
             capture.start()
@@ -228,6 +228,7 @@ class Pipeline:
         self._detector = pending
         if self._cache is not None:
             self._cache.clear()
+            self._cache.enabled = self.config.cache_enabled
         if done is not None:
             done.set()
 

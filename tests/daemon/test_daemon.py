@@ -297,3 +297,29 @@ def _wait(predicate, timeout: float = 20.0) -> bool:
             return False
         idle.wait(0.02)
     return True
+
+
+def test_set_mode_switches_the_detector_between_frames(models: Path, tmp_path: Path, broker, message_log) -> None:
+    from edge_sdk.roi.runtime import StrategyDetector
+
+    log = message_log(broker.url, ["edge-sdk/cam-1/cmd/response"])
+    daemon = Daemon(config(models, tmp_path, broker.url))
+    running = Running(daemon)
+    cmd_topic = schemas.topic("cam-1", "cmd")
+    try:
+        assert _wait(lambda: daemon.frames > 0)
+        full_backend = daemon.pipeline.detector.backend
+        command(log, cmd_topic, {"schema": "edge-sdk/cmd/1", "id": "m1", "cmd": "set", "args": {"mode": "roi"}})
+        assert log.wait(lambda m: len(responses(log)) == 1)
+        frames_at_switch = daemon.frames
+        assert _wait(lambda: daemon.frames > frames_at_switch + 2)
+        last = daemon._last_result
+    finally:
+        running.stop()
+    response = responses(log)[0]
+    assert response["ok"], response
+    assert response["result"]["applied"]["mode"] == "roi"
+    assert isinstance(daemon.pipeline.detector, StrategyDetector)
+    assert daemon.pipeline.detector.backend is full_backend  # same model, new strategy
+    assert "sweep_tiles" in last.info  # the roi scheduler's per-frame report
+    assert daemon.config.pipeline.mode == "roi"

@@ -266,3 +266,21 @@ def test_make_strategy_rejects_unknown_mode() -> None:
 def test_strategies_reject_non_frames() -> None:
     with pytest.raises(SourceError):
         Tiles(FakeBlobDetector())(np.zeros((10, 10), np.uint8))
+
+
+def test_work_per_frame_stays_bounded_when_a_model_floods_detections() -> None:
+    """A model that reports hundreds of objects (a bad or untrained model, a crowd) must not make
+    the scheduler's tracks, regions or model inputs grow from frame to frame."""
+    rng = np.random.default_rng(0)
+    squares = []
+    for _ in range(400):
+        x, y = int(rng.integers(0, 630)), int(rng.integers(0, 470))
+        squares.append((x, y, x + 4, y + 4))
+    frame = _frame(640, 480, squares)
+    det = FakeBlobDetector(sees_large=True)
+    sched = _scheduler(det, max_fine_pixels=10 ** 9, max_fine_inputs=5, max_tracks=32, zones=[[0, 0, 640, 480]])
+    for _ in range(6):
+        info = sched(frame).info
+        assert info["tracks"] <= 32
+        assert len(det.calls[-1]) <= 5  # fine-pass inputs, whatever the pixel budget says
+        assert info["rois_over_budget"] > 0
