@@ -23,6 +23,9 @@ SEED = 20240611
 OUT = Path(__file__).resolve().parent / "images"
 SIZES = [(640, 384), (640, 480), (800, 450)]  # (width, height) of the scenes
 JPEG_QUALITY = 85
+SCENES = 44
+FACES_PER_SCENE = (24, 32)  # pasted per scene (drawn uniformly); more faces per scene is cheaper than more images
+FACE_PX = (28, 80)  # side of a pasted face crop in scene pixels
 
 # name in skimage.data -> short file stem
 PHOTOS = {
@@ -73,7 +76,7 @@ def paste_faces(scene: np.ndarray, faces: np.ndarray, count: int, rng: np.random
     for _ in range(count * 20):
         if len(boxes) == count:
             break
-        size = int(rng.integers(34, 91))
+        size = int(rng.integers(FACE_PX[0], FACE_PX[1] + 1))
         x = int(rng.integers(0, w - size))
         y = int(rng.integers(0, h - size))
         if any(x < bx + bs + 4 and bx < x + size + 4 and y < by + bs + 4 and by < y + size + 4 for bx, by, bs, _ in boxes):
@@ -97,7 +100,7 @@ def paste_faces(scene: np.ndarray, faces: np.ndarray, count: int, rng: np.random
     return len(boxes)
 
 
-def make(out: Path = OUT, scenes: int = 36, seed: int = SEED) -> List[Path]:
+def make(out: Path = OUT, scenes: int = SCENES, seed: int = SEED) -> List[Path]:
     rng = np.random.default_rng(seed)
     out.mkdir(parents=True, exist_ok=True)
     photos = {stem: load_photo(name) for name, stem in PHOTOS.items()}
@@ -115,7 +118,7 @@ def make(out: Path = OUT, scenes: int = 36, seed: int = SEED) -> List[Path]:
         stem = stems[(i + i // 4) % len(stems)]  # every 4th scene (held back) gets a different photo
         size = SIZES[int(rng.integers(0, len(SIZES)))]
         scene = background(photos[stem], size, rng)
-        paste_faces(scene, faces, int(rng.integers(12, 19)), rng)
+        paste_faces(scene, faces, int(rng.integers(FACES_PER_SCENE[0], FACES_PER_SCENE[1] + 1)), rng)
         path = out / f"scene_{i:02d}_{stem}.jpg"
         cv2.imwrite(str(path), scene, [cv2.IMWRITE_JPEG_QUALITY, JPEG_QUALITY])
         written.append(path)
@@ -125,7 +128,7 @@ def make(out: Path = OUT, scenes: int = 36, seed: int = SEED) -> List[Path]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=OUT)
-    parser.add_argument("--scenes", type=int, default=36)
+    parser.add_argument("--scenes", type=int, default=SCENES)
     args = parser.parse_args()
     paths = make(args.out, args.scenes)
     total = sum(p.stat().st_size for p in paths)

@@ -13,10 +13,10 @@ from edge_sdk.cli._common import cli_errors
 
 @cli_errors
 def run(
-    config: Optional[Path] = typer.Option(None, "--config", "-c", help="Device config (TOML): pipeline keys plus [device], [mqtt], [telemetry], [health]."),
+    config: Optional[Path] = typer.Option(None, "--config", "-c", help="Device config (TOML): pipeline keys plus tables device, mqtt, telemetry, health."),
     source: Optional[str] = typer.Option(None, "--source", help="Source URI: csi://0, v4l2:///dev/video0, rtsp://..., a file, a folder, synthetic://faces?..."),
     bundle: Optional[Path] = typer.Option(None, "--bundle", help="Bundle folder. [default: the config's, else the embedded default bundle]"),
-    broker: Optional[str] = typer.Option(None, "--broker", help="MQTT broker URL: mqtt://host:1883 or mqtts://host:8883. Without one (here or in [mqtt]) telemetry goes to stdout as JSON lines."),
+    broker: Optional[str] = typer.Option(None, "--broker", help="MQTT broker URL: mqtt://host:1883 or mqtts://host:8883. Without one (here or in the mqtt table) telemetry goes to stdout as JSON lines."),
     device_id: Optional[str] = typer.Option(None, "--device-id", help="Device id, the <id> in edge-sdk/<id>/... topics. [default: host name]"),
     telemetry_interval: Optional[float] = typer.Option(None, "--telemetry-interval", help="Seconds between telemetry messages. [default: 5]"),
     models_dir: Optional[Path] = typer.Option(None, "--models-dir", help="Folder the `reload` command may load bundles from."),

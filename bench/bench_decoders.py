@@ -1,6 +1,6 @@
 """Decoder and NMS speed, and synthetic 4K frame rendering, on this machine's CPU.
 
-    python bench/decoders.py [--repeat 200]
+    python bench/bench_decoders.py [--repeat 200]
 
 Prints medians in milliseconds. The CenterFace rows decode outputs shaped like the real
 model's at 384x640 (faces as 3x3 score blobs), once with the vectorized decoder and once with
