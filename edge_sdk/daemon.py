@@ -52,7 +52,7 @@ from typing import IO, Any, Callable, Deque, Dict, Mapping, Optional, Tuple
 
 from edge_sdk import __version__
 from edge_sdk.errors import ConfigError, EdgeSdkError
-from edge_sdk.runtime.config import PipelineConfig, _merge, _toml, config_from_dict
+from edge_sdk.runtime.config import PipelineConfig, _merge, config_from_dict, read_toml
 from edge_sdk.telemetry.commands import CommandProcessor, CommandRejected
 from edge_sdk.telemetry.health import HealthConfig, HealthMonitor
 from edge_sdk.telemetry.mqtt import BrokerConfig, LinePublisher, MqttPublisher, Publisher, default_queue_path
@@ -154,15 +154,7 @@ def load_daemon_config(path: Optional[Path], overrides: Optional[Mapping[str, An
         path = Path(path)
         origin = str(path)
         base_dir = path.parent
-        try:
-            raw = path.read_bytes()
-        except OSError as exc:
-            raise ConfigError(f"cannot read config file {path}: {exc.strerror or exc}") from exc
-        toml = _toml()
-        try:
-            data = toml.loads(raw.decode("utf-8"))
-        except (UnicodeDecodeError, toml.TOMLDecodeError) as exc:
-            raise ConfigError(f"{path}: not valid TOML ({exc})") from exc
+        data = read_toml(path)
     return daemon_config_from_dict(_merge(data, overrides or {}), origin, base_dir)
 
 

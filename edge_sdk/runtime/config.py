@@ -171,31 +171,30 @@ def _section(cls: Any, value: Any, name: str, origin: str) -> Any:
     return cls(**dict(value))
 
 
-def _toml() -> Any:
+def read_toml(path: Any) -> Dict[str, Any]:
+    """Parse a TOML file; ConfigError naming the file when it is unreadable or not TOML."""
     if sys.version_info >= (3, 11):
-        import tomllib
-
-        return tomllib
-    try:
-        import tomli
-    except ImportError as exc:  # pragma: no cover - tomli is a dependency on < 3.11
-        raise ConfigError("reading TOML on Python < 3.11 needs tomli: pip install tomli") from exc
-    return tomli
-
-
-def load_config(path: Any, overrides: Optional[Mapping[str, Any]] = None) -> PipelineConfig:
-    """Read a TOML config file; `overrides` (same layout, e.g. from CLI flags) win over the file."""
+        import tomllib as toml  # novermin (guarded by the version check)
+    else:
+        try:
+            import tomli as toml
+        except ImportError as exc:  # pragma: no cover - tomli is a dependency on < 3.11
+            raise ConfigError("reading TOML on Python < 3.11 needs tomli: pip install tomli") from exc
     path = Path(path)
     try:
         raw = path.read_bytes()
     except OSError as exc:
         raise ConfigError(f"cannot read config file {path}: {exc.strerror or exc}") from exc
-    toml = _toml()
     try:
-        data = toml.loads(raw.decode("utf-8"))
+        return dict(toml.loads(raw.decode("utf-8")))
     except (UnicodeDecodeError, toml.TOMLDecodeError) as exc:
         raise ConfigError(f"{path}: not valid TOML ({exc})") from exc
-    merged = _merge(data, overrides or {})
+
+
+def load_config(path: Any, overrides: Optional[Mapping[str, Any]] = None) -> PipelineConfig:
+    """Read a TOML config file; `overrides` (same layout, e.g. from CLI flags) win over the file."""
+    path = Path(path)
+    merged = _merge(read_toml(path), overrides or {})
     cfg = config_from_dict(merged, origin=str(path))
     if cfg.bundle and not Path(cfg.bundle).is_absolute():
         cfg.bundle = str((path.parent / cfg.bundle))
