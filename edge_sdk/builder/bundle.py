@@ -44,16 +44,46 @@ def check_output_dir(out: Path) -> None:
         raise ConfigError(f"cannot write the bundle to {out}: {ancestor} is not writable ({exc.strerror}); choose another --out") from exc
 
 
-def _npy_bytes(array: np.ndarray) -> bytes:
-    """`.npy` bytes; float16 when that is exact (e.g. raw 0..255 pixels), halving the size."""
+CALIB_KEY = "tensor"  # the array's name inside each calib/NNNN.npz
+
+
+def encode_calib_tensor(array: np.ndarray) -> np.ndarray:
+    """The smallest dtype that holds `array` exactly: uint8 when every value is an integer in
+    0..255 (raw pixels: mean 0, scale 1), else float16 when that rounds nothing, else float32.
+    Casting the result back to float32 rebuilds `array` bit for bit."""
     array = np.ascontiguousarray(array)
-    if array.dtype == np.float32:
-        half = array.astype(np.float16)
-        if np.array_equal(half.astype(np.float32), array):
-            array = half
+    if array.dtype != np.float32:
+        array = array.astype(np.float32)
+    if array.size and float(array.min()) >= 0.0 and float(array.max()) <= 255.0:
+        small = array.astype(np.uint8)
+        if np.array_equal(small.astype(np.float32), array):
+            return small
+    half = array.astype(np.float16)
+    if np.array_equal(half.astype(np.float32), array):
+        return half
+    return array
+
+
+def _npz_bytes(array: np.ndarray) -> bytes:
+    """Deflate-compressed `.npz` bytes holding `encode_calib_tensor(array)` under CALIB_KEY."""
     buf = io.BytesIO()
-    np.save(buf, array, allow_pickle=False)
+    np.savez_compressed(buf, **{CALIB_KEY: encode_calib_tensor(array)})
     return buf.getvalue()
+
+
+def calib_tensor_format(tensors: Sequence[np.ndarray], spec: Any) -> Dict[str, Any]:
+    """What the manifest says about calib/*.npz: how to turn the stored arrays back into the
+    float32 network input (a plain cast: values are stored after (pixel - mean) * scale)."""
+    dtypes = sorted({str(encode_calib_tensor(t).dtype) for t in tensors}, key=["uint8", "float16", "float32"].index)
+    return {
+        "count": len(tensors),
+        "format": f"npz (deflate), array {CALIB_KEY!r}, one (1, C, H, W) sample per file",
+        "dtype": dtypes[-1] if dtypes else None,
+        "dtypes": dtypes,
+        "values": "network input, (pixel - mean) * scale already applied; cast to float32 to rebuild it exactly",
+        "mean": list(spec.mean),
+        "scale": list(spec.scale),
+    }
 
 
 def write_bundle(
@@ -63,8 +93,9 @@ def write_bundle(
     texts: Optional[Mapping[str, str]] = None,
     calib_tensors: Sequence[np.ndarray] = (),
 ) -> Bundle:
-    """Write `models` ({variant: ModelProto}), text files and calibration tensors plus the
-    manifest (with `files` checksums added) atomically into `out`; returns the loaded Bundle."""
+    """Write `models` ({variant: ModelProto}), text files and calibration tensors (as
+    calib/NNNN.npz, see :func:`encode_calib_tensor`) plus the manifest (with `files` checksums
+    added) atomically into `out`; returns the loaded Bundle."""
     check_output_dir(out)
     unknown = set(models) - set(VARIANT_FILES)
     if unknown:
@@ -82,7 +113,7 @@ def write_bundle(
         if len(calib_tensors):
             (tmp / CALIB_DIR).mkdir()
             for i, tensor in enumerate(calib_tensors):
-                (tmp / CALIB_DIR / f"{i:04d}.npy").write_bytes(_npy_bytes(tensor))
+                (tmp / CALIB_DIR / f"{i:04d}.npz").write_bytes(_npz_bytes(tensor))
         files: Dict[str, str] = {}
         for path in sorted(p for p in tmp.rglob("*") if p.is_file()):
             rel = path.relative_to(tmp).as_posix()

@@ -3,6 +3,11 @@ quantize → evaluate and gate → write the bundle → (engine where the host c
 
 Every step is a function in its own module; this one only orders them, reports progress and
 assembles the manifest. Nothing is written to `--out` until every check has passed.
+
+The calibration folder is split by name (see :class:`ImageSplit`) into calibration images
+(ranges, layer ranking), search images (the FP32-fallback search scores on these, aiming at
+`min_f1 + search_margin`) and gate images, which only the final accuracy gate sees: the gate's
+f1_vs_fp32 in the manifest and the build's table is measured on images nothing was tuned on.
 """
 from __future__ import annotations
 
@@ -87,27 +92,57 @@ def list_images(folder: Path) -> List[Path]:
     return images
 
 
+@dataclass
+class ImageSplit:
+    """The calibration folder in three disjoint parts, fixed by the images' names alone.
+
+    In name order, image i with stride k: ``i % k == 0`` → gate (the accuracy gate reports on
+    these, nothing else sees them), ``i % k == k // 2`` → search (the FP32-fallback search scores
+    on these), every other image → calibration (ranges and the layer ranking). Without a search
+    its images join the calibration part.
+    """
+
+    calibration: List[Path]
+    search: List[Path]
+    gate: List[Path]
+    stride: int
+
+    def describe(self) -> str:
+        search = f", i % {self.stride} == {self.stride // 2} → search" if self.search else ""
+        return f"image i in name order: i % {self.stride} == 0 → gate{search}, the rest → calibration"
+
+
 def split_images(images: Sequence[Path], fraction: float, minimum_holdout: int, minimum_calib: int,
-                 max_calib: Optional[int] = None) -> Tuple[List[Path], List[Path]]:
-    """Deterministic split into (calibration, held-back): every k-th image in name order is held
-    back, k = round(1 / fraction), at least `minimum_holdout` of them."""
+                 max_calib: Optional[int] = None, search: bool = True) -> ImageSplit:
+    """Deterministic split of `images` (sorted by name here) into calibration / search / gate.
+
+    The stride is k = round(1 / fraction), so `fraction` of the images go to the gate and as many
+    to the search; k shrinks (to no less than 3, or 2 without a search) when that leaves fewer
+    than `minimum_holdout` gate images. `max_calib` caps the calibration part.
+    """
+    images = sorted(images, key=lambda p: Path(p).name)
     n = len(images)
-    if n < minimum_calib + minimum_holdout:
-        raise CalibrationError(
-            f"too few calibration images: {n}; need at least {minimum_calib + minimum_holdout} "
-            f"({minimum_calib} to calibrate, {minimum_holdout} held back to check accuracy). Add images to the --calib folder"
-        )
-    step = max(1, int(round(1.0 / fraction))) if fraction > 0 else n + 1
-    held = set(range(0, n, step))
-    k = 1
-    while len(held) < minimum_holdout:
-        held.add(min(n - 1, k * step // 2 + 1 if step > 1 else k))
-        k += 1
-    holdout = [images[i] for i in sorted(held)]
-    calib = [images[i] for i in range(n) if i not in held]
+    parts = 3 if search else 2
+    need = minimum_calib + minimum_holdout * (parts - 1)
+    if n < need:
+        raise CalibrationError(_too_few(n, minimum_calib, minimum_holdout, search))
+    k = max(parts, int(round(1.0 / fraction))) if fraction > 0 else parts
+    if -(-n // k) < minimum_holdout:
+        k = max(parts, n // minimum_holdout)
+    gate = [p for i, p in enumerate(images) if i % k == 0]
+    held = [p for i, p in enumerate(images) if search and i % k == k // 2]
+    calib = [p for i, p in enumerate(images) if i % k != 0 and not (search and i % k == k // 2)]
+    if len(calib) < minimum_calib or len(gate) < minimum_holdout or (search and len(held) < minimum_holdout):
+        raise CalibrationError(_too_few(n, minimum_calib, minimum_holdout, search))
     if max_calib is not None:
         calib = calib[:max_calib]
-    return calib, holdout
+    return ImageSplit(calib, held, gate, k)
+
+
+def _too_few(n: int, calib: int, holdout: int, search: bool) -> str:
+    parts = f"{calib} to calibrate, " + (f"{holdout} for the FP32-fallback search, " if search else "") + f"{holdout} for the accuracy gate"
+    need = calib + holdout * (2 if search else 1)
+    return f"too few calibration images: {n}; need at least {need} ({parts}). Add images to the --calib folder"
 
 
 def preprocess_images(paths: Sequence[Path], spec: InputSpec, advance: Callable[[int], None]) -> Tuple[List[np.ndarray], List[Transform]]:
@@ -186,6 +221,9 @@ class _Int8Outcome:
     calib_cache: Optional[str]
     ranges_json: str
     search: List[Dict[str, Any]]
+    search_target: Optional[float] = None
+    search_f1: Optional[float] = None
+    search_reference_detections: Optional[int] = None
 
 
 def build(config: BuildConfig, reporter: Optional[Reporter] = None, cache_dir: Optional[Path] = None) -> BuildResult:
@@ -231,29 +269,37 @@ def build(config: BuildConfig, reporter: Optional[Reporter] = None, cache_dir: O
 
     # 3. images
     calib_tensors: List[np.ndarray] = []
+    search_tensors: List[np.ndarray] = []
+    search_transforms: List[Transform] = []
     hold_tensors: List[np.ndarray] = []
     hold_transforms: List[Transform] = []
     calib_dir: Optional[Path] = None
+    split: Optional[ImageSplit] = None
     if config.precision != "fp32":
         calib_dir = Path(config.calib) if config.calib is not None else default_calib_dir()
         if config.calib is None and not calib_dir.is_dir():
             raise CalibrationError(f"the default calibration images ({calib_dir}) are missing; pass a folder of images with --calib")
-        calib_paths, hold_paths = split_images(list_images(calib_dir), config.holdout_fraction, config.min_holdout,
-                                               config.min_calib_images, config.max_calib_images)
-        with rep.task("preprocess", len(calib_paths) + len(hold_paths)) as advance:
-            hold_tensors, hold_transforms = preprocess_images(hold_paths, spec, advance)
+        searching = config.needs_int8 and config.int8_fallback == "auto"
+        split = split_images(list_images(calib_dir), config.holdout_fraction, config.min_holdout,
+                             config.min_calib_images, config.max_calib_images, search=searching)
+        with rep.task("preprocess", len(split.calibration) + len(split.search) + len(split.gate)) as advance:
+            hold_tensors, hold_transforms = preprocess_images(split.gate, spec, advance)
             if config.needs_int8:
-                calib_tensors, _ = preprocess_images(calib_paths, spec, advance)
-        rep.info(f"images: {len(calib_paths)} for calibration, {len(hold_paths)} held back for the accuracy gate ({calib_dir})")
+                calib_tensors, _ = preprocess_images(split.calibration, spec, advance)
+                search_tensors, search_transforms = preprocess_images(split.search, spec, advance)
+        searched = f", {len(split.search)} for the FP32-fallback search" if split.search else ""
+        rep.info(f"images: {len(split.calibration)} for calibration{searched}, {len(split.gate)} held back for the "
+                 f"accuracy gate ({calib_dir})")
 
     # 4. variants and the gate
     accuracy: Dict[str, Any] = {}
     int8: Optional[_Int8Outcome] = None
+    reference: Optional[Reference] = None
     if config.precision != "fp32":
         from edge_sdk.builder.fp16 import to_fp16
 
         models["fp16"] = to_fp16(fp32)
-        with rep.task("evaluate fp32", len(hold_tensors)) as advance:
+        with rep.task("evaluate fp32 (gate images)", len(hold_tensors)) as advance:
             reference = Reference(fp32, spec.name, hold_tensors, hold_transforms, decoder, advance)
         if decoder is not None and reference.detections is not None:
             n_ref = sum(len(d) for d in reference.detections)
@@ -263,7 +309,11 @@ def build(config: BuildConfig, reporter: Optional[Reporter] = None, cache_dir: O
         with rep.task("evaluate fp16", len(hold_tensors)) as advance:
             accuracy["fp16"] = reference.compare("fp16", models["fp16"], advance)
         if config.needs_int8:
-            int8 = _int8(config, target, fp32, spec, calib_tensors, hold_tensors, reference, rep)
+            search_ref: Optional[Reference] = None
+            if search_tensors:
+                with rep.task("evaluate fp32 (search images)", len(search_tensors)) as advance:
+                    search_ref = Reference(fp32, spec.name, search_tensors, search_transforms, decoder, advance)
+            int8 = _int8(config, target, fp32, spec, calib_tensors, hold_tensors, reference, search_ref, rep)
             models["int8"] = int8.model
             accuracy["int8"] = int8.report
     accuracy_dict: Dict[str, Any] = {"fp32": {"f1_vs_fp32": 1.0, "max_abs_err": 0.0, "cosine": 1.0}}
@@ -293,6 +343,7 @@ def build(config: BuildConfig, reporter: Optional[Reporter] = None, cache_dir: O
     texts: Dict[str, str] = {}
     kept: List[np.ndarray] = []
     if int8 is not None:
+        assert split is not None and reference is not None
         manifest["calibration"] = {
             "algorithm": config.calib_method,
             "trt_calibrator": int8.algorithm,
@@ -300,15 +351,24 @@ def build(config: BuildConfig, reporter: Optional[Reporter] = None, cache_dir: O
             "samples": len(calib_tensors),
             "held_back": len(hold_tensors),
             "folder": str(calib_dir),
+            "split": {
+                "rule": split.describe(),
+                "calibration": {"images": len(split.calibration)},
+                "search": {"images": len(split.search), "reference_detections": int8.search_reference_detections},
+                "gate": {"images": len(split.gate), "reference_detections": _count(reference)},
+            },
             "tensors_kept": min(len(calib_tensors), config.calib_tensors_kept),
+            "tensors": None,
             "coverage": {"clipped_fraction": {k: round(float(v), 6) for k, v in int8.coverage.items()},
                          "warn_above": config.coverage_warn},
         }
-        manifest["int8"] = {"fp32_layers": int8.fp32_layers, "layer_precisions": int8.layer_precisions, "search": int8.search}
+        manifest["int8"] = {"fp32_layers": int8.fp32_layers, "layer_precisions": int8.layer_precisions,
+                            "search": int8.search, "search_target": int8.search_target, "search_f1": int8.search_f1}
         if int8.calib_cache is not None:
             texts[bundle_mod.CALIB_CACHE] = int8.calib_cache
         texts[bundle_mod.RANGES] = int8.ranges_json
         kept = _subset(calib_tensors, config.calib_tensors_kept)
+        manifest["calibration"]["tensors"] = bundle_mod.calib_tensor_format(kept, spec)
     manifest["builder"]["seconds"] = round(time.perf_counter() - started, 1)
     written = bundle_mod.write_bundle(config.out, manifest, models, texts, kept)
 
@@ -319,7 +379,10 @@ def build(config: BuildConfig, reporter: Optional[Reporter] = None, cache_dir: O
 
 
 def _int8(config: BuildConfig, target: Target, fp32: Any, spec: InputSpec, calib_tensors: List[np.ndarray],
-          hold_tensors: List[np.ndarray], reference: Reference, rep: Reporter) -> _Int8Outcome:
+          hold_tensors: List[np.ndarray], reference: Reference, search_ref: Optional[Reference], rep: Reporter) -> _Int8Outcome:
+    """Calibrate, quantize, and (with the fallback on) keep the fewest most sensitive layers in
+    FP32 so that the SEARCH images reach `min_f1 + search_margin`; the gate then judges the result
+    on the gate images, which neither the calibration nor the search has seen."""
     import json
 
     from edge_sdk.builder import calib_cache, calibration, qdq, sensitivity
@@ -336,22 +399,32 @@ def _int8(config: BuildConfig, target: Target, fp32: Any, spec: InputSpec, calib
         cache_text = calib_cache.format_calib_cache(ranges, target.calib_cache_header(algorithm))
     exclude: List[str] = []
     int8_model = qdq.quantize_qdq(fp32, ranges, exclude)
-    with rep.task("evaluate int8", len(hold_tensors)) as advance:
+    search_log: List[Dict[str, Any]] = []
+    search_target: Optional[float] = None
+    search_f1: Optional[float] = None
+    if config.int8_fallback == "auto" and search_ref is not None:
+        search_target = round(min(1.0, config.min_f1 + config.search_margin), 6)
+        with rep.task("evaluate int8 (search images)", len(search_ref.tensors)) as advance:
+            first = search_ref.compare("int8", int8_model, advance)
+        search_f1 = first.f1 if first.f1 is not None else first.cosine
+        if search_f1 < search_target:
+            rep.info(f"int8 scores {search_f1:.4f} on the search images < {search_target} (gate {config.min_f1} + margin "
+                     f"{config.search_margin}): searching layers to keep in FP32")
+            # Rank on calibration images, score on the search images: the gate images stay unseen.
+            rank_feeds = feeds if len(feeds) <= RANK_IMAGES else [feeds[i] for i in np.linspace(0, len(feeds) - 1, RANK_IMAGES).round().astype(int)]
+            with rep.task("rank layers by INT8 sensitivity", len(qdq.quantizable_nodes(fp32))) as advance:
+                ranking = sensitivity.rank_layers(fp32, ranges, rank_feeds, progress=advance)
+            exclude, search_f1, history = sensitivity.search_fallback(fp32, ranges, ranking, search_ref.score, search_target)
+            search_log = [dict(h) for h in history]
+            int8_model = qdq.quantize_qdq(fp32, ranges, exclude)
+            rep.info(f"int8 fallback: {len(exclude)} of {len(ranking)} layers kept in FP32 → {search_f1:.4f} on the search images")
+    with rep.task("evaluate int8 (gate images)", len(hold_tensors)) as advance:
         report = reference.compare("int8", int8_model, advance)
     result_gate = gate(report, config.min_f1)
-    search_log: List[Dict[str, Any]] = []
-    if not result_gate.passed and config.int8_fallback == "auto":
-        rep.info(f"int8 {result_gate.metric} {result_gate.value:.4f} < {result_gate.threshold}: searching layers to keep in FP32")
-        # Rank on calibration images, judge on the held-back ones: the gate stays an honest check.
-        rank_feeds = feeds if len(feeds) <= RANK_IMAGES else [feeds[i] for i in np.linspace(0, len(feeds) - 1, RANK_IMAGES).round().astype(int)]
-        with rep.task("rank layers by INT8 sensitivity", len(qdq.quantizable_nodes(fp32))) as advance:
-            ranking = sensitivity.rank_layers(fp32, ranges, rank_feeds, progress=advance)
-        exclude, _score, history = sensitivity.search_fallback(fp32, ranges, ranking, reference.score, config.min_f1)
-        search_log = [dict(h) for h in history]
-        int8_model = qdq.quantize_qdq(fp32, ranges, exclude)
-        report = reference.compare("int8", int8_model)
-        result_gate = gate(report, config.min_f1)
-        rep.info(f"int8 fallback: {len(exclude)} of {len(ranking)} layers kept in FP32 → {result_gate.metric} {result_gate.value:.4f}")
+    n_gate = _count(reference)
+    rep.info(f"int8 gate: {result_gate.metric} {result_gate.value:.4f} (>= {result_gate.threshold} needed) on "
+             f"{len(hold_tensors)} gate images" + ("" if n_gate is None else f" ({n_gate} FP32 detections)")
+             + (", none of them seen by the calibration or the search" if search_ref is not None else ", unseen by the calibration"))
     hold_feeds = [{spec.name: t} for t in hold_tensors]
     with rep.task("coverage", len(hold_feeds)) as advance:
         coverage = calibration.coverage(fp32, ranges, hold_feeds, progress=advance)
@@ -361,14 +434,25 @@ def _int8(config: BuildConfig, target: Target, fp32: Any, spec: InputSpec, calib
                  "calibrated range in " + ", ".join(f"{k} ({v:.1%})" for k, v in worst)
                  + "; add calibration images closer to the deployment scene")
     report.extra["fp32_layers"] = len(exclude)
+    if search_f1 is not None:
+        report.extra["search_f1"] = round(float(search_f1), 4)
     enforce(result_gate, "int8", config.allow_accuracy_loss, config.int8_fallback == "auto")
     if not result_gate.passed:
         rep.warn(f"INT8 {result_gate.metric} {result_gate.value:.4f} is below {result_gate.threshold}; kept because of --allow-accuracy-loss")
     return _Int8Outcome(
         model=int8_model, report=report, gate=result_gate, algorithm=algorithm, fp32_layers=list(exclude),
         layer_precisions=dict(qdq.layer_precisions(fp32, exclude)), coverage=coverage, calib_cache=cache_text,
-        ranges_json=json.dumps(result.to_json(), indent=2) + "\n", search=search_log,
+        ranges_json=json.dumps(result.to_json(), indent=2) + "\n", search=search_log, search_target=search_target,
+        search_f1=None if search_f1 is None else round(float(search_f1), 4),
+        search_reference_detections=_count(search_ref),
     )
+
+
+def _count(reference: Optional[Reference]) -> Optional[int]:
+    """FP32's detections on a reference's images (None without a decoder or a reference)."""
+    if reference is None or reference.detections is None:
+        return None
+    return int(sum(len(d) for d in reference.detections))
 
 
 def _make_decoder(spec: Optional[Dict[str, Any]], input_spec: InputSpec) -> Any:
@@ -438,6 +522,7 @@ def _summary(bundle: Bundle, accuracy: Dict[str, Any], manifest: Dict[str, Any],
         "variants": variants,
         "gate": accuracy.get("int8", {}).get("gate"),
         "fp32_layers": (manifest.get("int8") or {}).get("fp32_layers", []),
+        "split": (manifest.get("calibration") or {}).get("split"),
         "graph": manifest["graph"],
         "engine": str(engine) if engine else None,
         "engine_message": engine_message,

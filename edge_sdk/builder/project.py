@@ -21,6 +21,8 @@ precision = "best"                  # fp32 | fp16 | int8 | best
 calib = "calib_images"
 calib_method = "entropy"            # entropy | minmax | percentile
 min_f1 = 0.97
+holdout_fraction = 0.25             # images for the gate (and as many for the fallback search)
+search_margin = 0.01                # the fallback search aims at min_f1 + this on its own images
 ```
 """
 from __future__ import annotations
@@ -36,7 +38,7 @@ PROJECT_FILE = "edge.toml"
 PRECISIONS = ("fp32", "fp16", "int8", "best")
 CALIB_METHODS = ("entropy", "minmax", "percentile")
 FALLBACK_MODES = ("auto", "off")
-DEFAULT_CALIB_METHOD = "percentile"
+DEFAULT_CALIB_METHOD = "minmax"  # measured: bench/bench_calibration.py --accuracy
 
 
 @dataclass
@@ -66,10 +68,11 @@ class BuildConfig:
     allow_accuracy_loss: bool = False
     int8_fallback: str = "auto"
     max_calib_images: int = 256
-    holdout_fraction: float = 0.25
+    holdout_fraction: float = 0.25  # of the images go to the gate, as many to the fallback search
+    search_margin: float = 0.01  # the fallback search aims at min_f1 + search_margin on its own images
     min_holdout: int = 4
     min_calib_images: int = 8
-    calib_tensors_kept: int = 32
+    calib_tensors_kept: int = 16  # shipped for re-calibration on the device (uint8 npz, ~0.5 MB each at 640x384)
     coverage_warn: float = 0.01
     source: str = "command line"
 
@@ -86,6 +89,11 @@ class BuildConfig:
             raise ConfigError(f"int8_fallback must be auto or off, got {self.int8_fallback!r}{where}")
         if not 0.0 <= self.min_f1 <= 1.0:
             raise ConfigError(f"min_f1 must be between 0 and 1, got {self.min_f1}{where}")
+        if not 0.0 < self.holdout_fraction <= 0.34:
+            raise ConfigError(f"holdout_fraction must be in (0, 0.34] (as many images again go to the fallback search), "
+                              f"got {self.holdout_fraction}{where}")
+        if not 0.0 <= self.search_margin <= 0.1:
+            raise ConfigError(f"search_margin must be between 0 and 0.1, got {self.search_margin}{where}")
         if not 0.0 < self.percentile <= 100.0:
             raise ConfigError(f"percentile must be in (0, 100], got {self.percentile}{where}")
         if self.max_calib_images < self.min_calib_images:
@@ -141,6 +149,7 @@ _INPUT_KEYS = {"name": "input_name", "size": "input_size", "mean": "mean", "scal
 _BUILD_KEYS = {
     "target", "out", "precision", "calib", "calib_method", "percentile", "dla_core", "workspace_mib",
     "timing_cache", "min_f1", "allow_accuracy_loss", "int8_fallback", "max_calib_images", "holdout_fraction",
+    "search_margin",
 }
 _PATH_KEYS = {"model", "out", "calib", "timing_cache"}
 
@@ -206,7 +215,7 @@ def _coerce(values: Dict[str, Any], source: str) -> Dict[str, Any]:
     for key in _PATH_KEYS:
         if out.get(key) is not None:
             out[key] = Path(out[key])
-    for key in ("percentile", "min_f1", "holdout_fraction"):
+    for key in ("percentile", "min_f1", "holdout_fraction", "search_margin"):
         if key in out and not isinstance(out[key], (int, float)):
             raise ConfigError(f"{key} must be a number, got {out[key]!r} (from {source})")
     for key in ("dla_core", "workspace_mib", "max_calib_images"):

@@ -8,8 +8,10 @@ Two steps, each a plain function the builder calls:
    The model runs in ONNX Runtime on a few representative batches; the error is a callable
    ``metric(fp32_outputs, quant_outputs) -> float`` (default: :func:`nmse`, averaged over outputs).
 2. :func:`search_fallback` excludes layers in ranking order, growing the set geometrically
-   until the caller's task score (e.g. F1 against FP32 on held-back images) reaches the
-   threshold, then bisects back to the smallest prefix of the ranking that still reaches it.
+   until the caller's task score (e.g. F1 against FP32 on the build's search images) reaches
+   the threshold, then bisects back to the smallest prefix of the ranking that still reaches it.
+   The score is noisy in the number of layers (not monotone), so the caller judges the result
+   on other images than the ones the search scored on, and the threshold carries a margin.
 """
 from __future__ import annotations
 

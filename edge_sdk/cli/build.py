@@ -19,8 +19,8 @@ def build(
     target: Optional[str] = typer.Option(None, "--target", "-t", help="Deployment target (see `edge-sdk targets`). [default: xavier-nx]", show_default=False),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Bundle folder to write (replaced atomically). [default: ./bundle]", show_default=False),
     precision: Optional[str] = typer.Option(None, "--precision", help="fp32 | fp16 | int8 | best. fp32 skips calibration; int8 and best produce every variant and gate INT8 on accuracy. [default: best]", show_default=False),
-    calib: Optional[Path] = typer.Option(None, "--calib", help="Folder of calibration images (like trtexec --calib data). 25 % are held back for the accuracy gate. [default: the bundled calibrate/images]", show_default=False),
-    calib_method: Optional[str] = typer.Option(None, "--calib-method", help="entropy (TensorRT EntropyCalibration2: 2048-bin histograms, KL) | minmax | percentile (99.99). [default: percentile]", show_default=False),
+    calib: Optional[Path] = typer.Option(None, "--calib", help="Folder of calibration images (like trtexec --calib data). Every 4th image is held back for the accuracy gate and another 4th for the FP32-fallback search. [default: the bundled calibrate/images]", show_default=False),
+    calib_method: Optional[str] = typer.Option(None, "--calib-method", help="entropy (TensorRT EntropyCalibration2: 2048-bin histograms, KL) | minmax | percentile (99.99). [default: minmax]", show_default=False),
     percentile: Optional[float] = typer.Option(None, "--percentile", help="Percentile of |activation| kept by --calib-method percentile. [default: 99.99]", show_default=False),
     input_name: Optional[str] = typer.Option(None, "--input-name", help="Model input to feed images to (needed when the model has several).", show_default=False),
     input_size: Optional[str] = typer.Option(None, "--input-size", help="Network input size WxH, e.g. 640x384; fixes dummy or dynamic dims.", show_default=False),
@@ -32,6 +32,7 @@ def build(
     workspace: Optional[int] = typer.Option(None, "--workspace", help="Builder workspace limit in MiB (as trtexec --memPoolSize=workspace). [default: 2048]", show_default=False),
     timing_cache: Optional[Path] = typer.Option(None, "--timing-cache", help="TensorRT timing cache file to read and update (as trtexec --timingCacheFile).", show_default=False),
     min_f1: Optional[float] = typer.Option(None, "--min-f1", help="Accuracy gate: lowest INT8 f1_vs_fp32 (detections matched at IoU 0.5). [default: 0.97]", show_default=False),
+    search_margin: Optional[float] = typer.Option(None, "--search-margin", help="The FP32-fallback search aims at --min-f1 plus this on its own images, so the gate on unseen images passes with room. [default: 0.01]", show_default=False),
     allow_accuracy_loss: bool = typer.Option(False, "--allow-accuracy-loss", help="Write the bundle even when INT8 fails the accuracy gate."),
     int8_fallback: Optional[str] = typer.Option(None, "--int8-fallback", help="auto: keep the layers most sensitive to INT8 in FP32 until the gate passes | off. [default: auto]", show_default=False),
     max_calib_images: Optional[int] = typer.Option(None, "--max-calib-images", help="Use at most this many images for calibration. [default: 256]", show_default=False),
@@ -51,7 +52,7 @@ def build(
         "calib_method": calib_method, "percentile": percentile, "input_name": input_name, "input_size": input_size,
         "mean": mean, "scale": scale, "color": color, "decoder": _decoder_spec(decoder), "dla_core": dla_core,
         "workspace_mib": workspace, "timing_cache": timing_cache, "min_f1": min_f1,
-        "allow_accuracy_loss": True if allow_accuracy_loss else None, "int8_fallback": int8_fallback,
+        "search_margin": search_margin, "allow_accuracy_loss": True if allow_accuracy_loss else None, "int8_fallback": int8_fallback,
         "max_calib_images": max_calib_images,
     }
     config = make_config(cli)

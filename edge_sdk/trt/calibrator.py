@@ -1,8 +1,9 @@
 """INT8 calibration on the device with TensorRT's own calibrator (TensorRT 8.x implicit INT8).
 
 The builder ships two things in the bundle: `calib.cache` (the scales it computed, in
-TensorRT's cache format) and `calib/*.npy` (a bounded subset of the calibration images,
-already preprocessed by the runtime's code). TensorRT first asks the calibrator for a cache:
+TensorRT's cache format) and `calib/*.npz` (a bounded subset of the calibration images,
+already preprocessed by the runtime's code, stored as uint8 when the values are raw 0..255
+pixels, else float16 or float32 where exact; each is cast back to float32 before upload). TensorRT first asks the calibrator for a cache:
 the shipped one is handed over when its header matches this TensorRT and this calibrator, so
 no calibration runs. With `--recalibrate` (caches moved between GPUs have lost accuracy,
 NVIDIA/TensorRT #2036), or when the header does not match, TensorRT calibrates itself on the
@@ -61,9 +62,24 @@ def version_code(version: str) -> int:
 
 
 def calibration_tensors(bundle_root: Path) -> List[Path]:
-    """The shipped preprocessed calibration tensors, in the order they are fed (file name)."""
+    """The shipped preprocessed calibration tensors (`.npz`, or `.npy` from older bundles), in
+    the order they are fed (file name)."""
     folder = Path(bundle_root) / CALIB_DIR
-    return sorted(folder.glob("*.npy")) if folder.is_dir() else []
+    if not folder.is_dir():
+        return []
+    return sorted(p for p in folder.iterdir() if p.suffix in (".npz", ".npy") and p.is_file())
+
+
+def load_tensor(path: Path) -> np.ndarray:
+    """One calibration file as stored: a `.npy` array, or the single array of a `.npz`."""
+    data = np.load(str(path), allow_pickle=False)
+    if isinstance(data, np.ndarray):
+        return data
+    with data:
+        names = list(data.keys())
+        if len(names) != 1:
+            raise ValueError(f"expected one array, found {len(names)}")
+        return data[names[0]]
 
 
 # --- device memory: the one place the calibrator touches CUDA --------------------------------
@@ -252,19 +268,19 @@ class CalibrationFeed:
         want = self.input_shape[1:]
         for path in self.tensors:
             try:
-                arr = np.load(str(path), allow_pickle=False)
-            except (OSError, ValueError) as exc:
+                arr = load_tensor(path)
+            except (OSError, ValueError, EOFError) as exc:
                 raise CalibrationError(f"calibration tensor {path} is unreadable ({exc}); copy the bundle again") from exc
             if arr.ndim == len(want):
                 arr = arr[None]
-            if tuple(arr.shape[1:]) != want or not np.issubdtype(arr.dtype, np.floating):
+            if tuple(arr.shape[1:]) != want or not (np.issubdtype(arr.dtype, np.floating) or arr.dtype == np.uint8):
                 raise CalibrationError(
-                    f"calibration tensor {path} has shape {arr.shape} {arr.dtype}, expected floating (k, {', '.join(map(str, want))}) "
+                    f"calibration tensor {path} has shape {arr.shape} {arr.dtype}, expected float or uint8 (k, {', '.join(map(str, want))}) "
                     "matching the manifest input; rebuild the bundle"
                 )
             self.files_fed.append(path.name)
             for sample in arr:
-                yield sample
+                yield sample  # next_batch copies it into the float32 host batch: uint8/float16 -> float32 is exact
 
 
 def make_calibrator(trt: Any, feed: CalibrationFeed) -> Any:

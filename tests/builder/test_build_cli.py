@@ -50,16 +50,24 @@ def test_fp32_build_writes_a_loadable_bundle(tmp_path: Path, detector_path: Path
 
 def test_int8_build_passes_the_gate_and_writes_every_file(tmp_path: Path, detector_path: Path, calib_dir: Path) -> None:
     out = tmp_path / "bundle"
-    result = invoke(tiny_build_args(detector_path, out, calib_dir, "--precision", "int8", "--json"), tmp_path)
+    # the tiny detector passes its 4 gate images with percentile ranges; the default (minmax) was chosen on CenterFace
+    result = invoke(tiny_build_args(detector_path, out, calib_dir, "--precision", "int8", "--calib-method", "percentile",
+                                    "--json"), tmp_path)
     assert result.exit_code == 0, output_of(result)
     summary = json.loads(result.stdout)
     bundle = Bundle.load(out)
     m = bundle.manifest
     assert bundle.variants() == ["fp32", "fp16", "int8"]
     assert {"calib.cache", "ranges.json", "model.int8.qdq.onnx"} <= set(m["files"])
-    assert len([f for f in m["files"] if f.startswith("calib/")]) == m["calibration"]["tensors_kept"] == 12
+    assert len([f for f in m["files"] if f.startswith("calib/")]) == m["calibration"]["tensors_kept"] == 8
     assert (out / "calib.cache").read_text().startswith("TRT-8502-")
-    assert m["calibration"]["samples"] == 12 and m["calibration"]["held_back"] == 4
+    # 16 images: every 4th by name to the gate, the ones 2 after them to the fallback search
+    split = m["calibration"]["split"]
+    assert m["calibration"]["samples"] == split["calibration"]["images"] == 8
+    assert split["search"]["images"] == 4 and split["gate"]["images"] == m["calibration"]["held_back"] == 4
+    assert split["gate"]["reference_detections"] == m["accuracy"]["int8"]["reference_detections"] >= 8
+    assert split["search"]["reference_detections"] >= 8
+    assert m["calibration"]["tensors"]["count"] == 8 and m["calibration"]["tensors"]["dtype"] in ("uint8", "float16", "float32")
     assert m["accuracy"]["int8"]["f1_vs_fp32"] >= 0.97 and m["accuracy"]["int8"]["gate"]["passed"]
     assert m["accuracy"]["fp16"]["reference_detections"] >= 8
     assert set(m["int8"]["layer_precisions"].values()) <= {"int8", "fp32"}
@@ -193,21 +201,28 @@ def test_help_documents_every_flag() -> None:
     assert result.exit_code == 0
     for flag in ("--target", "--out", "--precision", "--calib", "--calib-method", "--input-name", "--input-size",
                  "--mean", "--scale", "--color", "--decoder", "--dla-core", "--workspace", "--timing-cache",
-                 "--min-f1", "--allow-accuracy-loss", "--int8-fallback", "--max-calib-images", "--json"):
+                 "--min-f1", "--search-margin", "--allow-accuracy-loss", "--int8-fallback", "--max-calib-images", "--json"):
         assert flag in result.output, flag
     assert "edge-sdk engine" in result.output
 
 
 @pytest.mark.slow
 def test_real_centerface_int8_passes_the_gate(tmp_path: Path, centerface_model_path: Path) -> None:
-    """The default build on the repository's calibration images: INT8 f1_vs_fp32 >= 0.97."""
+    """The default build on the repository's calibration images: INT8 f1_vs_fp32 >= 0.97 on gate
+    images that neither the calibration nor the FP32-fallback search has seen."""
     out = tmp_path / "bundle"
     result = invoke(["build", str(centerface_model_path), "--out", str(out), "--input-size", "640x384",
                      "--decoder", "centerface", "--json"], tmp_path)
     assert result.exit_code == 0, output_of(result)
     m = Bundle.load(out).manifest
-    assert m["accuracy"]["int8"]["f1_vs_fp32"] >= 0.97
-    assert m["accuracy"]["int8"]["reference_detections"] >= 80
+    split = m["calibration"]["split"]
+    assert split["gate"]["reference_detections"] == m["accuracy"]["int8"]["reference_detections"] >= 150
+    assert split["search"]["reference_detections"] >= 100
+    assert split["calibration"]["images"] + split["search"]["images"] + split["gate"]["images"] == 56
+    assert m["accuracy"]["int8"]["f1_vs_fp32"] >= 0.97 and m["accuracy"]["int8"]["gate"]["passed"]
+    assert m["int8"]["search_f1"] >= m["int8"]["search_target"] == 0.98  # the search aims 0.01 above the gate
     assert m["accuracy"]["fp16"]["f1_vs_fp32"] >= 0.97
+    assert m["calibration"]["tensors"]["dtype"] == "uint8"  # raw pixels: a quarter of float32
+    assert sum((out / f).stat().st_size for f in m["files"]) < 30e6
     assert m["model"]["source_sha256"] == "09189deaaf8646c5c51a68447e3c744ea1e211798155d4728c20507b9f5aefbc"
     assert m["precision"] == "int8"

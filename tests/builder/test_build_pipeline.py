@@ -19,26 +19,53 @@ def names(n: int):
 
 
 @pytest.mark.parametrize(
-    "n, held, calib",
-    [(48, 12, 36), (16, 4, 12), (12, 4, 8), (13, 4, 9)],
+    "n, search, sizes",
+    [
+        # n images, with a search part?, (calibration, search, gate)
+        (56, True, (28, 14, 14)),
+        (48, True, (24, 12, 12)),
+        (16, True, (8, 4, 4)),
+        (17, True, (8, 4, 5)),
+        (16, False, (12, 0, 4)),
+        (12, False, (8, 0, 4)),
+        (13, False, (9, 0, 4)),
+    ],
 )
-def test_split_is_deterministic_and_disjoint(n: int, held: int, calib: int) -> None:
-    c1, h1 = split_images(names(n), 0.25, 4, 8)
-    c2, h2 = split_images(list(reversed(sorted(names(n))))[::-1], 0.25, 4, 8)
-    assert (c1, h1) == (c2, h2)
-    assert (len(h1), len(c1)) == (held, calib)
-    assert not set(c1) & set(h1)
-    assert h1[0] == Path("000.jpg")  # every 4th image by name is held back
+def test_split_is_deterministic_and_disjoint(n: int, search: bool, sizes) -> None:
+    s1 = split_images(names(n), 0.25, 4, 8, search=search)
+    s2 = split_images(list(reversed(names(n))), 0.25, 4, 8, search=search)  # order given does not matter
+    assert (s1.calibration, s1.search, s1.gate) == (s2.calibration, s2.search, s2.gate)
+    assert (len(s1.calibration), len(s1.search), len(s1.gate)) == sizes
+    parts = [set(s1.calibration), set(s1.search), set(s1.gate)]
+    assert not (parts[0] & parts[1] or parts[0] & parts[2] or parts[1] & parts[2])
+    assert set.union(*parts) == set(names(n))
+    k = s1.stride
+    assert k == (3 if n == 12 else 4)  # 12 images: stride 3 keeps 4 for the gate
+    assert s1.gate[0] == Path("000.jpg") and all(int(p.stem) % k == 0 for p in s1.gate)  # every k-th by name
+    assert all(int(p.stem) % k == k // 2 for p in s1.search)
+
+
+def test_split_shrinks_the_stride_to_keep_enough_gate_images() -> None:
+    split = split_images(names(20), 0.1, 4, 8)
+    assert split.stride == 5 and (len(split.calibration), len(split.search), len(split.gate)) == (12, 4, 4)
+    assert split.describe() == "image i in name order: i % 5 == 0 → gate, i % 5 == 2 → search, the rest → calibration"
 
 
 def test_split_caps_the_calibration_part() -> None:
-    calib, held = split_images(names(48), 0.25, 4, 8, max_calib=10)
-    assert (len(calib), len(held)) == (10, 12)
+    split = split_images(names(48), 0.25, 4, 8, max_calib=10)
+    assert (len(split.calibration), len(split.search), len(split.gate)) == (10, 12, 12)
 
 
-def test_too_few_images() -> None:
-    with pytest.raises(CalibrationError, match="too few calibration images: 11; need at least 12"):
-        split_images(names(11), 0.25, 4, 8)
+@pytest.mark.parametrize(
+    "n, search, message",
+    [
+        (15, True, "too few calibration images: 15; need at least 16 \\(8 to calibrate, 4 for the FP32-fallback search, 4 for"),
+        (11, False, "too few calibration images: 11; need at least 12 \\(8 to calibrate, 4 for the accuracy gate\\)"),
+    ],
+)
+def test_too_few_images(n: int, search: bool, message: str) -> None:
+    with pytest.raises(CalibrationError, match=message):
+        split_images(names(n), 0.25, 4, 8, search=search)
 
 
 def test_list_images_ignores_other_files(tmp_path: Path) -> None:

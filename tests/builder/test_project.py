@@ -70,6 +70,9 @@ def test_no_project_file_gives_defaults(tmp_path: Path) -> None:
         ("[decoder]\nscore_threshold = 0.3\n", r"\[decoder\].*needs a 'type'"),
         ("model = [", r"not valid TOML"),
         ("[build]\ndla_core = 'zero'\n", r"dla_core must be an integer"),
+        ("[build]\nsearch_margin = 0.5\n", r"search_margin must be between 0 and 0\.1.*edge\.toml"),
+        ("[build]\nsearch_margin = 'wide'\n", r"search_margin must be a number"),
+        ("[build]\nholdout_fraction = 0.5\n", r"holdout_fraction must be in \(0, 0\.34\]"),
     ],
 )
 def test_bad_project_file_names_key_and_file(tmp_path: Path, text: str, message: str) -> None:
@@ -102,6 +105,12 @@ def test_parse_floats(value, expected) -> None:
 def test_parse_floats_rejects_two_values() -> None:
     with pytest.raises(ConfigError, match="mean must have 1 or 3 values"):
         parse_floats("1,2", "mean")
+
+
+def test_search_margin_comes_from_the_project_file(tmp_path: Path) -> None:
+    config = make_config({}, write(tmp_path, "[build]\nsearch_margin = 0.02\nholdout_fraction = 0.2\n"))
+    assert (config.search_margin, config.holdout_fraction) == (0.02, 0.2)
+    assert BuildConfig().search_margin == 0.01
 
 
 def test_read_project_alone(tmp_path: Path) -> None:

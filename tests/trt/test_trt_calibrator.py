@@ -95,6 +95,34 @@ def test_feed_packs_samples_in_file_order(tmp_path: Path, counts, batch: int, ex
     assert memory.freed == 1 and not memory.blocks
 
 
+@pytest.mark.parametrize("dtype, container", [(np.uint8, "npz"), (np.uint8, "npy"), (np.float16, "npz"), (np.float32, "npy")])
+def test_feed_casts_stored_tensors_to_float32_exactly(tmp_path: Path, dtype, container: str) -> None:
+    # Bundles store raw 0..255 pixels as uint8 (in a compressed .npz); TensorRT gets float32.
+    pixels = np.random.default_rng(0).integers(0, 256, (2,) + SHAPE).astype(dtype)
+    folder = tmp_path / "calib"
+    folder.mkdir()
+    if container == "npz":
+        np.savez_compressed(str(folder / "0000.npz"), tensor=pixels)
+    else:
+        np.save(str(folder / "0000.npy"), pixels)
+    memory = FakeDeviceMemory()
+    feed = _feed(calibration_tensors(tmp_path), 2, memory)
+    ptrs = feed.next_batch(["input.1"])
+    assert ptrs is not None
+    uploaded = np.asarray(memory.read(ptrs[0], feed.input_shape))
+    assert uploaded.dtype == np.float32
+    assert np.array_equal(uploaded, pixels.astype(np.float32))
+    assert feed.files_fed == [f"0000.{container}"]
+
+
+def test_calibration_tensors_lists_npz_and_npy_in_name_order(tmp_path: Path) -> None:
+    folder = tmp_path / "calib"
+    folder.mkdir()
+    for name in ("0001.npz", "0000.npy", "notes.txt", "0002.npz"):
+        (folder / name).write_bytes(b"x")
+    assert [p.name for p in calibration_tensors(tmp_path)] == ["0000.npy", "0001.npz", "0002.npz"]
+
+
 def test_feed_rejects_a_tensor_of_the_wrong_shape(tmp_path: Path) -> None:
     paths = _tensors(tmp_path, [1])
     np.save(str(paths[0]), np.zeros((3, 4, 4), np.float32))
@@ -113,6 +141,13 @@ def test_feed_rejects_an_unreadable_tensor(tmp_path: Path) -> None:
 def test_feed_rejects_other_input_names(tmp_path: Path) -> None:
     with pytest.raises(CalibrationError, match="single-input"):
         _feed(_tensors(tmp_path, [1]), 1, FakeDeviceMemory()).next_batch(["images", "mask"])
+
+
+def test_feed_rejects_integer_tensors_other_than_uint8(tmp_path: Path) -> None:
+    (tmp_path / "calib").mkdir()
+    np.save(str(tmp_path / "calib" / "0000.npy"), np.zeros((1,) + SHAPE, np.int32))
+    with pytest.raises(CalibrationError, match="expected float or uint8"):
+        _feed(calibration_tensors(tmp_path), 1, FakeDeviceMemory()).next_batch(["input.1"])
 
 
 @pytest.mark.parametrize(

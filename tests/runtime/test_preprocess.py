@@ -1,0 +1,94 @@
+"""Preprocessor: the tensor equals a plain numpy reference for every path through `fill`."""
+from __future__ import annotations
+
+import tracemalloc
+from typing import List, Tuple
+
+import numpy as np
+import pytest
+
+from edge_sdk.preprocess import InputSpec, Preprocessor, plan_transform
+
+cv2 = pytest.importorskip("cv2")
+
+
+def frame_of(h: int, w: int, seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).integers(0, 256, (h, w, 3), dtype=np.uint8)
+
+
+def reference(spec: InputSpec, frame: np.ndarray) -> np.ndarray:
+    """Resize (same interpolation as the product), pad, reorder colours, normalize: one (3,H,W)."""
+    h, w = frame.shape[:2]
+    _, (x, y, rw, rh) = plan_transform(w, h, spec.width, spec.height, spec.resize)
+    canvas = np.full((spec.height, spec.width, 3), spec.pad_value, np.uint8)
+    if (rw, rh) == (w, h):
+        canvas[y : y + rh, x : x + rw] = frame
+    else:
+        interp = cv2.INTER_AREA if rw < w else cv2.INTER_LINEAR
+        canvas[y : y + rh, x : x + rw] = cv2.resize(frame, (rw, rh), interpolation=interp)
+    if spec.color == "RGB":
+        canvas = canvas[..., ::-1]
+    chw = canvas.transpose(2, 0, 1).astype(np.float32)
+    mean = np.asarray(spec.mean, np.float32).reshape(3, 1, 1)
+    scale = np.asarray(spec.scale, np.float32).reshape(3, 1, 1)
+    return ((chw - mean).astype(spec.dtype) * scale).astype(spec.dtype)
+
+
+CASES: List[Tuple[str, Tuple[int, int], dict]] = [
+    ("network size, BGR, identity", (48, 80), {}),
+    ("network size, RGB", (48, 80), {"color": "RGB"}),
+    ("network size, mean and scale", (48, 80), {"mean": [104.0, 117.0, 123.0], "scale": [0.017, 0.018, 0.019]}),
+    ("larger, same aspect (resize, no pad)", (96, 160), {}),
+    ("taller frame, letterbox pads the sides", (100, 60), {"pad_value": 114}),
+    ("smaller frame, letterbox upsamples", (30, 40), {"color": "RGB"}),
+    ("stretch", (70, 90), {"resize": "stretch"}),
+    ("float16 tensor with normalization", (48, 80), {"dtype": "float16", "mean": [0.5, 1.0, 2.0], "scale": [0.1, 0.2, 0.3]}),
+    ("same-size frame inside a letterbox of another aspect", (48, 64), {}),
+]
+
+
+@pytest.mark.parametrize("name,hw,opts", CASES, ids=[c[0] for c in CASES])
+def test_fill_matches_the_numpy_reference(name: str, hw: Tuple[int, int], opts: dict) -> None:
+    spec = InputSpec(name="x", shape=[2, 3, 48, 80], **opts)
+    pre = Preprocessor(spec)
+    frame = frame_of(*hw)
+    pre.fill(frame, 1)
+    want = reference(spec, frame)
+    atol = 1e-2 if spec.dtype == "float16" else 0.0
+    np.testing.assert_allclose(pre.tensor[1].astype(np.float32), want.astype(np.float32), rtol=1e-3 if atol else 0, atol=atol)
+    assert not pre.tensor[0].any(), "fill(frame, 1) must leave batch slot 0 alone"
+
+
+def test_a_frame_size_change_repads_the_canvas() -> None:
+    spec = InputSpec(name="x", shape=[1, 3, 48, 80], pad_value=7)
+    pre = Preprocessor(spec)
+    wide, tall = frame_of(48, 80, 1), frame_of(80, 40, 2)
+    for frame in (wide, tall, wide, tall):
+        tensor, _ = pre(frame)
+        np.testing.assert_array_equal(tensor[0], reference(spec, frame))
+
+
+def test_non_contiguous_frames_take_the_numpy_path() -> None:
+    spec = InputSpec(name="x", shape=[1, 3, 48, 80])
+    pre = Preprocessor(spec)
+    big = frame_of(48, 160)
+    view = big[:, ::2]  # 48x80 but strided
+    tensor, _ = pre(view)
+    np.testing.assert_array_equal(tensor[0], reference(spec, np.ascontiguousarray(view)))
+
+
+@pytest.mark.parametrize("hw", [(384, 640), (768, 1280)])
+def test_steady_state_fill_allocates_nothing_frame_sized(hw: Tuple[int, int]) -> None:
+    pre = Preprocessor(InputSpec(name="x", shape=[1, 3, 384, 640]))
+    frames = [frame_of(*hw, seed) for seed in range(3)]
+    for frame in frames:
+        pre.fill(frame)
+    tracemalloc.start()
+    try:
+        for i in range(60):
+            pre.fill(frames[i % 3])
+        current, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 16 * 1024, f"peak {peak} bytes: a frame-sized buffer was allocated"
+    assert current < 4 * 1024
