@@ -52,7 +52,8 @@ from typing import IO, Any, Callable, Deque, Dict, Mapping, Optional, Tuple
 
 from edge_sdk import __version__
 from edge_sdk.errors import ConfigError, EdgeSdkError
-from edge_sdk.runtime.config import PipelineConfig, _merge, config_from_dict, read_toml
+from edge_sdk.fsutil import read_toml
+from edge_sdk.runtime.config import PipelineConfig, _merge, config_from_dict
 from edge_sdk.telemetry.commands import CommandProcessor, CommandRejected
 from edge_sdk.telemetry.health import HealthConfig, HealthMonitor
 from edge_sdk.telemetry.mqtt import BrokerConfig, LinePublisher, MqttPublisher, Publisher, default_queue_path

@@ -5,9 +5,12 @@ import hashlib
 import json
 import os
 import shutil
+import sys
 import tempfile
 from pathlib import Path
-from typing import Any, Union
+from typing import Any, Dict, Union
+
+from edge_sdk.errors import ConfigError
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -81,3 +84,23 @@ class AtomicDirectory:
         os.replace(self.tmp, self.final)
         if old is not None:
             shutil.rmtree(old, ignore_errors=True)
+
+
+def read_toml(path: Any) -> Dict[str, Any]:
+    """Parse a TOML file; ConfigError naming the file when it is unreadable or not TOML."""
+    if sys.version_info >= (3, 11):
+        import tomllib as toml  # novermin (guarded by the version check)
+    else:
+        try:
+            import tomli as toml
+        except ImportError as exc:  # pragma: no cover - tomli is a dependency on < 3.11
+            raise ConfigError("reading TOML on Python < 3.11 needs tomli: pip install tomli") from exc
+    path = Path(path)
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc.strerror or exc}") from exc
+    try:
+        return dict(toml.loads(raw.decode("utf-8")))
+    except (UnicodeDecodeError, toml.TOMLDecodeError) as exc:
+        raise ConfigError(f"{path}: not valid TOML ({exc})") from exc

@@ -27,12 +27,12 @@ search_margin = 0.01                # the fallback search aims at min_f1 + this 
 """
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from edge_sdk.errors import ConfigError
+from edge_sdk.fsutil import read_toml
 
 PROJECT_FILE = "edge.toml"
 PRECISIONS = ("fp32", "fp16", "int8", "best")
@@ -154,24 +154,10 @@ _BUILD_KEYS = {
 _PATH_KEYS = {"model", "out", "calib", "timing_cache"}
 
 
-def _toml_load(path: Path) -> Dict[str, Any]:
-    if sys.version_info >= (3, 11):
-        import tomllib
-    else:
-        import tomli as tomllib
-    try:
-        with open(path, "rb") as f:
-            return tomllib.load(f)
-    except OSError as exc:
-        raise ConfigError(f"cannot read {path}: {exc}") from exc
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path} is not valid TOML: {exc}") from exc
-
-
 def read_project(path: Path) -> Dict[str, Any]:
     """Flatten an edge.toml into BuildConfig field values; ConfigError naming key and file."""
     path = Path(path)
-    raw = _toml_load(path)
+    raw = read_toml(path)
     src = str(path)
     values: Dict[str, Any] = {}
     for key in raw:

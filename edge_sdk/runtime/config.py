@@ -34,12 +34,12 @@ Validation happens once, at the edge (`load_config`, `config_from_dict`, or `Pip
 from __future__ import annotations
 
 import dataclasses
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, Mapping, Optional, Tuple
 
 from edge_sdk.errors import ConfigError
+from edge_sdk.fsutil import read_toml
 from edge_sdk.roi.strategies import RoiConfig
 
 PRECISIONS = ("fp32", "fp16", "int8")
@@ -169,26 +169,6 @@ def _section(cls: Any, value: Any, name: str, origin: str) -> Any:
         if key not in known:
             raise ConfigError(f"{origin}: unknown key {name}.{key}; known keys in [{name}]: {', '.join(sorted(known))}")
     return cls(**dict(value))
-
-
-def read_toml(path: Any) -> Dict[str, Any]:
-    """Parse a TOML file; ConfigError naming the file when it is unreadable or not TOML."""
-    if sys.version_info >= (3, 11):
-        import tomllib as toml  # novermin (guarded by the version check)
-    else:
-        try:
-            import tomli as toml
-        except ImportError as exc:  # pragma: no cover - tomli is a dependency on < 3.11
-            raise ConfigError("reading TOML on Python < 3.11 needs tomli: pip install tomli") from exc
-    path = Path(path)
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise ConfigError(f"cannot read config file {path}: {exc.strerror or exc}") from exc
-    try:
-        return dict(toml.loads(raw.decode("utf-8")))
-    except (UnicodeDecodeError, toml.TOMLDecodeError) as exc:
-        raise ConfigError(f"{path}: not valid TOML ({exc})") from exc
 
 
 def load_config(path: Any, overrides: Optional[Mapping[str, Any]] = None) -> PipelineConfig:
