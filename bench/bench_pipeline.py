@@ -11,15 +11,20 @@ steady state only (each variant first runs --warmup untimed frames). Variants:
 - (b) naive loop: what a user writes first: cv2 read → resize → float tensor → session.run →
   decode, one after the other.
 - pipeline: edge_sdk.runtime.Pipeline (capture thread, preallocated buffers, bound I/O).
+  With inference on the CPU its capture thread is in the SCHED_IDLE class (Linux).
 
 (a) and (b) use the pipeline backend's session options (same thread count, idle threads not
 spinning); (a0) and (b0) repeat them with ONNX Runtime's defaults (spinning threads), which is
 what a user's own loop gets.
 
-All variants stay open and run in turns of --chunk frames (a, b, a0, b0, pipeline, a, ...), so
-load from other processes hits every variant alike; FPS is frames over the time spent in a
-variant's turns, and each ratio is the median over turns. Then one long pipeline run samples
-the process RSS.
+All variants stay open and run in turns of --chunk frames (a, b, a0, b0, pipeline, a, ...),
+each after --lead-in untimed frames (the pipeline reads ahead while other variants run; a
+lead-in longer than its read-ahead removes that head start) and followed by an untimed
+--settle pause, so load from other processes hits every variant alike; FPS is frames over the time spent in a
+variant's turns, and each ratio is the median over turns. The load average and the share of
+CPU time the process got (cpu/wall: 2.0 is both cores of a 2-core machine) are printed with
+each table: a figure below the core count means other processes took CPU during the run. Then
+one long pipeline run samples the process RSS.
 """
 from __future__ import annotations
 
@@ -157,25 +162,38 @@ def compare(video: Path, label: str, bundle_dir: Path, bundle: Any, model: Path,
             for _ in range(args.warmup):
                 step()
         seconds: Dict[str, List[float]] = {k: [] for k in steps}
+        cpu: Dict[str, float] = {k: 0.0 for k in steps}
+        load_before = os.getloadavg()[0]
         for _ in range(turns):
             for name, step in steps.items():
+                # untimed lead-in: the pipeline's capture thread decoded its read-ahead frames
+                # during the other variants' turns; those must not count as free frames
+                for _ in range(args.lead_in):
+                    step()
+                c0 = os.times()
                 t0 = time.perf_counter()
                 for _ in range(args.chunk):
                     step()
                 seconds[name].append(time.perf_counter() - t0)
+                c1 = os.times()
+                cpu[name] += (c1.user - c0.user) + (c1.system - c0.system)
+                # untimed: lets the spinning threads of the ORT-defaults sessions park, so that
+                # they do not eat into the next variant's turn
+                time.sleep(args.settle)
+        load_after = os.getloadavg()[0]
         stages = pipeline.latency.percentiles((50,))
     finally:
         pipeline.close()
     frames = turns * args.chunk
     print()
-    print(f"video {label}:")
+    print(f"video {label} (load average {load_before:.2f} before, {load_after:.2f} after):")
     print()
-    print(f"| variant | FPS | ms/frame | pipeline / variant (median of {turns} turns) |")
-    print("|---|---:|---:|---:|")
+    print(f"| variant | FPS | ms/frame | cpu/wall | pipeline / variant (median of {turns} turns) |")
+    print("|---|---:|---:|---:|---:|")
     for name, times in seconds.items():
         fps = frames / sum(times)
         ratio = statistics.median(t / p for t, p in zip(times, seconds["pipeline"]))
-        print(f"| {name} | {fps:.1f} | {1000 / fps:.1f} | {ratio:.3f} |")
+        print(f"| {name} | {fps:.1f} | {1000 / fps:.1f} | {cpu[name] / sum(times):.2f} | {ratio:.3f} |")
     print()
     print("pipeline stages, p50 ms: " + ", ".join(f"{k} {v['p50']:.2f}" for k, v in stages.items()))
     print("targets on a CPU: pipeline >= 0.90 x (a) and >= 1.05 x (b)", flush=True)
@@ -187,6 +205,8 @@ def main(argv: List[str]) -> int:
     parser.add_argument("--frames", type=int, default=600, help="timed frames per variant")
     parser.add_argument("--chunk", type=int, default=25, help="frames per turn")
     parser.add_argument("--warmup", type=int, default=20, help="untimed frames per variant before the first turn")
+    parser.add_argument("--lead-in", type=int, default=4, help="untimed frames at the start of every turn, every variant")
+    parser.add_argument("--settle", type=float, default=0.05, help="untimed pause after each turn (s)")
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="ONNX Runtime intra-op threads, all variants")
     parser.add_argument("--rss-frames", type=int, default=5000, help="frames of the long pipeline run that samples RSS (0: skip)")
     parser.add_argument("--sizes", default="640x384,1280x768",

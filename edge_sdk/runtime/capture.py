@@ -5,14 +5,25 @@ One thread reads the source into free slots of a fixed pool and publishes them i
 - Live sources (cameras, streams) keep only the newest frame: when a new frame is published
   while an older one still waits, the older one goes back to the pool and is counted as
   dropped. The camera paces the stream.
-- File, folder and synthetic sources lose nothing: the thread reads the next frame once the
-  consumer has taken the previous one (back-pressure), optionally paced to a target rate.
+- File, folder and synthetic sources lose nothing: the thread reads ahead up to `read_ahead`
+  frames (default: the pool less the slot being written and the consumer's) and then waits for
+  the consumer (back-pressure), optionally paced to a target rate. Reading ahead lets decoding
+  use every idle moment of a busy CPU instead of only those of the current frame.
 - A live source that raises or delivers nothing is closed and reopened with exponential
   backoff; each loss and each recovery is reported as an event attached to the next frame
   (and counted in PipelineStats). Waits use `Event.wait`, so `stop()` is immediate.
 - An exception in the thread is never swallowed: the consumer's next `get()` raises it.
 - The thread can run at a lower priority (`nice`), so that on a small CPU it decodes in the
-  gaps inference leaves rather than competing with the inference threads.
+  gaps inference leaves rather than competing with the inference threads. With `idle=True`
+  (the pipeline's choice when inference runs on the CPU) it goes further where Linux allows:
+  the SCHED_IDLE class runs it only on a core nothing else wants, and an inference thread
+  that wakes up takes its core at once (a nice value, even 19, still lets it keep the core
+  for a while). So that it cannot starve, a consumer kept waiting for a frame longer than
+  `starved_after_s` takes the thread out of the idle class for good (back to its nice value)
+  and reports it: other processes want the CPU too, and an idle-class thread would only get
+  their leftovers. A process that may not take a thread out of SCHED_IDLE again (no
+  CAP_SYS_NICE, RLIMIT_NICE too low) does not put it there; live and rate-paced sources,
+  which make the consumer wait by design, never use the idle class.
 
 Buffers are allocated once per frame size; a size change mid-stream reallocates the slots
 that see it and is reported once as a `frame_size_changed` event.
@@ -53,6 +64,31 @@ class FrameSlot:
         return self.buffer
 
 
+def can_leave_sched_idle() -> bool:
+    """Whether a thread started by the calling one may go into SCHED_IDLE and come back out.
+
+    Coming back needs CAP_SYS_NICE or a RLIMIT_NICE that allows the thread's nice value
+    (often neither for a normal user, nor for root in a container). Probed in a throwaway
+    thread, which inherits the caller's nice value."""
+    if not hasattr(os, "SCHED_IDLE") or not hasattr(os, "sched_setscheduler"):
+        return False
+    result: List[bool] = []
+
+    def probe() -> None:
+        try:
+            os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+            os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
+        except OSError:
+            result.append(False)
+            return
+        result.append(True)
+
+    thread = threading.Thread(target=probe, name="edge-sdk-sched-probe", daemon=True)
+    thread.start()
+    thread.join()
+    return result == [True]
+
+
 class Pacer:
     """Spaces frames `1/fps` apart on the monotonic clock; waits on an Event so stop is immediate.
 
@@ -89,6 +125,9 @@ class Capture:
         reconnect: Optional[ReconnectConfig] = None,
         stats: Optional[PipelineStats] = None,
         nice: int = 0,
+        idle: bool = False,
+        starved_after_s: float = 0.02,
+        read_ahead: Optional[int] = None,
     ) -> None:
         if pool_size < 3:
             raise ValueError("the frame pool needs at least 3 slots (writer, ready, consumer)")
@@ -97,6 +136,11 @@ class Capture:
         self.reconnect = reconnect or ReconnectConfig()
         self.stats = stats if stats is not None else PipelineStats()
         self.nice = int(nice)
+        self.idle = bool(idle)
+        self.starved_after_s = float(starved_after_s)
+        self.read_ahead = max(1, pool_size - 2) if read_ahead is None else int(read_ahead)
+        if not 1 <= self.read_ahead <= pool_size - 2:
+            raise ValueError(f"read_ahead must be between 1 and pool_size - 2 ({pool_size - 2}), got {read_ahead}")
         self._pacer = Pacer(0.0 if self.live else fps)
         self._slots = [FrameSlot(i) for i in range(pool_size)]
         self._free: List[FrameSlot] = list(reversed(self._slots))
@@ -111,6 +155,8 @@ class Capture:
         self._shape: Optional[tuple] = None
         self._failures = 0  # consecutive failed reads/reopens of a live source
         self._last_error = ""
+        self._tid: Optional[int] = None  # the capture thread's native id
+        self._idle_class = False  # the thread is in SCHED_IDLE
 
     # -- consumer side -------------------------------------------------------------------
     def start(self) -> "Capture":
@@ -122,11 +168,18 @@ class Capture:
         self._thread.start()
         return self
 
+    def _has_news(self) -> bool:
+        return bool(self._ready) or self._ended or self._error is not None
+
     def get(self, timeout: Optional[float] = None) -> Optional[FrameSlot]:
         """The next frame's slot, or None at the end of the stream. Raises the thread's error."""
         with self._cond:
-            while not self._ready and not self._ended and self._error is None:
-                if not self._cond.wait(timeout):
+            if not self._has_news():
+                if self._idle_class:
+                    first = self.starved_after_s if timeout is None else min(timeout, self.starved_after_s)
+                    if not self._cond.wait_for(self._has_news, first):
+                        self._leave_idle_class(first)
+                if not self._cond.wait_for(self._has_news, timeout):
                     raise SourceError(f"no frame from {self.source.name} within {timeout:.1f} s")
             if self._ready:
                 slot = self._ready.popleft()
@@ -165,17 +218,45 @@ class Capture:
 
     # -- capture thread ------------------------------------------------------------------
     def _lower_priority(self) -> None:
-        """Raise this thread's nice value (Linux: per thread) so that, on a CPU that inference
-        keeps busy, decoding the next frame runs in the gaps instead of stalling inference
-        threads. Measured on 2 cores by bench/bench_pipeline.py. A system that refuses is
-        reported as an event; capture goes on at normal priority."""
-        if self.nice <= 0 or not hasattr(os, "setpriority"):
-            return
+        """Raise this thread's nice value (Linux: per thread) and, with `idle`, move it to the
+        SCHED_IDLE class, so that on a CPU that inference keeps busy, decoding the next frame
+        runs in the gaps instead of stalling inference threads. Measured on 2 cores by
+        bench/bench_pipeline.py. A system that refuses is reported as an event; capture goes
+        on at the priority it has."""
+        tid = threading.get_native_id()
+        self._tid = tid
+        if self.nice > 0 and hasattr(os, "setpriority"):
+            try:
+                os.setpriority(os.PRIO_PROCESS, tid, os.getpriority(os.PRIO_PROCESS, tid) + self.nice)
+            except OSError as exc:
+                self._post({"event": "capture_priority_unchanged", "error": str(exc)})
+        paced = self.live or self._pacer.period > 0  # waits for the camera or the clock are not starvation
+        # Only a thread that can be taken out again if it starves goes into the idle class.
+        if self.idle and not paced and can_leave_sched_idle():
+            try:
+                os.sched_setscheduler(tid, os.SCHED_IDLE, os.sched_param(0))
+            except OSError as exc:
+                self._post({"event": "capture_priority_unchanged", "error": f"SCHED_IDLE: {exc}"})
+                return
+            with self._cond:
+                self._idle_class = True
+
+    def _leave_idle_class(self, waited: float) -> None:
+        """(Consumer side, `_cond` held.) The consumer waited `waited` s for a frame: the
+        idle-class thread does not get enough of the CPU. Move it back to normal
+        scheduling (at its nice value) for the rest of the stream and report it. Leaving
+        SCHED_IDLE was probed before entering it; a refusal all the same is reported and the
+        thread stays where it is."""
+        assert self._tid is not None
+        self._idle_class = False
         try:
-            tid = threading.get_native_id()
-            os.setpriority(os.PRIO_PROCESS, tid, os.getpriority(os.PRIO_PROCESS, tid) + self.nice)
+            os.sched_setscheduler(self._tid, os.SCHED_OTHER, os.sched_param(0))
         except OSError as exc:
-            self._post({"event": "capture_priority_unchanged", "error": str(exc)})
+            self._events.append({"event": "capture_priority_unchanged", "error": f"leaving SCHED_IDLE: {exc}"})
+            return
+        self._events.append({"event": "capture_idle_class_left", "waited_ms": round(waited * 1000.0, 1),
+                             "reason": "the consumer waited for a frame: capture needs a core of its own "
+                                       "(other processes keep the CPU busy, or decoding is the bottleneck)"})
 
     def _run(self) -> None:
         try:
@@ -205,11 +286,10 @@ class Capture:
             self._cond.notify_all()
 
     def _acquire(self) -> Optional[FrameSlot]:
-        """A free slot to read into. A finite source reads the next frame only once the
-        consumer has taken the last one, so one frame is read while one is processed (overlap)
-        and a frame never waits in the pool longer than one processing step."""
+        """A free slot to read into. A finite source reads on while fewer than `read_ahead`
+        frames wait for the consumer; a live one always reads (the newest frame wins)."""
         with self._cond:
-            while not self._free or (not self.live and self._ready):
+            while not self._free or (not self.live and len(self._ready) >= self.read_ahead):
                 if self._stop.is_set():
                     return None
                 if self.live and self._ready and not self._free:

@@ -6,9 +6,12 @@
             print(result.index, len(result.detections), result.latency_ms["total"])
         print(pipeline.stats)
 
-The capture thread (edge_sdk.runtime.capture) reads frames into a fixed pool of buffers while
-the consumer runs the per-frame *detector* on the previous one, so decoding video overlaps
-inference (ONNX Runtime and OpenCV release the GIL). The detector is a swappable strategy:
+The capture thread (edge_sdk.runtime.capture) reads frames (from files, a few ahead) into a
+fixed pool of buffers while the consumer runs the per-frame *detector*, so decoding video overlaps
+inference (ONNX Runtime and OpenCV release the GIL). When inference runs on the CPU (the
+backend's `cpu_bound`), the capture thread is put in Linux's idle scheduling class: it decodes
+on cores the inference threads leave idle and never delays them (with `capture_nice` 0 it
+stays at the consumer's priority). The detector is a swappable strategy:
 `FullFrameDetector` runs the whole frame through the network once; tiled or ROI strategies
 plug in through `Pipeline(detector=...)` with the same `detect(frame, latency, info)` method.
 Everything is owned by the Pipeline instance: nothing global.
@@ -97,7 +100,13 @@ def make_detector(mode: str, backend: Backend, decoder_spec: Dict[str, Any], inp
         from edge_sdk.decoders import make_decoder
 
         return FullFrameDetector(backend, make_decoder(decoder_spec, input_spec), input_spec)
-    from edge_sdk.roi.runtime import strategy_detector
+    try:
+        from edge_sdk.roi.runtime import strategy_detector
+    except ImportError:
+        raise ConfigError(
+            f"mode {mode!r} needs its detector strategy (edge_sdk.roi), which this build lacks; "
+            "use mode 'full' or pass Pipeline(detector=...)"
+        ) from None
 
     return strategy_detector(mode, backend, decoder_spec, input_spec, roi)
 
@@ -182,8 +191,10 @@ class Pipeline:
             if self._source is None:
                 self._source = open_source(cfg.source.uri, loop=cfg.source.loop, **cfg.source.options)
             self._cache = PredictionCache(cfg.cache.threshold, (cfg.cache.width, cfg.cache.height), enabled=cfg.cache_enabled)
+            # With inference on the CPU, capture runs only on cores inference leaves idle.
+            idle = cfg.capture_nice > 0 and bool(getattr(self._backend, "cpu_bound", False))
             capture = Capture(self._source, cfg.pool_size, fps=cfg.source.fps, reconnect=cfg.reconnect, stats=self.stats,
-                              nice=cfg.capture_nice)
+                              nice=cfg.capture_nice, idle=idle)
             capture.start()
             self._capture = capture
         except BaseException:

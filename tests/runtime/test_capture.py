@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from edge_sdk.errors import SourceError
-from edge_sdk.runtime.capture import Capture, Pacer
+from edge_sdk.runtime.capture import Capture, Pacer, can_leave_sched_idle
 from edge_sdk.runtime.config import ReconnectConfig
 from runtime_factories import FakeCamera, ListSource, scene
 
@@ -213,3 +213,126 @@ def test_capture_thread_runs_below_the_consumer(nice: int) -> None:
         capture.stop()
     mine = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
     assert probe.seen == min(19, mine + nice)
+
+
+needs_sched_idle = pytest.mark.skipif(
+    not hasattr(__import__("os"), "SCHED_IDLE"), reason="needs Linux's SCHED_IDLE scheduling class"
+)
+
+
+class PolicyProbe(ListSource):
+    """Records the scheduling policy of the reading thread at each read. Read `hold_at` does
+    not return until its thread has been lifted out of SCHED_IDLE (at most 5 s)."""
+
+    def __init__(self, frames: List[np.ndarray], hold_at: int = -1) -> None:
+        super().__init__(frames)
+        self.hold_at = hold_at
+        self.policies: List[int] = []
+        self._poll = threading.Event()  # never set: a bounded wait between two checks
+
+    def read(self, out=None):
+        import os
+        import time
+
+        if len(self.policies) == self.hold_at:
+            deadline = time.monotonic() + 5.0
+            while os.sched_getscheduler(0) == os.SCHED_IDLE and time.monotonic() < deadline:
+                self._poll.wait(0.001)
+        self.policies.append(os.sched_getscheduler(0))
+        return super().read(out)
+
+
+@needs_sched_idle
+@pytest.mark.skipif(not can_leave_sched_idle(), reason="this process may not take a thread out of SCHED_IDLE, so never puts one in")
+@pytest.mark.parametrize(
+    "idle,live,fps,in_idle_class",
+    [
+        (False, False, 0.0, False),
+        (True, False, 0.0, True),
+        (True, True, 0.0, False),  # a camera makes the consumer wait by design
+        (True, False, 1000.0, False),  # so does a target frame rate
+    ],
+)
+def test_idle_class_only_for_unpaced_finite_sources(idle: bool, live: bool, fps: float, in_idle_class: bool) -> None:
+    import os
+
+    probe = PolicyProbe([scene(i) for i in range(3)])
+    probe.live = live
+    capture = Capture(probe, idle=idle, fps=fps, starved_after_s=60.0).start()
+    try:
+        for _ in range(3):
+            slot = capture.get(timeout=10)
+            assert slot is not None
+            capture.release(slot)
+    finally:
+        capture.stop()
+    assert set(probe.policies) == {os.SCHED_IDLE if in_idle_class else os.SCHED_OTHER}
+
+
+@needs_sched_idle
+def test_a_starved_idle_capture_thread_leaves_the_idle_class_and_says_so() -> None:
+    import os
+
+    if not can_leave_sched_idle():
+        pytest.skip("this process may not take a thread out of SCHED_IDLE (no CAP_SYS_NICE, RLIMIT_NICE 0)")
+    probe = PolicyProbe([scene(i) for i in range(4)], hold_at=2)
+    capture = Capture(probe, idle=True, starved_after_s=0.2).start()
+    got, events = [], []
+    try:
+        while True:
+            slot = capture.get(timeout=10)
+            if slot is None:
+                break
+            got.append(int(slot.frame[0, 0, 0]))
+            events += [(got[-1], e["event"]) for e in slot.events]
+            capture.release(slot)
+    finally:
+        capture.stop()
+    assert got == [0, 1, 2, 3]
+    # read 2 held on until the waiting consumer moved the thread out; it stays out
+    assert probe.policies[:4] == [os.SCHED_IDLE, os.SCHED_IDLE, os.SCHED_OTHER, os.SCHED_OTHER]
+    assert events == [(2, "capture_idle_class_left")]
+
+
+class CountingSource(ListSource):
+    def __init__(self, frames: List[np.ndarray]) -> None:
+        super().__init__(frames)
+        self.reads = 0
+
+    def read(self, out=None):
+        self.reads += 1
+        return super().read(out)
+
+
+@pytest.mark.parametrize("pool_size,read_ahead,expected", [(3, None, 1), (4, None, 2), (6, None, 4), (6, 1, 1), (6, 3, 3)])
+def test_a_finite_source_reads_ahead_then_waits_for_the_consumer(pool_size: int, read_ahead, expected: int) -> None:
+    source = CountingSource([scene(i) for i in range(12)])
+    capture = Capture(source, pool_size=pool_size, read_ahead=read_ahead).start()
+    try:
+        assert capture.read_ahead == expected
+        assert capture.wait_captured(expected)
+    finally:
+        capture.stop()  # the thread is parked in _acquire: it read exactly `expected` frames
+    assert source.reads == expected
+
+
+@pytest.mark.parametrize("read_ahead", [0, 3])
+def test_read_ahead_must_leave_room_for_the_writer_and_the_consumer(read_ahead: int) -> None:
+    with pytest.raises(ValueError, match="read_ahead"):
+        Capture(ListSource([scene(0)]), pool_size=4, read_ahead=read_ahead)
+
+
+@needs_sched_idle
+def test_no_idle_class_where_the_thread_could_not_be_taken_out_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    from edge_sdk.runtime import capture as capture_module
+
+    monkeypatch.setattr(capture_module, "can_leave_sched_idle", lambda: False)
+    probe = PolicyProbe([scene(i) for i in range(2)])
+    capture = Capture(probe, idle=True).start()
+    try:
+        assert drain(capture) == [0, 1]
+    finally:
+        capture.stop()
+    assert set(probe.policies) == {os.SCHED_OTHER}

@@ -201,3 +201,27 @@ def test_centerface_on_the_synthetic_scene_matches_its_ground_truth(centerface_b
     recall = np.mean([s["recall"] for s in scores])
     precision = np.mean([s["precision"] for s in scores])
     assert recall >= 0.6 and precision >= 0.6, (recall, precision)
+
+
+@pytest.mark.parametrize(
+    "backend,nice,idle",
+    [
+        ("onnxruntime-cpu", 10, True),  # inference owns the cores: capture takes only idle ones
+        ("onnxruntime-cpu", 0, False),  # capture_nice 0 asks for no lowering at all
+        (None, 10, False),  # an injected detector without a backend: nothing is known
+    ],
+)
+def test_capture_is_idle_class_only_beside_cpu_inference(tiny_bundle: Path, backend: Any, nice: int, idle: bool) -> None:
+    cfg = config("synthetic://faces?width=64&height=32&count=1&min_size=8&max_size=12&frames=2", tiny_bundle,
+                 capture_nice=nice, **({"backend": backend} if backend else {}))
+    detector = None if backend else _EmptyDetector()
+    with Pipeline(cfg, detector=detector) as pipeline:
+        assert len(list(pipeline)) == 2
+        assert pipeline.capture is not None and pipeline.capture.idle is idle
+        if backend:
+            assert pipeline.backend is not None and pipeline.backend.cpu_bound
+
+
+class _EmptyDetector(Detector):
+    def detect(self, frame: np.ndarray, latency: Dict[str, float], info: Dict[str, Any]) -> Detections:
+        return Detections.empty()

@@ -54,6 +54,12 @@ class Backend:
         """What is running, for logs and telemetry (name, provider, threads, model...)."""
         return {"backend": self.name}
 
+    @property
+    def cpu_bound(self) -> bool:
+        """True when inference runs on the CPU's cores (and so owns them while it runs): the
+        pipeline then keeps its capture thread out of the inference threads' way."""
+        return False
+
     def __enter__(self) -> "Backend":
         if not self.is_active:
             self.activate()

@@ -162,6 +162,10 @@ class OnnxRuntimeBackend(Backend):
     def providers(self) -> List[str]:
         return list(self.session.get_providers()) if self.session is not None else []
 
+    @property
+    def cpu_bound(self) -> bool:
+        return self.providers[:1] == [PROVIDERS["cpu"]]
+
     def describe(self) -> Dict[str, Any]:
         return {
             "backend": self.name,
