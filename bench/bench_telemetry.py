@@ -1,7 +1,7 @@
 """Frame-loop cost of telemetry, side by side in one run.
 
 Runs the same frame loop (synthetic frames -> Preprocessor -> ONNX Runtime -> CenterFace
-decoder, on a tiny CenterFace-shaped model or on --model) in three configurations, interleaved
+decoder, on a tiny CenterFace-shaped model or on --bundle DIR) in three configurations, interleaved
 in rounds so that machine noise hits all of them alike:
 
   off      no telemetry at all
@@ -187,13 +187,15 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--interval", type=float, default=1.0, help="telemetry interval (s)")
     ap.add_argument("--threads", type=int, default=1, help="ONNX Runtime intra-op threads")
+    ap.add_argument("--bundle", type=Path, default=None, help="a bundle from `edge-sdk build` (default: a tiny model)")
     args = ap.parse_args()
 
     from edge_sdk.telemetry.reload import ModelFromBundle
 
     work = Path(tempfile.mkdtemp(prefix="bench-telemetry-"))
     try:
-        model = ModelFromBundle("onnxruntime-cpu", threads=args.threads)(build_model(work / "bundle"))
+        bundle = args.bundle or build_model(work / "bundle")
+        model = ModelFromBundle("onnxruntime-cpu", threads=args.threads)(bundle)
         broker = Broker(work)
         broker.start()
         results: Dict[str, List[Dict[str, float]]] = {"off": [], "broker": [], "down": []}
@@ -209,7 +211,9 @@ def main() -> None:
                     broker.start()
         broker.stop()
         base = statistics.median(x["fps"] for x in results["off"])
-        print(f"frame loop: synthetic 640x360 -> 160x96 CenterFace-shaped model, ORT CPU threads={args.threads}, "
+        spec = model.input_spec
+        what = f"bundle {args.bundle}" if args.bundle else "CenterFace-shaped tiny model"
+        print(f"frame loop: synthetic 640x360 -> {spec.width}x{spec.height} {what}, ORT CPU threads={args.threads}, "
               f"{args.rounds} rounds x {args.seconds:g} s, telemetry every {args.interval:g} s")
         print(f"{'config':<8} {'median FPS':>11} {'vs off':>8} {'process CPU %':>14} {'reports':>8} {'report CPU ms/report':>21} {'left on disk':>13}")
         for name, runs in results.items():

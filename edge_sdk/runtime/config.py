@@ -7,7 +7,7 @@ backend = "auto"           # auto | onnxruntime | onnxruntime-cpu | onnxruntime-
 threads = 2                # ONNX Runtime intra-op threads (0 = ONNX Runtime's default)
 max_frames = 0             # 0 = until the source ends
 mode = "full"              # per-frame detection strategy: full | tiles | roi
-capture_nice = 10          # capture thread priority below inference (0..19)
+capture_nice = 10          # capture thread priority below inference (0..19); > 0 with a CPU backend: SCHED_IDLE
 
 [source]
 uri = "csi://0"
