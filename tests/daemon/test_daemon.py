@@ -18,6 +18,7 @@ from edge_sdk.telemetry import schemas
 from edge_sdk.telemetry.commands import sign
 
 from tiny_bundle import make_tiny_bundle
+from polling import wait_until
 
 pytest.importorskip("onnxruntime")
 pytest.importorskip("paho.mqtt.client")
@@ -289,14 +290,7 @@ def test_config_errors_name_the_key(data: Dict[str, Any], key: str) -> None:
 
 
 def _wait(predicate, timeout: float = 20.0) -> bool:
-    """Poll state owned by the daemon thread until it holds."""
-    deadline = time.monotonic() + timeout
-    idle = threading.Event()
-    while not predicate():
-        if time.monotonic() > deadline:
-            return False
-        idle.wait(0.02)
-    return True
+    return wait_until(predicate, timeout)
 
 
 def test_set_mode_switches_the_detector_between_frames(models: Path, tmp_path: Path, broker, message_log) -> None:

@@ -14,6 +14,7 @@ from edge_sdk.telemetry import schemas
 from edge_sdk.telemetry.mqtt import BrokerConfig, MqttPublisher
 
 from mqtt_broker import make_password_file, make_tls_material
+from polling import wait_until
 
 pytest.importorskip("paho.mqtt.client")
 
@@ -87,14 +88,7 @@ def test_broker_restart_loses_nothing(broker_factory, message_log, tmp_path: Pat
 
 
 def _wait_for(predicate, timeout: float = 10.0) -> bool:
-    """Poll a counter owned by another thread (no event to wait on) until it holds."""
-    deadline = time.monotonic() + timeout
-    idle = threading.Event()
-    while not predicate():
-        if time.monotonic() > deadline:
-            return False
-        idle.wait(0.02)
-    return True
+    return wait_until(predicate, timeout)
 
 
 @pytest.fixture
