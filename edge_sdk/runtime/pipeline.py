@@ -100,13 +100,7 @@ def make_detector(mode: str, backend: Backend, decoder_spec: Dict[str, Any], inp
         from edge_sdk.decoders import make_decoder
 
         return FullFrameDetector(backend, make_decoder(decoder_spec, input_spec), input_spec)
-    try:
-        from edge_sdk.roi.runtime import strategy_detector
-    except ImportError:
-        raise ConfigError(
-            f"mode {mode!r} needs its detector strategy (edge_sdk.roi), which this build lacks; "
-            "use mode 'full' or pass Pipeline(detector=...)"
-        ) from None
+    from edge_sdk.roi.runtime import strategy_detector  # imports this module: loaded on demand
 
     return strategy_detector(mode, backend, decoder_spec, input_spec, roi)
 

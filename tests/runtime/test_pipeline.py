@@ -125,16 +125,7 @@ def test_injected_detector_and_hot_swap() -> None:
     assert tags == [1] * 4 + [2] * 6 and first.frames == 4 and second.frames == 6
 
 
-def test_other_modes_need_the_roi_strategies(tiny_bundle: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import sys
-
-    monkeypatch.setitem(sys.modules, "edge_sdk.roi.runtime", None)  # as if the module were absent
-    with pytest.raises(ConfigError, match="mode 'tiles' needs its detector strategy"):
-        Pipeline(config("synthetic://faces", tiny_bundle, mode="tiles")).open()
-
-
 def test_tiles_mode_plugs_in_the_roi_strategy(tiny_bundle: Path) -> None:
-    pytest.importorskip("edge_sdk.roi.runtime")
     from edge_sdk.runtime.pipeline import FullFrameDetector
 
     cfg = config("synthetic://faces?width=256&height=128&count=2&min_size=16&max_size=24", tiny_bundle, mode="tiles", max_frames=2)
