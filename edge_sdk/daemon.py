@@ -8,6 +8,9 @@ id = "cam-entrance"            # default: the host name
 models_dir = "/opt/models"     # where `reload` may pick bundles from
 snapshot_dir = "/var/lib/edge-sdk/snapshots"
 hmac_secret_env = "EDGE_SDK_CMD_SECRET"   # commands must be signed with this secret
+snapshot_max_files = 200       # oldest snapshots are removed beyond these caps
+snapshot_max_mb = 200
+instance_check_s = 5           # refuse to start while another live daemon uses this id (0: off)
 
 [mqtt]                         # absent: telemetry goes to stdout as JSON lines
 url = "mqtts://broker.example:8883"
@@ -46,19 +49,21 @@ import socket
 import sys
 import threading
 import time
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, Callable, Deque, Dict, Mapping, Optional, Tuple
+from typing import IO, Any, Callable, Deque, Dict, List, Mapping, Optional, Tuple
 
 from edge_sdk import __version__
 from edge_sdk.errors import ConfigError, EdgeSdkError
 from edge_sdk.fsutil import read_toml
 from edge_sdk.runtime.config import PipelineConfig, _merge, config_from_dict
-from edge_sdk.telemetry.commands import CommandProcessor, CommandRejected
+from edge_sdk.telemetry.commands import MAX_PAYLOAD as MAX_COMMAND, CommandProcessor, CommandRejected
 from edge_sdk.telemetry.health import HealthConfig, HealthMonitor
 from edge_sdk.telemetry.mqtt import BrokerConfig, LinePublisher, MqttPublisher, Publisher, default_queue_path
 from edge_sdk.telemetry.reload import HotReloader, Model, ModelFromBundle
 from edge_sdk.telemetry.reporter import DETECTIONS_MODES, Reporter
+from edge_sdk.validate import finite_number, require_finite
 
 log = logging.getLogger("edge_sdk.daemon")
 
@@ -70,6 +75,9 @@ class DeviceConfig:
     snapshot_dir: Optional[str] = None
     hmac_secret_env: Optional[str] = None
     max_skew_s: float = 300.0
+    snapshot_max_files: int = 200
+    snapshot_max_mb: float = 200.0
+    instance_check_s: float = 5.0  # how long a clash check waits for the other instance's answer
 
 
 @dataclass
@@ -95,6 +103,16 @@ class DaemonConfig:
         if not all(c.isalnum() or c in "-_." for c in self.device.id):
             raise ConfigError(f"{origin}: device.id {self.device.id!r} may hold only letters, digits, '-', '_' and '.' (it is part of MQTT topics)")
         t = self.telemetry
+        for key, value in (("telemetry.interval_s", t.interval_s), ("telemetry.window_s", t.window_s),
+                           ("telemetry.target_fps", t.target_fps), ("device.max_skew_s", self.device.max_skew_s),
+                           ("device.snapshot_max_mb", self.device.snapshot_max_mb),
+                           ("device.instance_check_s", self.device.instance_check_s)):
+            finite_number(value, key, origin, ConfigError)
+        if self.device.max_skew_s <= 0 or self.device.snapshot_max_mb <= 0 or self.device.instance_check_s < 0:
+            raise ConfigError(f"{origin}: device.max_skew_s and device.snapshot_max_mb must be > 0, device.instance_check_s >= 0")
+        files = self.device.snapshot_max_files
+        if isinstance(files, bool) or not isinstance(files, int) or files < 1:
+            raise ConfigError(f"{origin}: device.snapshot_max_files must be an integer >= 1, got {files!r}")
         if not (0.05 <= t.interval_s <= 3600):
             raise ConfigError(f"{origin}: telemetry.interval_s must be between 0.05 and 3600, got {t.interval_s}")
         if t.window_s <= 0 or t.target_fps < 0:
@@ -118,7 +136,7 @@ _SECTIONS = {"device": DeviceConfig, "mqtt": BrokerConfig, "telemetry": Telemetr
 
 def daemon_config_from_dict(data: Mapping[str, Any], origin: str = "config", base_dir: Optional[Path] = None) -> DaemonConfig:
     """Split the device config into the pipeline's keys and the daemon's sections."""
-    data = dict(data)
+    data = dict(require_finite(data, origin, ConfigError))
     parts: Dict[str, Any] = {}
     for name, cls in _SECTIONS.items():
         if name not in data:
@@ -192,13 +210,17 @@ class Daemon:
         self._publisher = publisher
         self._stream = stream
         self._inbox: Deque[bytes] = collections.deque(maxlen=64)
-        self.commands_dropped = 0
+        self.commands_dropped = 0  # lost to a full inbox (a flood); the processor counts the rest
+        self.instance_id = uuid.uuid4().hex
         self._stop_reason: Optional[str] = None
         self._hup = False
         self._running = threading.Event()
         self._done = threading.Event()
         self.pipeline: Any = None
         self.reporter: Optional[Reporter] = None
+        self._alert_lock = threading.Lock()  # the publisher's own alerts, possibly before the reporter exists
+        self._early_alerts: List[Tuple[str, bool, str, str]] = []
+        self._alerts_ready = False
         self.model: Optional[Model] = None  # the model loaded by a reload (None: the pipeline's own)
         self._last_result: Any = None
         self.started_ms = int(time.time() * 1000)
@@ -208,7 +230,25 @@ class Daemon:
     def _on_command(self, payload: bytes) -> None:  # paho's thread: queue for the frame loop
         if len(self._inbox) == self._inbox.maxlen:
             self.commands_dropped += 1
-        self._inbox.append(payload)
+        # an oversized payload is refused by its size alone: keep no more of it than that takes
+        self._inbox.append(payload[:MAX_COMMAND + 1])
+
+    def _publisher_alert(self, name: str, active: bool, message: str, severity: str) -> None:
+        """A condition of the publisher itself (a full disk, a refused login) as an alert; called
+        from the publisher's threads, possibly before the reporter exists."""
+        with self._alert_lock:
+            if self._alerts_ready and self.reporter is not None:
+                self.reporter.raise_alert(name, active, message, severity)
+            else:
+                self._early_alerts.append((name, active, message, severity))
+
+    def _publisher_alerts_ready(self) -> None:
+        with self._alert_lock:
+            assert self.reporter is not None
+            for args in self._early_alerts:
+                self.reporter.raise_alert(*args)
+            self._early_alerts.clear()
+            self._alerts_ready = True
 
     def _make_publisher(self) -> Publisher:
         cfg = self.config
@@ -218,6 +258,9 @@ class Daemon:
         return MqttPublisher(cfg.mqtt, cfg.device.id, path, on_command=self._on_command)
 
     def status(self) -> Dict[str, Any]:
+        """The retained status body: `instance_id` tells two daemons with one device id apart,
+        `commands_auth` says whether commands must be signed ("hmac"), are open to any broker
+        client ("none"), or cannot arrive (no broker: "off")."""
         backend = None
         bundle_hash = None
         target = None
@@ -242,12 +285,26 @@ class Daemon:
             "bundle_hash": bundle_hash,
             "source": self.config.pipeline.source.uri or None,
             "telemetry_interval_s": self.reporter.interval_s if self.reporter else self.config.telemetry.interval_s,
+            "instance_id": self.instance_id,
+            "host": socket.gethostname(),
+            "commands_auth": self._commands_auth(),
         }
+
+    def _commands_auth(self) -> str:
+        if self.config.mqtt is None and self._publisher is None:
+            return "off"
+        return "hmac" if self.config.device.hmac_secret_env else "none"
+
+    def _command_counters(self) -> Dict[str, int]:
+        counters = self.commands.counters()
+        counters["dropped"] += self.commands_dropped
+        return counters
 
     def _model_info(self) -> Dict[str, Any]:
         s = self.status()
+        reloader = getattr(self, "reloader", None)
         return {"bundle_hash": s["bundle_hash"], "backend": s["backend"], "precision": s["precision"],
-                "reloads": self.reloader.reloads if hasattr(self, "reloader") else 0}
+                "reloads": reloader.reloads if reloader else 0, "reload_failures": reloader.failures if reloader else 0}
 
     # -- commands (frame loop) -------------------------------------------------------------------
     def _cmd_ping(self, args: Dict[str, Any]) -> Dict[str, Any]:
@@ -319,35 +376,60 @@ class Daemon:
         if not ok:
             raise CommandRejected("the frame could not be encoded as JPEG")
         base = Path(folder)
-        atomic_write_bytes(base / f"{name}.jpg", jpg.tobytes())
-        atomic_write_json(base / f"{name}.json", dict(result.to_json(), bundle_hash=self.status()["bundle_hash"]))
+        try:
+            atomic_write_bytes(base / f"{name}.jpg", jpg.tobytes())
+            atomic_write_json(base / f"{name}.json", dict(result.to_json(), bundle_hash=self.status()["bundle_hash"]))
+        except OSError as exc:
+            raise CommandRejected(f"snapshot not written to {base}: {exc.strerror or exc}; free disk space "
+                                  "or lower device.snapshot_max_mb") from exc
+        removed = prune_snapshots(base, self.config.device.snapshot_max_files,
+                                  int(self.config.device.snapshot_max_mb * 1024 * 1024))
         return {"image": str(base / f"{name}.jpg"), "detections": str(base / f"{name}.json"),
-                "frame": int(result.index), "count": len(result.detections)}
+                "frame": int(result.index), "count": len(result.detections), "removed": removed}
 
     def _cmd_reload(self, args: Dict[str, Any]) -> Dict[str, Any]:
-        path = self.reloader.request(args["bundle"], args.get("precision"))
+        current = self.commands.current or {}
+        path = self.reloader.request(args["bundle"], args.get("precision"), tag=current.get("id"))
         return {"loading": str(path)}
 
-    def _drain_commands(self) -> None:
-        while self._inbox:
+    def _drain_commands(self, limit: int = 8) -> None:
+        """Answer up to `limit` queued commands (a flood cannot hold the frame loop)."""
+        for _ in range(min(limit, len(self._inbox))):
             response = self.commands.handle(self._inbox.popleft())
+            if response is None:
+                continue  # a refusal beyond the answer budget: counted, not answered
             log.info("command %s %s: %s", response.get("cmd"), response.get("id"),
                      "ok" if response["ok"] else response.get("error"))
             self.publisher.publish("cmd/response", response)
 
     # -- reload ----------------------------------------------------------------------------------
     def _reload_result(self, model: Optional[Model], error: Optional[BaseException], where: str) -> None:
+        """Every outcome of a reload: an alert (raised again for each failure) and, for a reload
+        asked by a command, that command's final response. Runs on the reload worker (failure)
+        or the frame loop (success)."""
         assert self.reporter is not None
+        cid = self.reloader.take_tag()
         if error is not None:
-            self.reporter.raise_alert("reload_failed", True, f"reload of {where} refused, the old model keeps running: {error}",
-                                      "critical")
+            message = f"reload of {where} refused, the old model keeps running: {error}"
+            self.reporter.raise_alert("reload_failed", True, message, "critical", repeat=True)
+            final: Dict[str, Any] = {"ok": False, "error": message}
         else:
             self.reporter.raise_alert("reload_failed", False, f"reload of {where} succeeded")
+            final = {"ok": True, "result": {"loaded": where, "bundle_hash": model.bundle.hash if model else None}}
+        if cid is not None:
+            self.publisher.publish("cmd/response", dict(final, id=cid, cmd="reload", final=True))
 
     def _swap_in(self, new: Model) -> None:
         old_detector = getattr(self.pipeline, "detector", None)
         old_model = self.model
-        done = self.pipeline.swap_detector(self._detector_for(self.config.pipeline.mode, (new.backend, new.bundle.decoder, new.input_spec)))
+        try:
+            detector = self._detector_for(self.config.pipeline.mode, (new.backend, new.bundle.decoder, new.input_spec))
+        except EdgeSdkError as exc:  # the new model does not fit the running mode: keep the old one
+            new.close()
+            self.reloader.failures += 1
+            self._reload_result(None, exc, str(new.bundle.root))
+            return
+        done = self.pipeline.swap_detector(detector)
         self.model = new
         old_backend = getattr(old_detector, "backend", None)
 
@@ -425,13 +507,41 @@ class Daemon:
         log.info("SIGHUP: config re-read from %s", self.config_path)
 
     # -- the loop --------------------------------------------------------------------------------
+    def _check_unique(self) -> None:
+        """ConfigError when another live daemon already runs with this device id."""
+        cfg = self.config
+        if cfg.mqtt is None or self._publisher is not None or cfg.device.instance_check_s <= 0:
+            return
+        from edge_sdk.telemetry.instances import live_instance
+
+        other = live_instance(cfg.mqtt, cfg.device.id, cfg.secret(), cfg.device.instance_check_s)
+        if other is not None:
+            raise ConfigError(
+                f"device id {cfg.device.id!r} is already in use by a live daemon on {cfg.mqtt.redacted_url()} "
+                f"(host {other.get('host', '?')}, instance {other.get('instance_id', '?')}, started_ts "
+                f"{other.get('started_ts', '?')}); two daemons with one id kick each other off the broker: "
+                "give this one its own [device] id, or stop the other")
+
     def run(self) -> int:
         cfg = self.config
-        previous = self._install_signals()
-        self.publisher = self._publisher or self._make_publisher()
+        try:
+            self._check_unique()
+        except ConfigError as exc:
+            log.error("%s", exc)
+            return exc.exit_code
+        replay = None
+        if cfg.mqtt is not None:
+            replay = default_queue_path(cfg.device.id, cfg.mqtt.queue_dir).with_suffix(".commands.sqlite3")
         self.commands = CommandProcessor(
             {"ping": self._cmd_ping, "set": self._cmd_set, "snapshot": self._cmd_snapshot, "reload": self._cmd_reload},
-            secret=cfg.secret(), max_skew_s=cfg.device.max_skew_s)
+            secret=cfg.secret(), max_skew_s=cfg.device.max_skew_s, replay_path=replay)
+        if self._commands_auth() == "none":
+            log.warning("commands are accepted WITHOUT authentication: any client of the broker can change "
+                        "thresholds, reload bundles and take snapshots; set device.hmac_secret_env to require "
+                        "signed commands")
+        previous = self._install_signals()
+        self.publisher = self._publisher or self._make_publisher()
+        self.publisher.on_alert = self._publisher_alert
         self.reloader = HotReloader(
             Path(cfg.device.models_dir) if cfg.device.models_dir else None,
             ModelFromBundle(cfg.pipeline.backend, cfg.pipeline.precision, cfg.pipeline.threads),
@@ -451,7 +561,8 @@ class Daemon:
                 self.publisher, HealthMonitor(cfg.health.rules()), lambda: self.pipeline.stats,
                 interval_s=cfg.telemetry.interval_s, window_s=cfg.telemetry.window_s,
                 target_fps=cfg.telemetry.target_fps, model=self._model_info, system=system,
-                detections=cfg.telemetry.detections)
+                detections=cfg.telemetry.detections, commands=self._command_counters)
+            self._publisher_alerts_ready()
             self.publisher.set_status(self.status())
             self.reporter.start()
             self._running.set()
@@ -507,6 +618,7 @@ class Daemon:
                 leftover.close()
             if self.model is not None:
                 self.model.close()
+            self.commands.close()
             try:
                 self.publisher.stop(final_status=final or {"reason": reason}, timeout=5.0)
             except EdgeSdkError as exc:
@@ -514,6 +626,34 @@ class Daemon:
                 code = code or exc.exit_code
         log.info("stopped (%s)", reason)
         return code
+
+
+def prune_snapshots(folder: Path, max_files: int, max_bytes: int) -> int:
+    """Remove the oldest snapshots (a `.jpg` and its `.json`) until at most `max_files` remain
+    and they hold at most `max_bytes`; returns how many were removed. Other files are left alone."""
+    shots = []
+    for jpg in folder.glob("*.jpg"):
+        meta = jpg.with_suffix(".json")
+        try:
+            st = jpg.stat()
+            size = st.st_size + (meta.stat().st_size if meta.exists() else 0)
+        except OSError:
+            continue  # removed meanwhile
+        shots.append((st.st_mtime, jpg.name, jpg, meta, size))
+    shots.sort()
+    total = sum(shot[4] for shot in shots)
+    removed = 0
+    for _mtime, _name, jpg, meta, size in shots[:-1]:  # the newest (just written) stays
+        if len(shots) - removed <= max_files and total <= max_bytes:
+            break
+        for path in (jpg, meta):
+            try:
+                path.unlink()
+            except FileNotFoundError:
+                pass
+        total -= size
+        removed += 1
+    return removed
 
 
 def _default_pipeline(config: PipelineConfig) -> Any:

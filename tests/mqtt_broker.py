@@ -2,8 +2,9 @@
 port, ready when it accepts a connection, stoppable and restartable on the same port.
 
 Fixtures: `mosquitto` (path of the binary; skips without it, fails when CI is set),
-`broker` (a running plain broker), `broker_factory` (build brokers with TLS, passwords or
-persistence), plus `MessageLog`, a subscriber that records what arrives.
+`broker` (a running plain broker), `broker_factory` (build brokers with TLS, client
+certificates required, passwords, persistence, QoS-0 queueing for offline sessions), plus
+`MessageLog`, a subscriber that records what arrives.
 """
 from __future__ import annotations
 
@@ -43,7 +44,8 @@ class Broker:
     """One Mosquitto process with its own config; `url` is what clients use."""
 
     def __init__(self, binary: str, workdir: Path, tls: Optional[Dict[str, Path]] = None,
-                 password_file: Optional[Path] = None, persistence: bool = False) -> None:
+                 password_file: Optional[Path] = None, persistence: bool = False,
+                 require_certificate: bool = False, queue_qos0: bool = False) -> None:
         self.binary = binary
         self.workdir = workdir
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -51,6 +53,8 @@ class Broker:
         self.tls = tls
         self.password_file = password_file
         self.persistence = persistence
+        self.require_certificate = require_certificate
+        self.queue_qos0 = queue_qos0
         self.proc: Optional[subprocess.Popen] = None
         self.log = self.workdir / "mosquitto.log"
         self.config = self.workdir / "mosquitto.conf"
@@ -67,6 +71,10 @@ class Broker:
         if self.tls:
             lines += [f"cafile {self.tls['ca']}", f"certfile {self.tls['server_cert']}",
                       f"keyfile {self.tls['server_key']}", "tls_version tlsv1.2"]
+            if self.require_certificate:
+                lines.append("require_certificate true")  # a client without a certificate signed by the CA is refused
+        elif self.require_certificate:
+            raise ValueError("require_certificate needs tls")
         if self.password_file:
             lines += ["allow_anonymous false", f"password_file {self.password_file}"]
         else:
@@ -75,6 +83,8 @@ class Broker:
             lines += ["persistence true", f"persistence_location {self.workdir}/", "autosave_interval 0"]
         else:
             lines.append("persistence false")
+        if self.queue_qos0:
+            lines.append("queue_qos0_messages true")  # offline persistent sessions keep QoS-0 messages too
         lines += [f"log_dest file {self.log}", "log_type error", "log_type warning", "log_type notice",
                   "max_queued_messages 100000"]
         return "\n".join(lines) + "\n"
@@ -148,9 +158,93 @@ def broker(broker_factory: Callable[..., Broker]) -> Broker:
     return broker_factory()
 
 
+class SlowLink:
+    """A TCP relay to a broker on 127.0.0.1 that holds back what the broker sends by `delay_s`,
+    as a slow uplink does: acknowledgements arrive late, and a client that does not wait for
+    them shows it. Clients connect to `url`."""
+
+    def __init__(self, broker: Broker, delay_s: float) -> None:
+        self.broker = broker
+        self.delay_s = float(delay_s)
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.port = int(self.server.getsockname()[1])
+        self.sockets: List[socket.socket] = [self.server]
+        self.closed = threading.Event()
+        threading.Thread(target=self._accept, name="slow-link", daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"mqtt://127.0.0.1:{self.port}"
+
+    def _accept(self) -> None:
+        while not self.closed.is_set():
+            try:
+                client, _ = self.server.accept()
+                upstream = socket.create_connection(("127.0.0.1", self.broker.port))
+            except OSError:
+                return  # closed
+            self.sockets += [client, upstream]
+            threading.Thread(target=self._pump, args=(client, upstream), daemon=True).start()
+            threading.Thread(target=self._delayed, args=(upstream, client), daemon=True).start()
+
+    def _pump(self, src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while True:
+                data = src.recv(65536)
+                if not data:
+                    break
+                dst.sendall(data)
+        except OSError:
+            pass  # one side closed: the relay ends
+        self._close(src, dst)
+
+    def _delayed(self, src: socket.socket, dst: socket.socket) -> None:
+        import queue
+
+        due: "queue.Queue[Any]" = queue.Queue()
+
+        def send() -> None:
+            hold = threading.Event()  # never set: a timed wait that models the link's latency
+            while True:
+                item = due.get()
+                if item is None:
+                    break
+                at, data = item
+                hold.wait(max(at - time.monotonic(), 0.0))
+                try:
+                    dst.sendall(data)
+                except OSError:
+                    break
+
+        threading.Thread(target=send, daemon=True).start()
+        try:
+            while True:
+                data = src.recv(65536)
+                if not data:
+                    break
+                due.put((time.monotonic() + self.delay_s, data))
+        except OSError:
+            pass
+        due.put(None)
+        self._close(src, dst)
+
+    @staticmethod
+    def _close(*socks: socket.socket) -> None:
+        for sock in socks:
+            try:
+                sock.close()
+            except OSError:
+                pass
+
+    def close(self) -> None:
+        self.closed.set()
+        self._close(*self.sockets)
+
+
 # -- TLS material and password files -----------------------------------------------------------
 def make_tls_material(folder: Path) -> Dict[str, Path]:
-    """A CA, a server certificate for 127.0.0.1/localhost and a client certificate (openssl CLI)."""
+    """A CA, a server certificate for 127.0.0.1/localhost and a client certificate (openssl CLI,
+    P-256 keys: fast to make)."""
     openssl = shutil.which("openssl")
     if openssl is None:
         pytest.skip("openssl is not installed")
@@ -162,10 +256,11 @@ def make_tls_material(folder: Path) -> Dict[str, Path]:
     def run(*args: str) -> None:
         subprocess.run([openssl, *args], check=True, capture_output=True)
 
-    run("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=edge-sdk test CA",
+    key = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+    run("req", "-x509", *key, "-days", "2", "-subj", "/CN=edge-sdk test CA",
         "-keyout", str(p["ca.key"]), "-out", str(p["ca.pem"]))
     for who, cn in (("server", "127.0.0.1"), ("client", "edge-sdk-device")):
-        run("req", "-newkey", "rsa:2048", "-nodes", "-subj", f"/CN={cn}", "-keyout", str(p[f"{who}.key"]),
+        run("req", *key, "-subj", f"/CN={cn}", "-keyout", str(p[f"{who}.key"]),
             "-out", str(p[f"{who}.csr"]))
         extra = ["-extfile", str(p["san.cnf"])] if who == "server" else []
         run("x509", "-req", "-in", str(p[f"{who}.csr"]), "-CA", str(p["ca.pem"]), "-CAkey", str(p["ca.key"]),

@@ -1,7 +1,7 @@
 """`edge-sdk monitor`: watch every device on a broker — table, JSON stream, recorder, Prometheus."""
 from __future__ import annotations
 
-import json
+import logging
 import sys
 import threading
 import time
@@ -11,6 +11,9 @@ from typing import Any, Optional
 import typer
 
 from edge_sdk.cli._common import cli_errors
+
+log = logging.getLogger("edge_sdk.monitor")
+MAX_MESSAGE = 1024 * 1024  # a per-frame detections message with many boxes is ~100 KB
 
 
 def _fmt(value: Any, digits: int = 1) -> str:
@@ -53,11 +56,14 @@ def monitor(
 ) -> None:
     """Watch devices: a live table of status, FPS, p50/p99, drops, temperature, power and open
     alerts. With a shared subscription (--share) each group member receives a part of the
-    fleet's telemetry; status messages are read by every member."""
+    fleet's telemetry; status messages are read by every member. Messages that do not validate
+    against their topic's schema are dropped (counted, and logged once a minute)."""
     from edge_sdk import _imports
     from edge_sdk.errors import ConfigError
     from edge_sdk.telemetry.fleet import Fleet, prometheus_collector
+    from edge_sdk.telemetry.guard import CallbackGuard
     from edge_sdk.telemetry.mqtt import BrokerConfig, make_client
+    from edge_sdk.validate import UntrustedInput, dumps, loads_untrusted
 
     mqtt = _imports.mqtt()
     cfg = BrokerConfig(url=broker, protocol="5", ca_file=str(ca_file) if ca_file else None,
@@ -88,14 +94,25 @@ def monitor(
         client.subscribe([(t, 1) for t in topics])
         connected.set()
 
+    last_warning = [-1e18]
+
+    def refuse(topic: str, why: str) -> None:
+        now = time.monotonic()
+        if now - last_warning[0] >= 60.0:
+            last_warning[0] = now
+            log.warning("dropped a message on %s: %s (%d dropped so far)", topic, why, fleet.invalid)
+
     def on_message(client: Any, userdata: Any, msg: Any) -> None:
         try:
-            payload = json.loads(msg.payload)
-        except ValueError:
-            return  # not one of ours
-        fleet.update(msg.topic, payload)
-        line = json.dumps({"topic": msg.topic, "received": int(time.time() * 1000), "payload": payload},
-                          separators=(",", ":"))
+            payload = loads_untrusted(msg.payload, MAX_MESSAGE)
+        except UntrustedInput as exc:
+            fleet.invalid += 1
+            refuse(msg.topic, str(exc))
+            return
+        if fleet.update(msg.topic, payload) is None:
+            refuse(msg.topic, fleet.check(msg.topic, payload) or "too many devices")
+            return
+        line = dumps({"topic": msg.topic, "received": int(time.time() * 1000), "payload": payload})
         with out_lock:
             if record_file is not None:
                 record_file.write(line + "\n")
@@ -105,8 +122,9 @@ def monitor(
                 sys.stdout.flush()
 
     client = make_client(cfg, f"edge-sdk-monitor-{int(time.time() * 1000) % 10**9}", mqtt)
-    client.on_connect = on_connect
-    client.on_message = on_message
+    guard = CallbackGuard("monitor")  # a message that breaks a callback must not end the network thread
+    client.on_connect = guard(on_connect)
+    client.on_message = guard(on_message)
     client.connect_async(cfg.host, cfg.port, keepalive=cfg.keepalive)
     client.loop_start()
     deadline = time.monotonic() + duration if duration > 0 else None

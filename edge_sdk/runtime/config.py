@@ -34,6 +34,7 @@ Validation happens once, at the edge (`load_config`, `config_from_dict`, or `Pip
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, Mapping, Optional, Tuple
@@ -41,6 +42,7 @@ from typing import Any, Dict, Mapping, Optional, Tuple
 from edge_sdk.errors import ConfigError
 from edge_sdk.fsutil import read_toml
 from edge_sdk.roi.strategies import RoiConfig
+from edge_sdk.validate import require_finite
 
 PRECISIONS = ("fp32", "fp16", "int8")
 BACKENDS = ("auto", "onnxruntime", "onnxruntime-cpu", "onnxruntime-cuda", "onnxruntime-tensorrt", "tensorrt")
@@ -118,8 +120,8 @@ class PipelineConfig:
             ("reconnect.initial_s", self.reconnect.initial_s),
             ("reconnect.max_s", self.reconnect.max_s),
         ):
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-                raise bad(key, f"must be a number >= 0, got {value!r}")
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+                raise bad(key, f"must be a number >= 0 (finite), got {value!r}")
         for key, value in (("source.loop", self.source.loop), ("cache.enabled", self.cache.enabled)):
             if not isinstance(value, bool):
                 raise bad(key, f"must be true or false, got {value!r}")
@@ -146,6 +148,7 @@ def config_from_dict(data: Mapping[str, Any], origin: str = "config") -> Pipelin
     """Build a PipelineConfig from nested dicts; unknown keys and wrong types name the key."""
     if not isinstance(data, Mapping):
         raise ConfigError(f"{origin}: expected a table at the top level")
+    require_finite(data, origin, ConfigError)  # TOML has nan and inf; CLI floats take "nan" too
     top_fields = {f.name for f in dataclasses.fields(PipelineConfig)}
     kwargs: Dict[str, Any] = {}
     for key, value in data.items():

@@ -5,6 +5,7 @@ A sink has `write(result)` and `close()` and is a context manager; the CLI chain
 from __future__ import annotations
 
 import json
+import logging
 import sys
 from pathlib import Path
 from typing import Any, Optional, TextIO, Tuple
@@ -14,6 +15,9 @@ import numpy as np
 from edge_sdk import _imports
 from edge_sdk.errors import ConfigError
 from edge_sdk.runtime.types import FrameResult
+from edge_sdk.validate import dumps_outgoing
+
+log = logging.getLogger(__name__)
 
 FOURCC_BY_SUFFIX = {".avi": "MJPG", ".mp4": "mp4v", ".mkv": "MJPG", ".mov": "mp4v"}
 
@@ -49,7 +53,7 @@ class JsonlSink(Sink):
         self.lines = 0
 
     def write(self, result: FrameResult) -> None:
-        self._file.write(json.dumps(result.to_json(), separators=(", ", ": "), default=_jsonable) + "\n")
+        self._file.write(dumps_outgoing(result.to_json(), "--jsonl", log, separators=(", ", ": "), default=_jsonable) + "\n")
         self._file.flush()
         self.lines += 1
 

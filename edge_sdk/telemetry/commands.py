@@ -1,4 +1,5 @@
-"""Remote commands on `edge-sdk/<device_id>/cmd`: an allow-list, schema validation, optional HMAC.
+"""Remote commands on `edge-sdk/<device_id>/cmd`: an allow-list, schema validation, optional HMAC,
+a replay window that survives restarts, and rate limits.
 
 A command is a JSON object (schema `edge-sdk/cmd/1`):
 
@@ -11,22 +12,40 @@ changes nothing: handlers check all their arguments before they apply any.
 
 With a shared secret, `hmac` is HMAC-SHA256 (hex) over the canonical JSON of the command
 without its `hmac` field (`json.dumps(cmd, sort_keys=True, separators=(",", ":"))`, UTF-8),
-`ts` (ms) must be within `max_skew_s` of the device clock and an `id` is accepted once.
+`ts` (ms) must be within `max_skew_s` of the device clock and an `id` is accepted once — also
+across restarts, when the processor is given a replay file.
+
+Payloads are bounded in size and nesting depth before they are parsed; NaN, infinities and
+integers beyond int64 are refused. Authenticated commands are rate-limited per kind (token
+buckets, `LIMITS`); refusals are answered while the answer budget (`ANSWERS`) lasts, so a flood
+of garbage is not echoed back as a flood of responses. Nothing a payload holds makes
+`handle()` raise.
 """
 from __future__ import annotations
 
-import collections
 import hashlib
 import hmac as _hmac
-import json
+import logging
+import os
+import sqlite3
 import time
-from typing import Any, Callable, Deque, Dict, Mapping, Optional, Set
+from pathlib import Path
+from typing import Any, Callable, Dict, Mapping, Optional, Tuple
 
-from edge_sdk.errors import EdgeSdkError
+from edge_sdk.errors import ConfigError, EdgeSdkError
 from edge_sdk.telemetry import schemas
+from edge_sdk.validate import UntrustedInput, dumps, loads_untrusted
+
+log = logging.getLogger(__name__)
 
 ALLOWED = ("ping", "reload", "set", "snapshot")
-MAX_PAYLOAD = 64 * 1024
+MAX_PAYLOAD = 16 * 1024  # a command is a few hundred bytes
+MAX_DEPTH = 8  # a command nests 2 levels
+# per kind: (tokens per second, burst). A snapshot writes a JPEG, a reload loads a model.
+LIMITS: Dict[str, Tuple[float, float]] = {"ping": (5.0, 20.0), "set": (2.0, 10.0), "reload": (0.2, 5.0),
+                                          "snapshot": (1.0, 5.0)}
+ANSWERS: Tuple[float, float] = (10.0, 50.0)  # error responses per second, burst
+KEEP_S = 3600.0  # used ids are kept this long beyond max_skew_s (a clock stepped back stays covered)
 Handler = Callable[[Dict[str, Any]], Dict[str, Any]]
 
 
@@ -36,9 +55,13 @@ class CommandRejected(EdgeSdkError, ValueError):
     exit_code = 2
 
 
+class RateLimited(CommandRejected):
+    """An authenticated command over its kind's rate limit: dropped, counted, and answered."""
+
+
 def canonical(command: Mapping[str, Any]) -> bytes:
     body = {k: v for k, v in command.items() if k != "hmac"}
-    return json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    return dumps(body, sort_keys=True, ensure_ascii=False).encode("utf-8")
 
 
 def sign(command: Mapping[str, Any], secret: bytes) -> Dict[str, Any]:
@@ -50,8 +73,129 @@ def sign(command: Mapping[str, Any], secret: bytes) -> Dict[str, Any]:
     return out
 
 
+class TokenBucket:
+    """`rate` tokens per second up to `burst`; `take()` spends one if there is one."""
+
+    def __init__(self, rate: float, burst: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self.rate = float(rate)
+        self.burst = float(burst)
+        self._clock = clock
+        self._tokens = self.burst
+        self._t = clock()
+
+    def take(self) -> bool:
+        now = self._clock()
+        self._tokens = min(self.burst, self._tokens + (now - self._t) * self.rate)
+        self._t = now
+        if self._tokens >= 1.0:
+            self._tokens -= 1.0
+            return True
+        return False
+
+    def wait_s(self) -> float:
+        """Seconds until the next token."""
+        return max(0.0, (1.0 - self._tokens) / self.rate) if self.rate > 0 else float("inf")
+
+
+class ReplayWindow:
+    """Ids of accepted signed commands, with their signed `ts`, kept `keep_ms` past their ts
+    (older commands fail the clock check anyway). With `path`, kept in a small SQLite file of
+    its own, written before the command runs, so a restart forgets nothing.
+
+    A store that cannot be read (corrupt, truncated) is moved aside with a warning and a fresh
+    one started; commands signed before that moment are then refused (`not_before_ms`), since
+    the ids they may have used are lost.
+    """
+
+    def __init__(self, path: Optional[Path], keep_ms: int, clock: Callable[[], float] = time.time) -> None:
+        self.path = Path(path) if path is not None else None
+        self.keep_ms = int(keep_ms)
+        self._clock = clock
+        self._mem: Dict[str, int] = {}
+        self.db: Optional[sqlite3.Connection] = None
+        self.not_before_ms = 0
+        self._writes = 0
+        if self.path is not None:
+            self._open()
+
+    def _connect(self) -> sqlite3.Connection:
+        assert self.path is not None
+        db = sqlite3.connect(str(self.path), isolation_level=None, check_same_thread=False)
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=FULL")
+            db.execute("CREATE TABLE IF NOT EXISTS used (id TEXT PRIMARY KEY, ts INTEGER NOT NULL)")
+            db.execute("SELECT COUNT(*) FROM used").fetchone()
+        except BaseException:
+            db.close()
+            raise
+        return db
+
+    def _open(self) -> None:
+        assert self.path is not None
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ConfigError(f"cannot create {self.path.parent} for the command replay file: {exc}; "
+                              "check the folder's permissions or set [mqtt] queue_dir") from exc
+        try:
+            self.db = self._connect()
+        except sqlite3.DatabaseError as exc:
+            if not self.path.is_file():
+                raise ConfigError(f"cannot open the command replay file {self.path} ({exc}); "
+                                  "check the folder's permissions or set [mqtt] queue_dir") from exc
+            aside = self.path.with_name(f"{self.path.name}.corrupt-{int(self._clock())}")
+            os.replace(self.path, aside)
+            for suffix in ("-wal", "-shm"):
+                stale = Path(str(self.path) + suffix)
+                if stale.exists():
+                    os.replace(stale, Path(str(aside) + suffix))
+            self.not_before_ms = int(self._clock() * 1000)
+            log.warning("command replay file %s is unreadable (%s); moved to %s, started a fresh one and "
+                        "refusing commands signed before now", self.path, exc, aside.name)
+            self.db = self._connect()
+        self._prune()
+
+    def _prune(self) -> None:
+        cutoff = int(self._clock() * 1000) - self.keep_ms
+        if self.db is not None:
+            self.db.execute("DELETE FROM used WHERE ts < ?", (cutoff,))
+        else:
+            for cid in [c for c, ts in self._mem.items() if ts < cutoff]:
+                del self._mem[cid]
+
+    def __contains__(self, cid: str) -> bool:
+        if self.db is not None:
+            return self.db.execute("SELECT 1 FROM used WHERE id = ?", (cid,)).fetchone() is not None
+        return cid in self._mem
+
+    def add(self, cid: str, ts: int) -> None:
+        """Record `cid` durably; raises CommandRejected when it cannot be recorded."""
+        self._writes += 1
+        if self._writes % 256 == 0:
+            self._prune()
+        if self.db is None:
+            self._mem[cid] = ts
+            return
+        try:
+            self.db.execute("INSERT OR REPLACE INTO used (id, ts) VALUES (?, ?)", (cid, ts))
+        except sqlite3.Error as exc:
+            raise CommandRejected(f"the command id could not be recorded in {self.path} ({exc}), so it was not "
+                                  "run; free disk space on the device") from exc
+
+    def close(self) -> None:
+        if self.db is not None:
+            self.db.close()
+            self.db = None
+
+
 class CommandProcessor:
-    """Validates and dispatches commands; `handle(payload)` never raises for bad input."""
+    """Validates and dispatches commands; `handle(payload)` never raises.
+
+    Counters: `accepted` (run), `rejected` (refused: invalid, unsigned, replayed, or refused
+    by its handler), `dropped` (over the rate limit of its kind, or lost by the caller's
+    inbox), `unanswered` (refusals beyond the answer budget: no response sent).
+    """
 
     def __init__(
         self,
@@ -59,6 +203,10 @@ class CommandProcessor:
         secret: Optional[bytes] = None,
         max_skew_s: float = 300.0,
         clock: Callable[[], float] = time.time,
+        replay_path: Optional[Path] = None,
+        limits: Optional[Mapping[str, Tuple[float, float]]] = None,
+        answers: Tuple[float, float] = ANSWERS,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         unknown = set(handlers) - set(ALLOWED)
         if unknown:
@@ -67,27 +215,38 @@ class CommandProcessor:
         self.secret = secret
         self.max_skew_s = float(max_skew_s)
         self._clock = clock
-        self._seen: Set[str] = set()
-        self._seen_order: Deque[str] = collections.deque()
+        self.used = ReplayWindow(replay_path if secret is not None else None,
+                                 int((self.max_skew_s + KEEP_S) * 1000), clock)
+        limits = LIMITS if limits is None else limits
+        self._buckets = {name: TokenBucket(rate, burst, monotonic) for name, (rate, burst) in limits.items()}
+        self._answers = TokenBucket(answers[0], answers[1], monotonic)
+        self.current: Optional[Dict[str, Any]] = None  # the command whose handler runs now
         self.accepted = 0
         self.rejected = 0
+        self.dropped = 0
+        self.unanswered = 0
 
-    def _remember(self, cid: str) -> None:
-        self._seen.add(cid)
-        self._seen_order.append(cid)
-        if len(self._seen_order) > 1024:
-            self._seen.discard(self._seen_order.popleft())
+    @property
+    def auth(self) -> str:
+        """"hmac" when commands must be signed, "none" when any broker client may send them."""
+        return "hmac" if self.secret is not None else "none"
 
-    def parse(self, payload: bytes) -> Dict[str, Any]:
-        """The validated command, or CommandRejected."""
-        if len(payload) > MAX_PAYLOAD:
-            raise CommandRejected(f"command larger than {MAX_PAYLOAD} bytes")
+    def counters(self) -> Dict[str, int]:
+        return {"accepted": self.accepted, "rejected": self.rejected, "dropped": self.dropped,
+                "unanswered": self.unanswered}
+
+    def decode(self, payload: bytes) -> Dict[str, Any]:
+        """The payload as a JSON object, bounded before parsing; CommandRejected otherwise."""
         try:
-            command = json.loads(payload.decode("utf-8"))
-        except (UnicodeDecodeError, ValueError) as exc:
-            raise CommandRejected(f"command is not UTF-8 JSON: {exc}") from None
+            command = loads_untrusted(payload, MAX_PAYLOAD, MAX_DEPTH, what="command")
+        except UntrustedInput as exc:
+            raise CommandRejected(str(exc)) from None
         if not isinstance(command, dict):
             raise CommandRejected("command must be a JSON object")
+        return command
+
+    def check(self, command: Dict[str, Any]) -> Dict[str, Any]:
+        """Schema, signature, clock and replay checks of a decoded command."""
         problems = schemas.errors(command, "edge-sdk/cmd/1")
         if problems:
             raise CommandRejected("invalid command: " + "; ".join(problems[:3]))
@@ -101,32 +260,63 @@ class CommandProcessor:
             ts = command.get("ts")
             if not isinstance(ts, int) or abs(self._clock() * 1000 - ts) > self.max_skew_s * 1000:
                 raise CommandRejected(f"ts is missing or more than {self.max_skew_s:g} s away from the device clock")
-            if command["id"] in self._seen:
+            if ts < self.used.not_before_ms:
+                raise CommandRejected("command signed before the replay record was reset; sign it again")
+            if command["id"] in self.used:
                 raise CommandRejected(f"command id {command['id']!r} was already used (replay)")
         return command
 
-    def handle(self, payload: bytes) -> Dict[str, Any]:
-        """A response body: {id, cmd, ok, result | error}."""
+    def parse(self, payload: bytes) -> Dict[str, Any]:
+        """The validated command, or CommandRejected."""
+        return self.check(self.decode(payload))
+
+    def handle(self, payload: bytes) -> Optional[Dict[str, Any]]:
+        """A response body {id, cmd, ok, result | error}, or None for a refusal beyond the
+        answer budget (counted in `unanswered`)."""
         cid: Optional[str] = None
         name: Optional[str] = None
+        authenticated = False
         try:
+            command = self.decode(payload)
             # echo the id and name when they are readable, even if the command is refused
-            probe = json.loads(payload.decode("utf-8")) if len(payload) <= MAX_PAYLOAD else None
-            if isinstance(probe, dict):
-                cid = probe.get("id") if isinstance(probe.get("id"), str) else None
-                name = probe.get("cmd") if isinstance(probe.get("cmd"), str) else None
-        except (UnicodeDecodeError, ValueError):
-            pass  # parse() below reports it
-        try:
-            command = self.parse(payload)
+            if isinstance(command.get("id"), str) and len(command["id"]) <= 128:
+                cid = command["id"]
+            if isinstance(command.get("cmd"), str) and len(command["cmd"]) <= 32:
+                name = command["cmd"]
+            self.check(command)
             handler = self.handlers.get(command["cmd"])
             if handler is None:
                 raise CommandRejected(f"command {command['cmd']!r} is not enabled on this device")
+            bucket = self._buckets.get(command["cmd"])
+            if bucket is not None and not bucket.take():
+                raise RateLimited(f"rate limit: at most {bucket.rate:g} {command['cmd']} per second "
+                                  f"(burst {bucket.burst:g}); retry in {bucket.wait_s():.1f} s")
             if self.secret is not None:
-                self._remember(command["id"])
-            result = handler(dict(command.get("args") or {}))
+                self.used.add(command["id"], command["ts"])
+            authenticated = True
+            self.current = command
+            try:
+                result = handler(dict(command.get("args") or {}))
+            finally:
+                self.current = None
+        except RateLimited as exc:
+            self.dropped += 1
+            return self._refusal(cid, name, str(exc), budgeted=True)
         except (EdgeSdkError, ValueError) as exc:
             self.rejected += 1
-            return {"id": cid, "cmd": name, "ok": False, "error": str(exc) or type(exc).__name__}
+            return self._refusal(cid, name, str(exc) or type(exc).__name__, budgeted=not authenticated)
+        except Exception as exc:  # noqa: BLE001 - a handler bug must not stop the device; logged in full
+            log.exception("command %s %s failed", name, cid)
+            self.rejected += 1
+            return self._refusal(cid, name, f"internal error: {type(exc).__name__}: {exc}", budgeted=False)
         self.accepted += 1
         return {"id": cid, "cmd": name, "ok": True, "result": result}
+
+    def _refusal(self, cid: Optional[str], name: Optional[str], error: str, budgeted: bool) -> Optional[Dict[str, Any]]:
+        if budgeted and not self._answers.take():
+            self.unanswered += 1
+            return None
+        return {"id": cid, "cmd": name, "ok": False, "error": error}
+
+    def close(self) -> None:
+        self.used.close()

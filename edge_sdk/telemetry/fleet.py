@@ -2,6 +2,12 @@
 
 Used by `edge-sdk monitor` (table, Prometheus bridge) and testable without a broker: feed it
 (topic, payload) pairs with `update()`.
+
+Nothing from the network is trusted: a message is kept only when it validates against its
+topic's schema and names the device of its topic (others are counted in `invalid`); the number
+of devices and of open alerts per device are bounded. Status messages are ordered by
+`status_ts` (the device's connection stamp), not `seq`: an older one is ignored (`stale`), and
+for equal stamps `offline` (the will, the goodbye) wins over `online`.
 """
 from __future__ import annotations
 
@@ -9,7 +15,11 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
+from edge_sdk.telemetry import schemas
 from edge_sdk.telemetry.schemas import split_topic
+
+MAX_DEVICES = 10000
+MAX_ALERTS = 256  # open alerts kept per device
 
 
 @dataclass
@@ -50,19 +60,47 @@ class DeviceView:
 class Fleet:
     """Thread-safe: the MQTT thread updates, the display and the exporter read."""
 
-    def __init__(self) -> None:
+    def __init__(self, max_devices: int = MAX_DEVICES) -> None:
         self._lock = threading.Lock()
         self.devices: Dict[str, DeviceView] = {}
         self._last_seq: Dict[Tuple[str, str], int] = {}
+        self.max_devices = int(max_devices)
+        self.invalid = 0  # refused: not valid against the topic's schema, or another device's id
+        self.stale = 0  # status messages older than the one shown
+        self.overflow = 0  # messages of devices beyond max_devices
+
+    def check(self, topic: str, payload: Any) -> Optional[str]:
+        """Why (topic, payload) is not a message of ours, or None when it is one."""
+        parsed = split_topic(topic)
+        if parsed is None:
+            return "not an edge-sdk topic"
+        device_id, suffix = parsed
+        schema_id = schemas.TOPICS.get(suffix)
+        if schema_id is None:
+            return f"unknown topic suffix {suffix!r}"
+        if not isinstance(payload, dict):
+            return "payload is not a JSON object"
+        if payload.get("schema") != schema_id:
+            return f"schema {payload.get('schema')!r} is not {schema_id}"
+        if payload.get("device_id") != device_id:
+            return "device_id differs from the topic's"
+        if not schemas.validator(schema_id).is_valid(payload):
+            return "; ".join(schemas.errors(payload, schema_id)[:3])
+        return None
 
     def update(self, topic: str, payload: Any) -> Optional[DeviceView]:
-        parsed = split_topic(topic)
-        if parsed is None or not isinstance(payload, dict):
+        """Apply a valid message; None (and counted in `invalid`) for anything else."""
+        if self.check(topic, payload) is not None:
+            with self._lock:
+                self.invalid += 1
             return None
-        device_id, suffix = parsed
+        device_id, suffix = split_topic(topic)  # type: ignore[misc]
         with self._lock:
             view = self.devices.get(device_id)
             if view is None:
+                if len(self.devices) >= self.max_devices:
+                    self.overflow += 1
+                    return None
                 view = self.devices[device_id] = DeviceView(device_id)
             view.messages += 1
             seq = payload.get("seq")
@@ -75,6 +113,9 @@ class Fleet:
             ts = payload.get("ts")
             if isinstance(ts, int):
                 view.last_seen_ms = max(view.last_seen_ms, ts)
+            if suffix == "status" and not _newer_status(payload, view.status):
+                self.stale += 1
+                return view
             if suffix == "status":
                 started = payload.get("started_ts")
                 if payload.get("state") == "online" and started != view.status.get("started_ts"):
@@ -87,7 +128,8 @@ class Fleet:
             elif suffix == "alerts":
                 name = str(payload.get("alert"))
                 if payload.get("state") == "raised":
-                    view.alerts[name] = payload
+                    if name in view.alerts or len(view.alerts) < MAX_ALERTS:
+                        view.alerts[name] = payload
                 else:
                     view.alerts.pop(name, None)
         return view
@@ -100,6 +142,17 @@ class Fleet:
         with self._lock:
             views = list(self.devices.values())
         return iter(views)
+
+
+def _newer_status(new: Dict[str, Any], shown: Dict[str, Any]) -> bool:
+    """Whether status `new` replaces `shown`: a later `status_ts`, or the same one going offline
+    (or staying in the same state). Messages without `status_ts` (older devices) always apply."""
+    a, b = new.get("status_ts"), shown.get("status_ts")
+    if not isinstance(a, int) or not isinstance(b, int):
+        return True
+    if a != b:
+        return a > b
+    return new.get("state") == "offline" or shown.get("state") != "offline"
 
 
 def prometheus_collector(fleet: Fleet) -> Any:

@@ -117,9 +117,11 @@ class HealthMonitor:
                                           rule.metric, value, rule.threshold))
         return events
 
-    def set(self, name: str, active: bool, message: str, severity: str = "warning") -> List[Dict[str, Any]]:
-        """Raise or clear a condition that is not a threshold rule (e.g. a failed reload)."""
-        if active and name not in self._open:
+    def set(self, name: str, active: bool, message: str, severity: str = "warning",
+            repeat: bool = False) -> List[Dict[str, Any]]:
+        """Raise or clear a condition that is not a threshold rule (e.g. a failed reload).
+        With `repeat`, an open condition is raised again (a new event for each occurrence)."""
+        if active and (repeat or name not in self._open):
             event = self._event(name, "raised", severity, message)
             self._open[name] = event
             return [event]

@@ -2,12 +2,20 @@
 
 The frame loop and the reporter only ever call :meth:`Publisher.publish`, which puts a dict on a
 bounded in-memory queue and returns at once. A publisher thread stamps the per-topic ``seq``,
-appends the message to an SQLite queue on disk and hands queued messages to paho while the
-broker is connected; a row leaves the disk queue only when the broker acknowledged it (QoS 1).
+appends durable messages (QoS >= 1) to an SQLite queue on disk and hands queued messages to paho
+while the broker is connected; a row leaves the disk queue only when the broker acknowledged it.
 While the broker is unreachable messages wait on disk and go out in order when it returns;
-when the queue is full the oldest messages are dropped and counted (``publisher.overflow``).
-Delivery is at-least-once: after a crash, unacknowledged messages are sent again, with the
-same ``seq``, so consumers can drop repeats.
+the queue is bounded by messages and by payload bytes, beyond either the oldest messages are
+dropped and counted (``publisher.overflow``). Delivery is at-least-once: after a crash,
+unacknowledged messages are sent again, with the same ``seq``, so consumers can drop repeats.
+
+QoS-0 messages (per-frame detections) are never written to disk: they wait in a small buffer in
+memory that drops its oldest (``publisher.detections_dropped``). A full disk never stops the
+frame loop: the queue drops its oldest rows to make room (``publisher.telemetry_dropped``),
+messages the disk cannot take at all wait in a bounded buffer in memory, and the
+``telemetry_queue`` alert is raised. A queue file that is not a readable database is moved aside
+(``<name>.corrupt-<UTC time>``) and a fresh one started; ``seq`` lives in a separate small file
+(:class:`SeqCounter`), so it stays monotonic when the queue file is lost or replaced.
 """
 from __future__ import annotations
 
@@ -27,7 +35,9 @@ from urllib.parse import unquote, urlsplit
 
 from edge_sdk import _imports
 from edge_sdk.errors import ConfigError, EdgeSdkError
+from edge_sdk.telemetry.guard import CallbackGuard
 from edge_sdk.telemetry.schemas import TOPICS, now_ms, topic
+from edge_sdk.validate import dumps_outgoing
 
 log = logging.getLogger(__name__)
 
@@ -35,9 +45,23 @@ SCHEMES = {"mqtt": 1883, "mqtts": 8883}
 
 
 class PublisherError(EdgeSdkError):
-    """The publisher thread failed (e.g. its on-disk queue cannot be written)."""
+    """The publisher thread failed (e.g. its on-disk queue cannot be opened)."""
 
     exit_code = 11
+
+
+class QueueError(PublisherError):
+    """The on-disk queue cannot take a write (disk full, I/O error); it is left as it was."""
+
+
+class BrokerRefusedError(PublisherError):
+    """The broker answered the connection with a refusal (bad credentials, not authorised)."""
+
+
+DEFAULT_QUEUE_BYTES = 64 * 1024 * 1024
+_SQLITE_CORRUPT, _SQLITE_FULL, _SQLITE_NOTADB = 11, 13, 26
+_AUTH_REFUSALS = (134, 135, 140)  # bad user name or password, not authorized, bad authentication method
+_NO_ROW, _STATUS = 0, -1  # in-flight markers: a message from memory, the retained status
 
 
 @dataclass
@@ -60,6 +84,7 @@ class BrokerConfig:
     reconnect_max_s: float = 30.0
     queue_dir: Optional[str] = None  # default: <user state dir>/edge-sdk/queue
     queue_max_messages: int = 100000
+    queue_max_bytes: int = DEFAULT_QUEUE_BYTES  # payload bytes on disk
     inflight: int = 64
 
     def __post_init__(self) -> None:
@@ -75,8 +100,8 @@ class BrokerConfig:
             raise ConfigError(f"{origin} protocol must be \"3.1.1\" or \"5\", got {self.protocol!r}")
         if not (0 < self.reconnect_min_s <= self.reconnect_max_s):
             raise ConfigError(f"{origin} reconnect_min_s must be > 0 and <= reconnect_max_s")
-        if self.queue_max_messages < 1 or self.inflight < 1 or self.keepalive < 1:
-            raise ConfigError(f"{origin} queue_max_messages, inflight and keepalive must be >= 1")
+        if min(self.queue_max_messages, self.queue_max_bytes, self.inflight, self.keepalive) < 1:
+            raise ConfigError(f"{origin} queue_max_messages, queue_max_bytes, inflight and keepalive must be >= 1")
         if (self.cert_file is None) != (self.key_file is None):
             raise ConfigError(f"{origin} cert_file and key_file go together (the client certificate and its key)")
         for key in ("ca_file", "cert_file", "key_file"):
@@ -139,74 +164,351 @@ def make_client(cfg: BrokerConfig, client_id: str, mqtt: Any = None) -> Any:
     return client
 
 
-class DiskQueue:
-    """A bounded FIFO of (topic, payload, qos) rows in SQLite, with per-topic seq counters.
+def _sqlite_kind(exc: BaseException) -> str:
+    """"full", "corrupt" or "other" for an sqlite3 error (Python 3.8 has no error codes: the text)."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    if isinstance(code, int):
+        code &= 0xFF  # the primary result code of an extended one
+        if code == _SQLITE_FULL:
+            return "full"
+        return "corrupt" if code in (_SQLITE_CORRUPT, _SQLITE_NOTADB) else "other"
+    text = str(exc)
+    if "disk is full" in text:
+        return "full"
+    return "corrupt" if ("malformed" in text or "not a database" in text) else "other"
 
-    Used from one thread at a time (built on the caller's, then owned by the publisher thread).
+
+class DiskQueue:
+    """A bounded FIFO of durable (topic, payload, qos) rows in SQLite, oldest first.
+
+    Bounded by `max_messages` and by `max_bytes` of payload: an append beyond either drops the
+    oldest rows (counted in `overflow`, kept across restarts). Every write is one transaction;
+    a write that fails is rolled back and leaves the queue as it was. On a full disk an append
+    drops the oldest rows to make room and tries again (`append` returns how many); only when
+    the queue is empty and the batch still does not fit does it raise QueueError. A file that is
+    not a readable SQLite database is moved aside as `<name>.corrupt-<UTC time>` and a fresh
+    queue is started. Used from one thread at a time (built on the caller's, then owned by the
+    publisher thread).
     """
 
-    def __init__(self, path: Path, max_messages: int) -> None:
+    def __init__(self, path: Path, max_messages: int, max_bytes: int = DEFAULT_QUEUE_BYTES) -> None:
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         self.max_messages = int(max_messages)
+        self.max_bytes = int(max_bytes)
+        self.size = 0
+        self.bytes = 0
+        self.overflow = 0
+        self.moved_aside: Optional[Path] = None
         try:
-            self.db = sqlite3.connect(str(self.path), check_same_thread=False, isolation_level=None)
-            self.db.execute("PRAGMA journal_mode=WAL")
-            self.db.execute("PRAGMA synchronous=NORMAL")
-            self.db.execute("CREATE TABLE IF NOT EXISTS q (id INTEGER PRIMARY KEY AUTOINCREMENT, topic TEXT NOT NULL, payload BLOB NOT NULL, qos INTEGER NOT NULL)")
-            self.db.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL)")
-            self.size = int(self.db.execute("SELECT COUNT(*) FROM q").fetchone()[0])
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise PublisherError(f"cannot create the telemetry queue folder {self.path.parent} ({exc}); "
+                                 "check its permissions or set [mqtt] queue_dir") from exc
+        self.db: Any = None
+        try:
+            self._open()
+        except sqlite3.DatabaseError as exc:
+            if _sqlite_kind(exc) != "corrupt":
+                raise self._open_error(exc) from exc
+            self._move_aside(exc)
+            try:
+                self._open()
+            except sqlite3.Error as again:
+                raise self._open_error(again) from again
         except sqlite3.Error as exc:
-            raise PublisherError(f"cannot open the telemetry queue {self.path} ({exc}); check the folder's permissions or set [mqtt] queue_dir") from exc
+            raise self._open_error(exc) from exc
+
+    def _open(self) -> None:
+        self._close_quietly()
+        self.db = sqlite3.connect(str(self.path), check_same_thread=False, isolation_level=None)
+        db = self.db
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute("PRAGMA synchronous=NORMAL")
+        db.execute("PRAGMA journal_size_limit=4194304")  # the log shrinks back after a checkpoint
+        verdict = db.execute("PRAGMA quick_check").fetchone()
+        if verdict is None or verdict[0] != "ok":
+            raise sqlite3.DatabaseError(f"database disk image is malformed (quick_check: {verdict})")
+        db.execute("CREATE TABLE IF NOT EXISTS q (id INTEGER PRIMARY KEY AUTOINCREMENT, topic TEXT NOT NULL, payload BLOB NOT NULL, qos INTEGER NOT NULL)")
+        db.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL)")
+        if db.execute("SELECT 1 FROM q WHERE qos = 0 LIMIT 1").fetchone():
+            db.execute("DELETE FROM q WHERE qos = 0")  # older versions queued QoS-0 messages; they are not durable
+        size, nbytes = db.execute("SELECT COUNT(*), COALESCE(SUM(LENGTH(payload)), 0) FROM q").fetchone()
+        self.size, self.bytes = int(size), int(nbytes)
         self.overflow = self._meta("overflow")
+
+    def _open_error(self, exc: BaseException) -> PublisherError:
+        if _sqlite_kind(exc) == "full":
+            return QueueError(f"the disk holding the telemetry queue {self.path} is full ({exc}); "
+                              "free space there or set [mqtt] queue_dir to another disk")
+        return PublisherError(f"cannot open the telemetry queue {self.path} ({exc}); "
+                              "check the folder's permissions or set [mqtt] queue_dir")
+
+    def _close_quietly(self) -> None:
+        if self.db is not None:
+            try:
+                self.db.close()
+            except sqlite3.Error:
+                pass  # a connection to a broken file: nothing left to save
+            self.db = None
+
+    def _move_aside(self, exc: BaseException) -> None:
+        """Keep a corrupt file (and its write-ahead log) for inspection and make room for a new one."""
+        self._close_quietly()
+        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+        target = self.path.with_name(f"{self.path.name}.corrupt-{stamp}")
+        n = 1
+        while target.exists():
+            n += 1
+            target = self.path.with_name(f"{self.path.name}.corrupt-{stamp}-{n}")
+        try:
+            os.replace(self.path, target)
+            wal = Path(f"{self.path}-wal")
+            if wal.exists():
+                os.replace(wal, f"{target}-wal")
+            shm = Path(f"{self.path}-shm")
+            if shm.exists():
+                shm.unlink()
+        except OSError as err:
+            raise PublisherError(f"the telemetry queue {self.path} is corrupt ({exc}) and cannot be moved aside "
+                                 f"({err}); delete it or set [mqtt] queue_dir") from err
+        log.warning("the telemetry queue %s is corrupt (%s): moved it aside to %s and started a new one; "
+                    "the messages it held are not sent", self.path, exc, target)
+        self.moved_aside = target
 
     def _meta(self, key: str) -> int:
         row = self.db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
         return int(row[0]) if row else 0
 
-    def next_seq(self, suffix: str) -> int:
-        key = "seq:" + suffix
-        value = self._meta(key) + 1
-        self.db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (key, value))
-        return value
+    def legacy_seq(self) -> Dict[str, int]:
+        """Per-topic seq counters that older versions kept in the queue file (topic suffix -> last seq)."""
+        rows = self.db.execute("SELECT key, value FROM meta WHERE key LIKE 'seq:%'").fetchall()
+        return {str(key)[4:]: int(value) for key, value in rows}
 
-    def append(self, messages: List[Tuple[str, Dict[str, Any], int]]) -> None:
-        """Stamp seq on each message, serialise and append, all in one transaction."""
-        db = self.db
-        db.execute("BEGIN")
+    def _rollback(self) -> None:
+        # SQLite rolls a transaction back by itself after some errors (a full disk among them);
+        # a ROLLBACK then would fail with "no transaction is active" and hide the real error
+        if self.db.in_transaction:
+            self.db.execute("ROLLBACK")
+
+    def _write(self, work: Callable[[], Any]) -> Any:
+        """Run `work` in one transaction; roll back on any error."""
+        self.db.execute("BEGIN IMMEDIATE")
         try:
-            for suffix, message, qos in messages:
-                message["seq"] = self.next_seq(suffix)
-                db.execute("INSERT INTO q (topic, payload, qos) VALUES (?, ?, ?)",
-                           (message.pop("_topic"), json.dumps(message, separators=(",", ":")).encode(), qos))
-            self.size += len(messages)
-            excess = self.size - self.max_messages
-            if excess > 0:
-                db.execute("DELETE FROM q WHERE id IN (SELECT id FROM q ORDER BY id LIMIT ?)", (excess,))
-                self.size -= excess
-                self.overflow += excess
-                db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('overflow', ?)", (self.overflow,))
-            db.execute("COMMIT")
+            result = work()
+            self.db.execute("COMMIT")
         except BaseException:
-            db.execute("ROLLBACK")
+            try:
+                self._rollback()
+            except sqlite3.Error as exc:  # the original error says more; keep it
+                log.warning("rollback of the telemetry queue %s failed: %s", self.path, exc)
             raise
+        return result
+
+    def append(self, rows: List[Tuple[str, bytes, int]]) -> int:
+        """Append serialised rows in one transaction, dropping the oldest beyond the bounds.
+
+        Returns how many rows (queued ones first, then the oldest of `rows`) were dropped
+        because the disk was full. Raises QueueError when nothing could be written.
+        """
+        pending = list(rows)
+        dropped = 0
+        chunk = 0
+        replaced = False
+        while True:
+            try:
+                self.size, self.bytes, self.overflow = self._write(lambda: self._insert(pending))
+                return dropped
+            except sqlite3.Error as exc:
+                kind = _sqlite_kind(exc)
+                if kind == "corrupt" and not replaced:
+                    replaced = True
+                    dropped += self._replace(exc)
+                    continue
+                if kind != "full":
+                    raise QueueError(f"cannot write the telemetry queue {self.path} ({exc})") from exc
+                if self.size:
+                    chunk = min(max(chunk * 2, len(pending), self.size // 16, 1), self.size)
+                    dropped += self._drop_oldest(chunk, exc)
+                elif len(pending) > 1:
+                    half = len(pending) // 2
+                    del pending[:half]
+                    dropped += half
+                else:
+                    raise QueueError(f"the disk holding the telemetry queue {self.path} is full ({exc}); "
+                                     "free space there, lower [mqtt] queue_max_bytes or set queue_dir to another disk") from exc
+
+    def _insert(self, rows: List[Tuple[str, bytes, int]]) -> Tuple[int, int, int]:
+        """Insert and trim to the bounds; returns the new (size, bytes, overflow) for after COMMIT."""
+        db = self.db
+        for name, payload, qos in rows:
+            db.execute("INSERT INTO q (topic, payload, qos) VALUES (?, ?, ?)", (name, payload, qos))
+        size = self.size + len(rows)
+        nbytes = self.bytes + sum(len(r[1]) for r in rows)
+        overflow = self.overflow
+        if size > self.max_messages or nbytes > self.max_bytes:
+            cutoff, n, b = self._oldest_covering(size - self.max_messages, nbytes - self.max_bytes)
+            db.execute("DELETE FROM q WHERE id <= ?", (cutoff,))
+            size, nbytes, overflow = size - n, nbytes - b, overflow + n
+            db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('overflow', ?)", (overflow,))
+        return size, nbytes, overflow
+
+    def _oldest_covering(self, count: int, nbytes: int) -> Tuple[int, int, int]:
+        """(last id, rows, bytes) of the shortest run of oldest rows holding >= count rows and >= nbytes."""
+        cutoff = n = b = 0
+        rows = self.db.execute("SELECT id, LENGTH(payload) FROM q ORDER BY id")
+        try:
+            for rowid, length in rows:
+                if n >= count and b >= nbytes:
+                    break
+                cutoff, n, b = rowid, n + 1, b + int(length)
+        finally:
+            rows.close()
+        return cutoff, n, b
+
+    def _drop_oldest(self, count: int, cause: BaseException) -> int:
+        def work() -> Tuple[int, int]:
+            cutoff, n, b = self._oldest_covering(count, 0)
+            self.db.execute("DELETE FROM q WHERE id <= ?", (cutoff,))
+            return n, b
+
+        try:
+            n, b = self._write(work)
+        except sqlite3.Error as exc:
+            raise QueueError(f"the disk holding the telemetry queue {self.path} is full ({cause}) and the oldest "
+                             f"messages cannot be dropped ({exc}); free space there") from exc
+        self.size -= n
+        self.bytes -= b
+        return n
+
+    def _replace(self, exc: BaseException) -> int:
+        """The file went bad while running: move it aside, start a new one with ids that go on
+        rising (the publisher's cursor is an id). Returns the rows lost with it."""
+        lost = self.size
+        last = 0
+        try:
+            row = self.db.execute("SELECT seq FROM sqlite_sequence WHERE name = 'q'").fetchone()
+            last = int(row[0]) if row else 0
+        except sqlite3.Error:
+            pass  # unreadable: ids restart from the cursor the publisher keeps
+        self._move_aside(exc)
+        try:
+            self._open()
+            if last:
+                self.db.execute("INSERT INTO sqlite_sequence (name, seq) VALUES ('q', ?)", (last,))
+        except sqlite3.Error as again:
+            raise QueueError(f"cannot start a new telemetry queue {self.path} ({again})") from again
+        return lost
 
     def after(self, cursor: int, limit: int) -> List[Tuple[int, str, bytes, int]]:
-        return self.db.execute("SELECT id, topic, payload, qos FROM q WHERE id > ? ORDER BY id LIMIT ?",
-                               (cursor, limit)).fetchall()
+        try:
+            return self.db.execute("SELECT id, topic, payload, qos FROM q WHERE id > ? ORDER BY id LIMIT ?",
+                                   (cursor, limit)).fetchall()
+        except sqlite3.Error as exc:
+            raise QueueError(f"cannot read the telemetry queue {self.path} ({exc})") from exc
 
     def delete(self, ids: List[int]) -> None:
+        """Remove acknowledged rows (ids no longer queued are ignored)."""
         if not ids:
             return
-        self.db.execute("BEGIN")
-        n = 0
-        for rowid in ids:
-            n += self.db.execute("DELETE FROM q WHERE id = ?", (rowid,)).rowcount
-        self.db.execute("COMMIT")
+
+        def work() -> Tuple[int, int]:
+            n = b = 0
+            for start in range(0, len(ids), 500):
+                part = ids[start:start + 500]
+                marks = ",".join("?" * len(part))
+                count, nbytes = self.db.execute(
+                    f"SELECT COUNT(*), COALESCE(SUM(LENGTH(payload)), 0) FROM q WHERE id IN ({marks})", part).fetchone()
+                self.db.execute(f"DELETE FROM q WHERE id IN ({marks})", part)
+                n, b = n + int(count), b + int(nbytes)
+            return n, b
+
+        try:
+            n, b = self._write(work)
+        except sqlite3.Error as exc:
+            raise QueueError(f"cannot delete sent messages from the telemetry queue {self.path} ({exc})") from exc
         self.size -= n
+        self.bytes -= b
 
     def close(self) -> None:
-        self.db.close()
+        self._close_quietly()
+
+
+class SeqCounter:
+    """Per-topic `seq` counters, kept in a small JSON file beside the queue (not in it), so that
+    they stay monotonic when the queue file is lost, corrupt or replaced.
+
+    The file holds, per topic, a ceiling: no seq above it was ever used. Counting past the
+    ceiling first raises it by `block` (one atomic write per `block` messages of a topic), and
+    `close` writes the exact counters, so a clean restart goes on without a gap while a crash
+    skips ahead by less than `block`. If the file exists but cannot be read, counting starts
+    at the wall clock in milliseconds, above any count a device reaches. If it cannot be
+    written (full disk), counting goes on and the write is retried every few seconds.
+    """
+
+    RETRY_S = 5.0
+
+    def __init__(self, path: Path, block: int = 1000) -> None:
+        self.path = Path(path)
+        self.block = int(block)
+        self._floor = 0
+        self._ceiling: Dict[str, int] = {}
+        self._retry_at = 0.0
+        self._failing = False
+        try:
+            raw = self.path.read_bytes()
+        except FileNotFoundError:
+            raw = None
+        except OSError as exc:
+            raw = b""
+            log.warning("cannot read %s (%s)", self.path, exc)
+        if raw is not None:
+            try:
+                data = json.loads(raw.decode("utf-8"))
+                self._ceiling = {str(k): int(v) for k, v in data["seq"].items() if isinstance(v, int) and v >= 0}
+                floor = data.get("floor", 0)
+                self._floor = floor if isinstance(floor, int) and floor >= 0 else 0
+            except (ValueError, KeyError, TypeError, AttributeError) as exc:
+                self._floor = now_ms()
+                log.warning("the seq file %s is unreadable (%s); seq starts at %d", self.path, exc, self._floor)
+        self._value: Dict[str, int] = dict(self._ceiling)
+
+    def raise_floor(self, counters: Dict[str, int]) -> None:
+        """Never count below these (counters an older version kept elsewhere)."""
+        for suffix, value in counters.items():
+            if value > self._value.get(suffix, self._floor):
+                self._value[suffix] = value
+
+    def next(self, suffix: str) -> int:
+        value = self._value.get(suffix, self._floor) + 1
+        self._value[suffix] = value
+        if value > self._ceiling.get(suffix, self._floor) and time.monotonic() >= self._retry_at:
+            self._save(dict(self._ceiling, **{suffix: value + self.block - 1}))
+        return value
+
+    def _save(self, ceilings: Dict[str, int]) -> bool:
+        from edge_sdk.fsutil import atomic_write_json
+
+        try:
+            atomic_write_json(self.path, {"seq": ceilings, "floor": self._floor})
+        except OSError as exc:
+            if not self._failing:
+                log.warning("cannot write %s (%s); seq goes on in memory and may repeat after a crash", self.path, exc)
+            self._failing = True
+            self._retry_at = time.monotonic() + self.RETRY_S
+            return False
+        self._ceiling = ceilings
+        self._failing = False
+        return True
+
+    def close(self) -> None:
+        """Write the exact counters: the next start continues without a gap."""
+        self._save(dict(self._ceiling, **self._value))
+
+
+def seq_path(queue_path: Path) -> Path:
+    """Where the seq counters of a queue live: `<queue stem>.seq.json` beside it."""
+    queue_path = Path(queue_path)
+    return queue_path.with_name(f"{queue_path.stem}.seq.json")
 
 
 class Publisher:
@@ -220,6 +522,11 @@ class Publisher:
         self.dropped = 0  # inbox full: the publisher thread fell behind
         self.error: Optional[BaseException] = None
         self.published = 0
+        # on_alert(name, active, message, severity): a condition of the publisher itself was
+        # raised or cleared (full disk, broker refusal); called from the publisher's threads
+        self.on_alert: Optional[Callable[[str, bool, str, str], None]] = None
+        self._conditions: Dict[str, str] = {}
+        self._conditions_lock = threading.Lock()
 
     # -- frame-loop side ---------------------------------------------------------------------
     def envelope(self, suffix: str, body: Dict[str, Any]) -> Dict[str, Any]:
@@ -242,6 +549,25 @@ class Publisher:
 
     def stats(self) -> Dict[str, Any]:
         return {"connected": True, "queued": 0, "overflow": self.dropped}
+
+    def _condition(self, name: str, active: bool, message: str, severity: str = "critical") -> None:
+        """Record a condition and tell `on_alert` when it changes (raised once, cleared once)."""
+        with self._conditions_lock:
+            if (name in self._conditions) == active:
+                return
+            if active:
+                self._conditions[name] = message
+            else:
+                del self._conditions[name]
+            hook = self.on_alert
+            if hook is not None:
+                hook(name, active, message, severity)
+
+    @property
+    def conditions(self) -> Dict[str, str]:
+        """Open conditions of the publisher itself: name -> message."""
+        with self._conditions_lock:
+            return dict(self._conditions)
 
     # -- lifecycle ---------------------------------------------------------------------------
     def start(self) -> "Publisher":
@@ -309,7 +635,7 @@ class LinePublisher(Publisher):
             self._seq[suffix] += 1
             message["seq"] = self._seq[suffix]
             name = message.pop("_topic")
-            self.stream.write(json.dumps({"topic": name, "payload": message}, separators=(",", ":")) + "\n")
+            self.stream.write(dumps_outgoing({"topic": name, "payload": message}, f"telemetry {suffix}", log) + "\n")
             self.published += 1
         if batch:
             self.stream.flush()
@@ -324,7 +650,13 @@ class LinePublisher(Publisher):
 
 
 class MqttPublisher(Publisher):
-    """MQTT with a retained status, an offline will, the disk queue and the `cmd` subscription."""
+    """MQTT with a retained status, an offline will, the disk queue and the `cmd` subscription.
+
+    `volatile_max` bounds the in-memory buffer of QoS-0 messages, `spill_max` the in-memory
+    buffer of durable messages the disk cannot take; both drop their oldest. While the disk
+    fails, writing it is tried again every `disk_retry_s`; the `telemetry_queue` alert clears
+    once the disk took everything for that long.
+    """
 
     def __init__(
         self,
@@ -332,138 +664,345 @@ class MqttPublisher(Publisher):
         device_id: str,
         queue_path: Path,
         on_command: Optional[Callable[[bytes], None]] = None,
+        volatile_max: int = 256,
+        spill_max: int = 2000,
+        disk_retry_s: float = 10.0,
     ) -> None:
         super().__init__(device_id)
         self.cfg = cfg
         self.mqtt = _imports.mqtt()
-        self.queue = DiskQueue(queue_path, cfg.queue_max_messages)
+        self.queue_path = Path(queue_path)
+        self.disk_retry_s = float(disk_retry_s)
+        self.seq = SeqCounter(seq_path(self.queue_path))
+        self.queue: Optional[DiskQueue] = None
+        self._disk_error: Optional[str] = None
+        self._disk_event_at = -1e18
+        self._disk_retry_at = 0.0
+        try:
+            self.queue = self._open_queue()
+        except QueueError as exc:  # a full disk: start anyway, the messages wait in memory
+            log.error("%s; telemetry waits in memory until the disk has room", exc)
+            self._disk_error = str(exc)
         self.on_command = on_command
         self.client = make_client(cfg, cfg.client_id or f"edge-sdk-{device_id}", self.mqtt)
         self._status: Dict[str, Any] = {}
         self._connected = threading.Event()
+        self._answered = threading.Event()  # the broker accepted or refused at least once
         self._need_status = threading.Event()
         self._acked: Deque[int] = collections.deque()
         self._ack_event = threading.Event()
-        self._inflight: Dict[int, Optional[int]] = {}  # mid -> disk row id (None: status)
+        self._inflight: Dict[int, int] = {}  # mid -> disk row id (_NO_ROW: from memory, _STATUS: status)
         self._cursor = 0  # highest row id handed to paho in this process
+        self._backlog = False  # the last hand-over filled the in-flight window
+        self._unsettled: List[int] = []  # acknowledged rows the disk could not delete yet
+        self._volatile: Deque[Tuple[str, bytes]] = collections.deque(maxlen=max(int(volatile_max), 1))
+        self._spill: Deque[Tuple[str, bytes, int]] = collections.deque(maxlen=max(int(spill_max), 1))
+        self.telemetry_dropped = 0  # durable messages lost to a full or failing disk
+        self.detections_dropped = 0  # QoS-0 messages dropped from their buffer or not sent by the stop
+        self.refused: Optional[BrokerRefusedError] = None
         self.reconnects = 0
         self._last_error = ""
-        will = self.envelope("status", {"state": "offline", "reason": "connection lost"})
-        will["seq"] = self.queue.next_seq("status")
+        self._will_seq = self.seq.next("status")
+        self._set_will()
+        # nothing received from the network may raise out of a callback (paho's thread would end)
+        self.guard = CallbackGuard(f"publisher {device_id}")
+        self.client.on_connect = self.guard(self._on_connect)
+        self.client.on_disconnect = self.guard(self._on_disconnect)
+        self.client.on_publish = self.guard(self._on_publish)
+        self.client.on_message = self.guard(self._on_message)
+        self.retained_commands = 0  # retained payloads on `cmd`: ignored (and cleared)
+
+    def _set_will(self) -> None:
+        """The offline will for the next connection. `status_ts` orders status messages: every
+        status of one connection (online, the will, the goodbye) carries the connection's stamp,
+        set here before it connects, so a will that arrives after an outage is never older than
+        the online status it replaces (its `seq` is from start-up and may be)."""
+        self._status_ts = now_ms()
+        will = self.envelope("status", {"state": "offline", "reason": "connection lost", "status_ts": self._status_ts})
+        will["seq"] = self._will_seq
         will_topic = will.pop("_topic")
-        self.client.will_set(will_topic, json.dumps(will, separators=(",", ":")), qos=1, retain=True)
-        self.client.on_connect = self._on_connect
-        self.client.on_disconnect = self._on_disconnect
-        self.client.on_publish = self._on_publish
-        self.client.on_message = self._on_message
+        self.client.will_set(will_topic, json.dumps(will, separators=(",", ":"), allow_nan=False), qos=1, retain=True)
+
+    def _open_queue(self) -> DiskQueue:
+        q = DiskQueue(self.queue_path, self.cfg.queue_max_messages, self.cfg.queue_max_bytes)
+        self.seq.raise_floor(q.legacy_seq())
+        return q
 
     # -- paho callbacks (network thread) -------------------------------------------------------
     def _on_connect(self, client: Any, userdata: Any, flags: Any, reason: Any, properties: Any) -> None:
         if reason.is_failure:
-            msg = f"broker {self.cfg.redacted_url()} refused the connection: {reason}"
+            if getattr(reason, "value", None) in _AUTH_REFUSALS:
+                hint = "check [mqtt] username and password (or password_env) and the broker's ACL"
+            else:
+                hint = "check [mqtt] url, client_id and the broker's log"
+            msg = f"broker {self.cfg.redacted_url()} refused the connection: {reason}; {hint}"
+            self.refused = BrokerRefusedError(msg)
             if msg != self._last_error:
-                log.error("%s; check [mqtt] username/password and TLS settings", msg)
+                log.error("%s", msg)
                 self._last_error = msg
+            self._condition("broker_refused", True, msg)
+            self._answered.set()
             return
         log.info("connected to %s", self.cfg.redacted_url())
         self._last_error = ""
+        self.refused = None
         self.reconnects += 1
         client.subscribe(topic(self.device_id, "cmd"), qos=1)
         self._need_status.set()
         self._connected.set()
+        self._answered.set()
+        self._ack_event.set()  # wake the publisher thread: there may be a backlog to hand over
+        self._condition("broker_refused", False, f"connected to {self.cfg.redacted_url()}")
 
     def _on_disconnect(self, client: Any, userdata: Any, flags: Any, reason: Any, properties: Any) -> None:
         if self._connected.is_set() and not self._stop.is_set():
             log.warning("lost the broker %s (%s); queueing telemetry on disk", self.cfg.redacted_url(), reason)
         self._connected.clear()
+        self._set_will()  # paho sends it with the next connect
 
     def _on_publish(self, client: Any, userdata: Any, mid: int, reason: Any, properties: Any) -> None:
         self._acked.append(mid)
         self._ack_event.set()
 
     def _on_message(self, client: Any, userdata: Any, msg: Any) -> None:
-        if self.on_command is not None and msg.topic == topic(self.device_id, "cmd"):
-            self.on_command(bytes(msg.payload))
+        if self.on_command is None or msg.topic != topic(self.device_id, "cmd") or not msg.payload:
+            return  # an empty payload is how a retained message is cleared: not a command
+        if msg.retain:
+            # commands are never retained: one would run again on every connect. Ignore it and
+            # clear it (an empty retained payload), where the broker's ACL allows.
+            self.retained_commands += 1
+            log.warning("ignored a retained message on %s (commands are never retained); clearing it", msg.topic)
+            client.publish(msg.topic, b"", qos=1, retain=True)
+            return
+        self.on_command(bytes(msg.payload))
 
     # -- publisher thread ----------------------------------------------------------------------
     def set_status(self, status: Dict[str, Any]) -> None:
         self._status = dict(status)
         self._need_status.set()
 
+    def wait_connected(self, timeout: float) -> bool:
+        """True once connected; raises BrokerRefusedError if the broker refused; False on timeout."""
+        self._answered.wait(timeout)
+        if self.refused is not None and not self._connected.is_set():
+            raise self.refused
+        return self._connected.is_set()
+
     def stats(self) -> Dict[str, Any]:
-        return {
+        q = self.queue
+        out: Dict[str, Any] = {
             "connected": self._connected.is_set(),
-            "queued": int(self.queue.size),
-            "overflow": int(self.queue.overflow + self.dropped),
+            "queued": int((q.size if q is not None else 0) + len(self._spill)),
+            "queued_bytes": int(q.bytes if q is not None else 0),
+            "overflow": int((q.overflow if q is not None else 0) + self.dropped),
+            "telemetry_dropped": int(self.telemetry_dropped),
+            "detections_dropped": int(self.detections_dropped),
             "reconnects": max(self.reconnects - 1, 0),
         }
+        refused = self.refused
+        if refused is not None:
+            out["refused"] = str(refused)
+        return out
+
+    def _serialise(self, suffix: str, message: Dict[str, Any]) -> Tuple[str, bytes]:
+        message["seq"] = self.seq.next(suffix)
+        name = message.pop("_topic")
+        return name, dumps_outgoing(message, f"telemetry {suffix}", log).encode()
+
+    def _accept(self, batch: List[Tuple[str, Dict[str, Any], int]]) -> None:
+        """Stamp seq and serialise; QoS-0 messages to memory, the rest to the disk queue."""
+        durable: List[Tuple[str, bytes, int]] = []
+        volatile = self._volatile
+        for suffix, message, qos in batch:
+            name, payload = self._serialise(suffix, message)
+            if qos == 0:
+                if len(volatile) == volatile.maxlen:
+                    self.detections_dropped += 1  # the deque drops its oldest
+                volatile.append((name, payload))
+            else:
+                durable.append((name, payload, qos))
+        if durable:
+            self._store(durable)
+
+    def _store(self, rows: List[Tuple[str, bytes, int]]) -> None:
+        if self._spill or self.queue is None:  # the disk failed before: keep the order
+            self._keep_in_memory(rows)
+            if time.monotonic() >= self._disk_retry_at:
+                self._flush_spill()
+            return
+        try:
+            dropped = self.queue.append(rows)
+        except QueueError as exc:
+            self._disk_failed(exc)
+            self._keep_in_memory(rows)
+            return
+        if dropped:
+            self._disk_full(dropped)
+
+    def _keep_in_memory(self, rows: List[Tuple[str, bytes, int]]) -> None:
+        spill = self._spill
+        for row in rows:
+            if len(spill) == spill.maxlen:
+                self.telemetry_dropped += 1  # the deque drops its oldest
+            spill.append(row)
+
+    def _flush_spill(self) -> None:
+        """Try the disk again with what waits in memory (oldest first)."""
+        try:
+            if self.queue is None:
+                self.queue = self._open_queue()
+                log.info("the telemetry queue %s is writable again", self.queue_path)
+            rows = list(self._spill)
+            dropped = self.queue.append(rows)
+        except PublisherError as exc:  # QueueError, or the file cannot be opened at all
+            self._disk_failed(exc)
+            return
+        self._spill.clear()
+        if dropped:
+            self._disk_full(dropped)
+
+    def _disk_full(self, dropped: int) -> None:
+        self.telemetry_dropped += dropped
+        self._disk_event(f"the disk holding the telemetry queue {self.queue_path} is full: dropped the "
+                         f"{dropped} oldest messages to make room; free space there or lower [mqtt] queue_max_bytes")
+
+    def _disk_failed(self, exc: BaseException) -> None:
+        self._disk_retry_at = time.monotonic() + self.disk_retry_s
+        self._disk_event(f"{exc}; telemetry waits in memory (at most {self._spill.maxlen} messages)")
+
+    def _disk_event(self, message: str) -> None:
+        self._disk_event_at = time.monotonic()
+        if "telemetry_queue" not in self._conditions:
+            log.error("%s", message)
+        self._condition("telemetry_queue", True, message)
+
+    def _check_disk_clear(self) -> None:
+        if ("telemetry_queue" in self._conditions and not self._spill and self.queue is not None
+                and time.monotonic() - self._disk_event_at >= self.disk_retry_s):
+            self._condition("telemetry_queue", False, f"the telemetry queue {self.queue_path} takes every message again")
 
     def _publish_status(self, state: str, reason: Optional[str] = None) -> Any:
-        body = dict(self._status, state=state)
+        body = dict(self._status, state=state, status_ts=self._status_ts)
         if reason:
             body["reason"] = reason
-        message = self.envelope("status", body)
-        message["seq"] = self.queue.next_seq("status")
-        name = message.pop("_topic")
-        info = self.client.publish(name, json.dumps(message, separators=(",", ":")), qos=1, retain=True)
-        self._inflight[info.mid] = None
+        name, payload = self._serialise("status", self.envelope("status", body))
+        info = self.client.publish(name, payload, qos=1, retain=True)
+        self._inflight[info.mid] = _STATUS
         return info
 
     def _settle_acks(self) -> None:
-        done = []
+        done = self._unsettled
         while self._acked:
-            rowid = self._inflight.pop(self._acked.popleft(), None)
-            if rowid is not None:
+            rowid = self._inflight.pop(self._acked.popleft(), _STATUS)
+            if rowid != _STATUS:
+                self.published += 1
+            if rowid > 0:
                 done.append(rowid)
-        self.queue.delete(done)
-        self.published += len(done)
+        if done and self.queue is not None:
+            try:
+                self.queue.delete(done)
+            except QueueError as exc:  # sent again after a restart if never deleted: at-least-once
+                self._disk_failed(exc)
+                del done[:-100000]
+                return
+            done.clear()
 
     def _hand_over(self) -> None:
+        self._backlog = False
         if not self._connected.is_set():
             return
-        if self._need_status.is_set() and self._status:
+        volatile = self._volatile
+        while volatile:
+            name, payload = volatile.popleft()
+            self.client.publish(name, payload, qos=0)
+            self.published += 1
+        room = self.cfg.inflight - len(self._inflight)
+        if room > 0 and self._need_status.is_set() and self._status:  # first in line, inside the window
             self._need_status.clear()
             self._publish_status("online")
-        room = self.cfg.inflight - len(self._inflight)
+            room -= 1
         if room <= 0:
+            self._backlog = True
             return
-        for rowid, name, payload, qos in self.queue.after(self._cursor, room):
-            info = self.client.publish(name, payload, qos=qos)
-            if info.rc != self.mqtt.MQTT_ERR_SUCCESS and info.rc != self.mqtt.MQTT_ERR_NO_CONN:
-                raise PublisherError(f"paho refused to queue a message: {self.mqtt.error_string(info.rc)}")
+        rows: List[Tuple[int, str, bytes, int]] = []
+        if self.queue is not None:
+            try:
+                rows = self.queue.after(self._cursor, room)
+            except QueueError as exc:
+                self._disk_failed(exc)
+        for rowid, name, payload, qos in rows:
             self._cursor = rowid
-            if qos == 0:
-                self.queue.delete([rowid])
-            else:
-                self._inflight[info.mid] = rowid
+            self._inflight[self._publish(name, payload, qos)] = rowid
+        room -= len(rows)
+        while room > 0 and self._spill:  # the disk holds nothing older: what waits in memory
+            name, payload, qos = self._spill.popleft()
+            self._inflight[self._publish(name, payload, qos)] = _NO_ROW
+            room -= 1
+        self._backlog = room <= 0
+
+    def _publish(self, name: str, payload: bytes, qos: int) -> int:
+        info = self.client.publish(name, payload, qos=qos)
+        if info.rc != self.mqtt.MQTT_ERR_SUCCESS and info.rc != self.mqtt.MQTT_ERR_NO_CONN:
+            raise PublisherError(f"paho refused to queue a message: {self.mqtt.error_string(info.rc)}")
+        return int(info.mid)
+
+    def _wait(self) -> List[Tuple[str, Dict[str, Any], int]]:
+        """The next batch from the inbox; while a backlog waits for acks, wake on an ack too."""
+        if self._backlog and self._connected.is_set():
+            self._ack_event.clear()
+            if not self._acked:
+                self._ack_event.wait(0.05)
+            return self._drain(0)
+        return self._drain(0.05)
 
     def _run(self) -> None:
+        if self._disk_error is not None:
+            self._disk_failed(QueueError(self._disk_error))
         self.client.connect_async(self.cfg.host, self.cfg.port, keepalive=self.cfg.keepalive)
         self.client.loop_start()
         try:
             while not self._stop.is_set():
-                batch = self._drain(0.05)
+                batch = self._wait()
                 if batch:
-                    self.queue.append(batch)
+                    self._accept(batch)
+                elif (self._spill or self.queue is None) and time.monotonic() >= self._disk_retry_at:
+                    self._flush_spill()  # try the disk again, also with nothing waiting: the alert can clear
                 self._settle_acks()
                 self._hand_over()
+                self._check_disk_clear()
             self._finish()
         finally:
             self.client.loop_stop()
-            self.queue.close()
+            if self.queue is not None:
+                self.queue.close()
+            self.seq.close()
+
+    def _pending(self) -> bool:
+        q = self.queue
+        return bool((q is not None and q.size) or self._spill or self._inflight or self._volatile)
 
     def _finish(self) -> None:
         batch = self._drain(0, limit=10**9)
         if batch:
-            self.queue.append(batch)
+            self._accept(batch)
         deadline = getattr(self, "_stop_deadline", time.monotonic())
-        while time.monotonic() < deadline and self._connected.is_set() and (self.queue.size or self._inflight):
+        while time.monotonic() < deadline and self._connected.is_set() and self._pending():
             self._settle_acks()
             self._hand_over()
             self._ack_event.wait(0.05)
             self._ack_event.clear()
         self._settle_acks()
-        if self.queue.size:
+        if self._volatile:  # QoS 0 is not kept across a restart
+            self.detections_dropped += len(self._volatile)
+            log.info("%d QoS-0 messages not sent before the stop", len(self._volatile))
+            self._volatile.clear()
+        if self._spill:
+            self._flush_spill()
+            if self._spill:
+                self.telemetry_dropped += len(self._spill)
+                log.warning("%d telemetry messages lost: the disk could not keep them", len(self._spill))
+                self._spill.clear()
+        if self.queue is not None and self.queue.size:
             log.warning("%d telemetry messages stay queued in %s for the next run", self.queue.size, self.queue.path)
         final = getattr(self, "_final_status", None)
         if final is not None and self._connected.is_set():
@@ -474,6 +1013,7 @@ class MqttPublisher(Publisher):
             except (RuntimeError, ValueError) as exc:
                 log.warning("could not publish the offline status: %s", exc)
         self.client.disconnect()
+
 
 
 def default_queue_path(device_id: str, queue_dir: Optional[str] = None) -> Path:

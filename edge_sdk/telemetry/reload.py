@@ -116,25 +116,34 @@ class HotReloader:
         self._lock = threading.Lock()
         self._worker: Optional[threading.Thread] = None
         self._ready: Optional[Model] = None
+        self._tag: Optional[str] = None
         self.reloads = 0
-        self.failures = 0
+        self.failures = 0  # every failed reload, counted (telemetry: model.reload_failures)
 
     @property
     def busy(self) -> bool:
         return self._worker is not None and self._worker.is_alive()
 
-    def request(self, name: str, precision: Optional[str] = None) -> Path:
+    def request(self, name: str, precision: Optional[str] = None, tag: Optional[str] = None) -> Path:
         """Start loading `name` (a folder inside the model folder). Raises at once for a bad
-        path or when a reload is already in progress; later failures go to `on_result`."""
+        path or when a reload is already in progress; later failures go to `on_result`.
+        `tag` (a command id) is kept for whoever reports the outcome: see `take_tag()`."""
         if self.models_dir is None:
             raise ConfigError("reload needs a model folder: set models_dir in the device config")
-        return self.load(resolve_in(self.models_dir, name), precision)
+        return self.load(resolve_in(self.models_dir, name), precision, tag)
 
-    def load(self, path: Path, precision: Optional[str] = None) -> Path:
+    def take_tag(self) -> Optional[str]:
+        """The tag of the reload whose outcome is being reported, once (None afterwards)."""
+        with self._lock:
+            tag, self._tag = self._tag, None
+        return tag
+
+    def load(self, path: Path, precision: Optional[str] = None, tag: Optional[str] = None) -> Path:
         """Start loading the bundle at `path` (trusted: from the device's own config)."""
         with self._lock:
             if self.busy or self._ready is not None:
                 raise ConfigError("a reload is already in progress; wait for its alert or response")
+            self._tag = tag
             self._worker = threading.Thread(target=self._load, args=(path, precision), name="model-reload", daemon=True)
             self._worker.start()
         return path
@@ -147,7 +156,10 @@ class HotReloader:
             self.failures += 1
             log.error("reload of %s refused: %s", path, exc)
             if self.on_result is not None:
-                self.on_result(None, exc, str(path))
+                try:
+                    self.on_result(None, exc, str(path))
+                except Exception:  # noqa: BLE001 - the worker ends here; nothing else would report it
+                    log.exception("reporting the failed reload of %s failed", path)
             return
         with self._lock:
             self._ready = model

@@ -36,6 +36,7 @@ class Reporter:
         system: Optional[Any] = None,
         detections: str = "off",
         clock: Callable[[], float] = time.monotonic,
+        commands: Optional[Callable[[], Dict[str, int]]] = None,
     ) -> None:
         self.publisher = publisher
         self.health = health
@@ -45,6 +46,7 @@ class Reporter:
         self.interval_s = float(interval_s)
         self.target_fps = float(target_fps)
         self._model = model
+        self._commands = commands
         self.system = system
         self.detections = detections
         self._clock = clock
@@ -80,10 +82,12 @@ class Reporter:
         self.interval_s = float(seconds)
         self._wake.set()  # restart the wait with the new interval
 
-    def raise_alert(self, name: str, active: bool, message: str, severity: str = "warning") -> None:
-        """Raise or clear a condition outside the threshold rules (a failed reload, say)."""
+    def raise_alert(self, name: str, active: bool, message: str, severity: str = "warning",
+                    repeat: bool = False) -> None:
+        """Raise or clear a condition outside the threshold rules (a failed reload, say);
+        `repeat` raises an open one again."""
         with self._lock:
-            events = self.health.set(name, active, message, severity)
+            events = self.health.set(name, active, message, severity, repeat)
         for event in events:
             self.publisher.publish("alerts", event)
 
@@ -116,6 +120,8 @@ class Reporter:
             message["queue_depth"] = info["queue_depth"]
         if self._model is not None:
             message["model"] = self._model()
+        if self._commands is not None:
+            message["commands"] = self._commands()
         if self.system is not None:
             message["system"] = self.system.read()
         message["publisher"] = self.publisher.stats()

@@ -15,6 +15,7 @@ from typer.testing import CliRunner
 from edge_sdk.cli import app
 from edge_sdk.telemetry.fleet import Fleet, prometheus_collector
 from edge_sdk.telemetry.mqtt import BrokerConfig, MqttPublisher
+from edge_sdk.telemetry.schemas import TOPICS
 
 pytest.importorskip("paho.mqtt.client")
 
@@ -27,15 +28,24 @@ def tel(seq: int, fps: float = 30.0, p99: float = 20.0) -> Dict[str, Any]:
             "system": {"cpu_percent": 12.0, "temperature_max_c": 51.0, "power_mw": {"TOT": 6500.0}}}
 
 
+def env(suffix: str, seq: int, device: str = "d1", **body: Any) -> Dict[str, Any]:
+    """A message as a device sends it: envelope plus body."""
+    return dict({"schema": TOPICS[suffix], "device_id": device, "ts": 1000 * seq, "seq": seq}, **body)
+
+
+def alert(seq: int, name: str, state: str) -> Dict[str, Any]:
+    return env("alerts", seq, alert=name, state=state, severity="warning", message=name)
+
+
 def test_fleet_tracks_status_telemetry_alerts_and_repeats() -> None:
     fleet = Fleet()
-    fleet.update("edge-sdk/d1/status", {"state": "online", "seq": 1, "ts": 1, "bundle_hash": "ab", "started_ts": 5})
+    fleet.update("edge-sdk/d1/status", env("status", 1, state="online", bundle_hash="ab", started_ts=5))
     fleet.update("edge-sdk/d1/telemetry", tel(1))
     fleet.update("edge-sdk/d1/telemetry", tel(2, fps=25))
     fleet.update("edge-sdk/d1/telemetry", tel(1, fps=99))  # a QoS 1 repeat: ignored
-    fleet.update("edge-sdk/d1/alerts", {"alert": "fps_low", "state": "raised", "seq": 1})
-    fleet.update("edge-sdk/d1/alerts", {"alert": "latency_p99", "state": "raised", "seq": 2})
-    fleet.update("edge-sdk/d1/alerts", {"alert": "fps_low", "state": "cleared", "seq": 3})
+    fleet.update("edge-sdk/d1/alerts", alert(1, "fps_low", "raised"))
+    fleet.update("edge-sdk/d1/alerts", alert(2, "latency_p99", "raised"))
+    fleet.update("edge-sdk/d1/alerts", alert(3, "fps_low", "cleared"))
     fleet.update("other/topic", {"x": 1})
     [row] = fleet.rows()
     assert row == {"device": "d1", "status": "online", "fps": 25, "p50": 10.0, "p99": 20.0, "dropped": 0,
@@ -46,9 +56,9 @@ def test_fleet_tracks_status_telemetry_alerts_and_repeats() -> None:
 def test_prometheus_exposition() -> None:
     prom = pytest.importorskip("prometheus_client")
     fleet = Fleet()
-    fleet.update("edge-sdk/d1/status", {"state": "online", "seq": 1})
+    fleet.update("edge-sdk/d1/status", env("status", 1, state="online"))
     fleet.update("edge-sdk/d1/telemetry", tel(1))
-    fleet.update("edge-sdk/d1/alerts", {"alert": "temperature", "state": "raised", "seq": 1})
+    fleet.update("edge-sdk/d1/alerts", alert(1, "temperature", "raised"))
     registry = prom.CollectorRegistry()
     registry.register(prometheus_collector(fleet))
     text = prom.generate_latest(registry).decode()

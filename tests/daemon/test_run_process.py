@@ -94,3 +94,42 @@ def test_exit_codes(setup: Path, args: List[str], code: int, fragment: str) -> N
     _out, err = proc.communicate(timeout=60)
     assert proc.returncode == code, err
     assert fragment in err
+
+
+def test_the_will_after_an_outage_orders_after_the_last_online_status(setup: Path, broker, message_log) -> None:
+    from edge_sdk.telemetry.fleet import Fleet
+
+    log = message_log(broker.url, ["edge-sdk/proc-1/status"])
+    proc = start(setup)
+    try:
+        assert log.wait(lambda m: any(s["state"] == "online" for s in statuses(log)), timeout=30), proc.stderr
+        broker.restart()  # an outage: the daemon reconnects and publishes online again
+        assert log.wait(lambda m: [s["state"] for s in statuses(log)].count("online") >= 2, timeout=30)
+    finally:
+        proc.kill()
+        proc.communicate(timeout=10)
+    assert log.wait(lambda m: statuses(log)[-1]["state"] == "offline", timeout=10)
+    online, will = [s for s in statuses(log) if s["state"] == "online"][-1], statuses(log)[-1]
+    assert will["reason"] == "connection lost"
+    assert will["seq"] < online["seq"]  # why seq cannot order status: the will's is from start-up
+    assert will["status_ts"] >= online["status_ts"]
+    fleet = Fleet()
+    for s in statuses(log):
+        fleet.update("edge-sdk/proc-1/status", s)
+    assert fleet.devices["proc-1"].state == "offline"
+
+
+def test_fleet_orders_status_by_status_ts() -> None:
+    from edge_sdk.telemetry.fleet import Fleet
+
+    def status(state: str, status_ts: int, seq: int) -> dict:
+        return {"schema": "edge-sdk/status/1", "device_id": "d", "ts": seq, "seq": seq, "state": state,
+                "status_ts": status_ts}
+
+    fleet = Fleet()
+    for s in (status("online", 10, 5), status("offline", 10, 1), status("online", 10, 6),  # the will wins its connection
+              status("online", 5, 7)):  # an older connection's late message
+        fleet.update("edge-sdk/d/status", s)
+    assert fleet.devices["d"].state == "offline" and fleet.stale == 2
+    fleet.update("edge-sdk/d/status", status("online", 11, 2))  # a new connection
+    assert fleet.devices["d"].state == "online"

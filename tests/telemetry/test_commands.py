@@ -118,3 +118,107 @@ def test_canonical_form_ignores_key_order_and_hmac() -> None:
     a = {"id": "1", "cmd": "ping", "schema": "edge-sdk/cmd/1", "hmac": "x"}
     b = {"schema": "edge-sdk/cmd/1", "cmd": "ping", "id": "1"}
     assert canonical(a) == canonical(b) == b'{"cmd":"ping","id":"1","schema":"edge-sdk/cmd/1"}'
+
+
+# -- hostile payloads, replay across restarts, rate limits -----------------------------------
+@pytest.mark.parametrize("payload,fragment", [
+    (b"[" * 1000, "deeper"),  # RecursionError inside json.loads without the depth bound
+    (b'{"a":' * 2000 + b"1" + b"}" * 2000, "deeper"),
+    (b"[" * 20 + b"]" * 20, "deeper"),
+    (b'{"schema": "edge-sdk/cmd/1", "id": "' + b"[{" * 60 + b'", "cmd": "ping"}', ""),  # brackets in a string
+    (cmd("set").replace(b'"set"', b'"set", "args": {"telemetry_interval": NaN}'), "NaN"),
+    (cmd("set").replace(b'"set"', b'"set", "args": {"score_threshold": NaN}'), "NaN"),
+    (cmd("set").replace(b'"set"', b'"set", "args": {"nms_iou": -Infinity}'), "Infinity"),
+    (cmd("set").replace(b'"set"', b'"set", "args": {"target_fps": 1e400}'), "too large"),
+    (cmd("set").replace(b'"set"', b'"set", "args": {"telemetry_interval": ' + b"9" * 10000 + b"}"), "64-bit"),
+])
+def test_hostile_payloads_are_refused_without_raising(payload: bytes, fragment: str) -> None:
+    device = Device()
+    response = CommandProcessor(device.handlers()).handle(payload)
+    if fragment:
+        assert response["ok"] is False and fragment in response["error"], response
+        assert device.applied == []
+    else:
+        assert response["ok"] is True  # brackets inside a string are not nesting
+
+
+def test_a_handler_that_breaks_answers_an_error_and_the_processor_goes_on() -> None:
+    def broken(args: Dict[str, Any]) -> Dict[str, Any]:
+        raise OSError(28, "No space left on device")
+
+    proc = CommandProcessor({"snapshot": broken, "ping": lambda a: {"pong": True}})
+    response = proc.handle(cmd("snapshot", cid="s"))
+    assert response["ok"] is False and "No space left" in response["error"] and response["id"] == "s"
+    assert proc.handle(cmd("ping"))["ok"] is True
+    assert proc.counters() == {"accepted": 1, "rejected": 1, "dropped": 0, "unanswered": 0}
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 1000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def test_rate_limit_per_kind_drops_counts_and_refills() -> None:
+    clock = Clock()
+    device = Device()
+    proc = CommandProcessor(device.handlers(), limits={"snapshot": (1.0, 3.0)}, monotonic=clock)
+    out = [proc.handle(cmd("snapshot", cid=str(i))) for i in range(5)]
+    assert [r["ok"] for r in out] == [True, True, True, False, False]
+    assert "rate limit" in out[3]["error"] and "snapshot" in out[3]["error"]
+    assert proc.handle(cmd("ping"))["ok"] is True  # other kinds keep their own budget
+    clock.t += 1.0  # one token back
+    assert [proc.handle(cmd("snapshot"))["ok"] for _ in range(2)] == [True, False]
+    assert proc.counters()["dropped"] == 3 and proc.counters()["accepted"] == 5
+
+
+def test_refusals_beyond_the_answer_budget_go_unanswered_and_are_counted() -> None:
+    clock = Clock()
+    proc = CommandProcessor(Device().handlers(), answers=(10.0, 5.0), monotonic=clock)
+    out = [proc.handle(b"garbage %d" % i) for i in range(100)]
+    assert sum(r is not None for r in out) == 5
+    assert proc.counters() == {"accepted": 0, "rejected": 100, "dropped": 0, "unanswered": 95}
+    assert proc.handle(cmd("ping")) is not None  # accepted commands are always answered
+    clock.t += 0.5
+    assert sum(proc.handle(b"x") is not None for _ in range(10)) == 5
+
+
+def signed(cid: str, secret: bytes, ts_s: float) -> bytes:
+    return json.dumps(sign({"schema": "edge-sdk/cmd/1", "id": cid, "cmd": "ping", "ts": int(ts_s * 1000)}, secret)).encode()
+
+
+def test_replay_window_survives_a_restart(tmp_path) -> None:
+    secret, now = b"k", 1_700_000_000.0
+    path = tmp_path / "state" / "cam.commands.sqlite3"
+    first = CommandProcessor(Device().handlers(), secret=secret, clock=lambda: now, replay_path=path)
+    assert first.handle(signed("a", secret, now))["ok"]
+    first.close()
+    second = CommandProcessor(Device().handlers(), secret=secret, clock=lambda: now + 10, replay_path=path)
+    response = second.handle(signed("a", secret, now))
+    assert response["ok"] is False and "replay" in response["error"]
+    assert second.handle(signed("b", secret, now + 10))["ok"]
+
+
+def test_a_corrupt_replay_file_is_moved_aside_and_older_commands_refused(tmp_path, caplog) -> None:
+    secret, now = b"k", 1_700_000_000.0
+    path = tmp_path / "cam.commands.sqlite3"
+    path.write_bytes(b"this is not a database" * 100)
+    proc = CommandProcessor(Device().handlers(), secret=secret, clock=lambda: now, replay_path=path)
+    assert [p.name for p in tmp_path.iterdir() if "corrupt" in p.name], "the unreadable file is kept aside"
+    assert "unreadable" in caplog.text
+    # signed before the record was lost: it may be a replay of a command we no longer know
+    assert "sign it again" in proc.handle(signed("old", secret, now - 5))["error"]
+    assert proc.handle(signed("new", secret, now))["ok"]
+
+
+def test_token_bucket() -> None:
+    from edge_sdk.telemetry.commands import TokenBucket
+
+    clock = Clock()
+    bucket = TokenBucket(2.0, 2.0, clock)
+    assert [bucket.take() for _ in range(3)] == [True, True, False]
+    assert bucket.wait_s() == pytest.approx(0.5)
+    clock.t += 10
+    assert [bucket.take() for _ in range(3)] == [True, True, False]  # never more than the burst
