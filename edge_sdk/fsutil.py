@@ -1,14 +1,18 @@
-"""Small file helpers: atomic writes and checksums."""
+"""Small file helpers: atomic writes (files and whole folders), checksums, TOML."""
 from __future__ import annotations
 
+import contextlib
+import errno
 import hashlib
 import json
 import os
+import re
+import secrets
 import shutil
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any, Dict, Union
+from typing import Any, Dict, List, Optional, Union
 
 from edge_sdk.errors import ConfigError
 
@@ -45,7 +49,126 @@ def atomic_write_text(path: PathLike, text: str) -> None:
 
 
 def atomic_write_json(path: PathLike, obj: Any) -> None:
-    atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=False) + "\n")
+    """Write `obj` as JSON; ValueError for NaN or an infinity (they are not JSON)."""
+    atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=False, allow_nan=False) + "\n")
+
+
+STAGING_SUFFIXES = (".partial", ".old")
+# the part between ".<name>." and the suffix: "<pid>-<random>"; earlier versions used mkdtemp's 8
+# random characters for a partial folder and a fixed ".<name>.old"
+_STAGING_MIDDLE = re.compile(r"[0-9]+-[a-z0-9_]+")
+_LEGACY_PARTIAL_MIDDLE = re.compile(r"[a-z0-9_]{8}")
+
+
+def _lock_dir(path: PathLike) -> Optional[int]:
+    """A descriptor of folder `path` holding an exclusive flock on it; the lock dies with the
+    process, so a folder nobody holds was left by a process that is gone. None where flock is
+    not available (Windows). BlockingIOError when another process holds it; OSError when the
+    folder cannot be opened."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not on Linux or macOS
+        return None
+    fd = os.open(str(path), os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        with contextlib.suppress(OSError):
+            path.unlink()
+
+
+def staging_folders(final: PathLike) -> List[Path]:
+    """The folders :class:`AtomicDirectory` stages beside `final` (`.<name>.<pid>-<random>.partial`
+    and `.old`, and the names earlier versions used), live or stale."""
+    final = Path(final)
+    prefix = f".{final.name}."
+    try:
+        names = os.listdir(final.parent)
+    except OSError:
+        return []
+    found = []
+    for name in names:
+        if not name.startswith(prefix) or not name.endswith(STAGING_SUFFIXES):
+            continue
+        middle = name[len(prefix):name.rindex(".")]
+        ours = (_STAGING_MIDDLE.fullmatch(middle) or name == f".{final.name}.old"
+                or (name.endswith(".partial") and _LEGACY_PARTIAL_MIDDLE.fullmatch(middle)))
+        path = final.parent / name
+        if ours and path.is_dir() and not path.is_symlink():
+            found.append(path)
+    return sorted(found)
+
+
+def clean_stale(final: PathLike) -> List[Path]:
+    """Remove the staging folders of `final` that no live process holds (left by a build that
+    was killed); returns them. A `.old` folder whose `final` is missing (killed between the two
+    renames of the swap) is put back as `final` instead. Folders held by a running build are left
+    alone, and so is everything where flock is not available."""
+    final = Path(final)
+    handled = []
+    for path in sorted(staging_folders(final), key=lambda p: not p.name.endswith(".old")):
+        try:
+            fd = _lock_dir(path)
+        except OSError:  # held by a live process, or gone meanwhile
+            continue
+        if fd is None:
+            break
+        try:
+            if os.stat(path).st_ino != os.fstat(fd).st_ino:
+                continue  # renamed away and replaced meanwhile: not the folder we locked
+            if path.name.endswith(".old") and not os.path.lexists(final):
+                os.rename(path, final)
+            else:
+                _remove(path)
+            handled.append(path)
+        except OSError:
+            continue
+        finally:
+            os.close(fd)
+    return handled
+
+
+MOUNTINFO = "/proc/self/mountinfo"
+
+
+def is_mount_point(path: PathLike) -> bool:
+    """True when `path` is a mount point: what os.path.ismount sees (another device), and on Linux
+    also a bind mount of a folder of the same filesystem, which ismount misses but rename(2)
+    refuses just the same (EBUSY)."""
+    if os.path.ismount(path):
+        return True
+    try:
+        with open(MOUNTINFO, encoding="utf-8", errors="surrogateescape") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return False
+    real = os.path.realpath(path)
+    unescape = re.compile(r"\\([0-7]{3})")
+    for line in lines:
+        fields = line.split(" ")
+        if len(fields) > 4 and unescape.sub(lambda m: chr(int(m.group(1), 8)), fields[4]) == real:
+            return True
+    return False
+
+
+def _swap_error(final: Path, exc: OSError) -> ConfigError:
+    hints = {
+        errno.EBUSY: f"{final} is a mount point or in use; use a folder inside it",
+        errno.EXDEV: f"{final} is on another filesystem than its parent (a mount point); use a folder inside it",
+        errno.EACCES: f"no permission to replace {final}; choose another place",
+        errno.EPERM: f"no permission to replace {final}; choose another place",
+    }
+    hint = hints.get(exc.errno or 0, f"check {final} and its parent folder")
+    return ConfigError(f"cannot move the finished folder into place at {final} ({exc.strerror or exc}): {hint}. Nothing was changed")
 
 
 class AtomicDirectory:
@@ -54,40 +177,113 @@ class AtomicDirectory:
     >>> with AtomicDirectory("out/bundle") as tmp:
     ...     (tmp / "manifest.json").write_text("{}")
 
-    On an exception the temporary directory is removed and an existing `out/bundle` is left as
-    it was. On success an existing directory is replaced.
+    The temporary folder `.bundle.<pid>-<random>.partial` sits beside `out/bundle` (same
+    filesystem: the final move is a rename) and is flock-ed while it is written, so that
+    :func:`clean_stale` can tell a live one from one a killed process left; stale ones are
+    removed on entry. On an exception the temporary directory is removed and an existing
+    `out/bundle` is left as it was. On success an existing directory is replaced; when the
+    swap itself fails (a mount point: EBUSY) the old one is put back, the temporary one removed
+    and a ConfigError says what to do.
     """
 
     def __init__(self, final: PathLike) -> None:
         self.final = Path(final)
         self.tmp: Path = self.final
+        self._fd: Optional[int] = None
 
     def __enter__(self) -> Path:
         parent = self.final.parent
         parent.mkdir(parents=True, exist_ok=True)
-        self.tmp = Path(tempfile.mkdtemp(prefix=f".{self.final.name}.", suffix=".partial", dir=str(parent)))
+        clean_stale(self.final)
+        # made under a name clean_stale ignores, locked, then named .partial: never unlocked under that name
+        new = Path(tempfile.mkdtemp(prefix=f".{self.final.name}.{os.getpid()}-", suffix=".new", dir=str(parent)))
+        try:
+            try:
+                self._fd = _lock_dir(new)
+            except OSError:  # a filesystem without flock: nothing there is ever cleaned as stale either
+                self._fd = None
+            self.tmp = new.with_name(new.name[: -len(".new")] + ".partial")
+            os.rename(new, self.tmp)
+        except BaseException:
+            self._release()
+            _remove(new)
+            raise
         return self.tmp
 
     def __exit__(self, exc_type, exc, tb) -> None:
-        if exc_type is not None:
-            shutil.rmtree(self.tmp, ignore_errors=True)
-            return
-        for root, _dirs, files in os.walk(self.tmp):
-            for name in files:
-                with open(os.path.join(root, name), "rb") as f:
-                    os.fsync(f.fileno())
-        old = None
-        if self.final.exists():
-            old = self.final.with_name(f".{self.final.name}.old")
-            shutil.rmtree(old, ignore_errors=True)
-            os.replace(self.final, old)
-        os.replace(self.tmp, self.final)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
+        try:
+            if exc_type is not None:
+                _remove(self.tmp)
+                return
+            try:
+                for root, _dirs, files in os.walk(self.tmp):
+                    for name in files:
+                        with open(os.path.join(root, name), "rb") as f:
+                            os.fsync(f.fileno())
+                self._swap()
+            except BaseException as error:
+                _remove(self.tmp)
+                if isinstance(error, OSError):
+                    raise _swap_error(self.final, error) from error
+                raise
+        finally:
+            self._release()
+
+    def _swap(self) -> None:
+        """final → .old (flock-ed first), .partial → final, .old removed; on failure of the second
+        rename the first is undone."""
+        old: Optional[Path] = None
+        old_fd: Optional[int] = None
+        try:
+            if os.path.lexists(self.final):
+                if self.final.is_dir() and not self.final.is_symlink():
+                    try:
+                        old_fd = _lock_dir(self.final)
+                    except BlockingIOError:
+                        raise ConfigError(f"another process is replacing {self.final}; try again when it has finished") from None
+                    except OSError:
+                        old_fd = None  # cannot be opened for the lock: moved unlocked
+                old = self.final.with_name(f".{self.final.name}.{os.getpid()}-{secrets.token_hex(4)}.old")
+                os.replace(self.final, old)
+            try:
+                os.replace(self.tmp, self.final)
+            except OSError:
+                if old is not None:
+                    os.replace(old, self.final)
+                    old = None
+                raise
+            _fsync_dir(self.final.parent)
+            if old is not None:
+                _remove(old)
+        finally:
+            if old_fd is not None:
+                os.close(old_fd)
+
+    def _release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+def _fsync_dir(path: Path) -> None:
+    """Make a rename in `path` durable (best effort: not every platform opens folders)."""
+    try:
+        fd = os.open(str(path), os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 def read_toml(path: Any) -> Dict[str, Any]:
-    """Parse a TOML file; ConfigError naming the file when it is unreadable or not TOML."""
+    """Parse a TOML file; ConfigError naming the file when it is unreadable, not TOML, or holds
+    `nan` or `inf` (no setting takes a non-finite number)."""
+    from edge_sdk.validate import require_finite
+
     if sys.version_info >= (3, 11):
         import tomllib as toml  # novermin (guarded by the version check)
     else:
@@ -101,6 +297,7 @@ def read_toml(path: Any) -> Dict[str, Any]:
     except OSError as exc:
         raise ConfigError(f"cannot read config file {path}: {exc.strerror or exc}") from exc
     try:
-        return dict(toml.loads(raw.decode("utf-8")))
+        data = dict(toml.loads(raw.decode("utf-8")))
     except (UnicodeDecodeError, toml.TOMLDecodeError) as exc:
         raise ConfigError(f"{path}: not valid TOML ({exc})") from exc
+    return require_finite(data, str(path), ConfigError)

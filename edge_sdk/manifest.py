@@ -1,22 +1,127 @@
-"""The bundle manifest: what the builder wrote and what the runtime needs to run it."""
+"""The bundle manifest: what the builder wrote and what the runtime needs to run it.
+
+Nothing in a bundle is trusted until :meth:`Bundle.load` has checked it:
+
+* `manifest.json` is JSON of bounded size and depth without NaN or infinities
+  (:func:`edge_sdk.validate.loads_untrusted`), and a JSON object with an integer `schema_version`;
+* `files` lists every file the runtime reads — each model variant, `calib.cache`, everything
+  under `calib/` — with its sha256 (and, from schema 2 on, its size); every entry is a plain
+  relative path that stays inside the bundle folder, symbolic links included;
+* with `verify` (the default) each listed file is there, has its size and its sha256, and no
+  model or calibration file lies in the folder unlisted.
+"""
 from __future__ import annotations
 
-import json
-from pathlib import Path
-from typing import Any, Dict, List, Optional
+import hashlib
+import os
+import re
+from pathlib import Path, PurePosixPath
+from typing import Any, Dict, List, NamedTuple, Optional
 
 from edge_sdk.errors import BundleError
 from edge_sdk.fsutil import PathLike, sha256_file
 from edge_sdk.preprocess import InputSpec
+from edge_sdk.validate import UntrustedInput, loads_untrusted
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: `files` entries are {"sha256", "size"}; 1: plain sha256 strings (still read)
 MANIFEST = "manifest.json"
+MANIFEST_MAX_BYTES = 8 * 1024 * 1024
 
 VARIANT_FILES = {
     "fp32": "model.onnx",
     "fp16": "model.fp16.onnx",
     "int8": "model.int8.qdq.onnx",
 }
+CALIB_CACHE = "calib.cache"
+CALIB_DIR = "calib"
+
+_SHA256 = re.compile(r"[0-9a-f]{64}\Z")
+
+
+class FileEntry(NamedTuple):
+    """One `files` entry: the file's sha256 and, where the manifest gives it, its size in bytes."""
+
+    sha256: str
+    size: Optional[int]
+
+
+def parse_manifest(raw: bytes, origin: str) -> Dict[str, Any]:
+    """The manifest as a dict, its schema version and `files` checked (no file is read).
+    BundleError naming `origin` for anything else."""
+    try:
+        manifest = loads_untrusted(raw, MANIFEST_MAX_BYTES, what=origin)
+    except UntrustedInput as exc:
+        raise BundleError(f"{exc}; rebuild the bundle") from None
+    if not isinstance(manifest, dict):
+        raise BundleError(f"{origin} holds a JSON {type(manifest).__name__}, not an object; rebuild the bundle")
+    version = manifest.get("schema_version")
+    if isinstance(version, bool) or not isinstance(version, int):
+        raise BundleError(f"{origin} has no integer schema_version; rebuild the bundle")
+    if version > SCHEMA_VERSION:
+        raise BundleError(
+            f"{origin} has schema_version {version}, newer than this runtime understands ({SCHEMA_VERSION}); "
+            "upgrade edge-sdk on the device"
+        )
+    file_entries(manifest, origin)
+    return manifest
+
+
+def file_entries(manifest: Dict[str, Any], origin: str) -> Dict[str, FileEntry]:
+    """`files` as {relative path: FileEntry}: a non-empty object that lists a model, whose keys are
+    safe relative paths and whose values are a sha256 or {"sha256", "size"}. BundleError otherwise."""
+    files = manifest.get("files")
+    if not isinstance(files, dict) or not files:
+        raise BundleError(
+            f"{origin} lists no files: a bundle's manifest must give the sha256 of every model and calibration "
+            "file, or nothing in it can be verified; rebuild the bundle"
+        )
+    entries: Dict[str, FileEntry] = {}
+    for rel, value in files.items():
+        _check_rel(rel, origin)
+        if isinstance(value, str):
+            entry = FileEntry(value, None)
+        elif isinstance(value, dict) and set(value) == {"sha256", "size"}:
+            size = value["size"]
+            if isinstance(size, bool) or not isinstance(size, int) or size < 0:
+                raise BundleError(f"{origin}: files.{rel}.size must be a byte count, got {size!r}; rebuild the bundle")
+            entry = FileEntry(value["sha256"], size)
+        else:
+            raise BundleError(f"{origin}: files.{rel} must be {{\"sha256\": …, \"size\": …}}, got {value!r:.80}; rebuild the bundle")
+        if not isinstance(entry.sha256, str) or not _SHA256.match(entry.sha256):
+            raise BundleError(f"{origin}: files.{rel} has no valid sha256 (64 lowercase hex digits); rebuild the bundle")
+        entries[rel] = entry
+    if not any(rel in entries for rel in VARIANT_FILES.values()):
+        raise BundleError(
+            f"{origin} lists no model file ({', '.join(VARIANT_FILES.values())}) in `files`; rebuild the bundle"
+        )
+    named = [VARIANT_FILES[v] for v in manifest.get("variants") or [] if v in VARIANT_FILES]
+    precision = manifest.get("precision")
+    if precision in VARIANT_FILES:
+        named.append(VARIANT_FILES[precision])
+    unlisted = sorted({f for f in named if f not in entries})
+    if unlisted:
+        raise BundleError(f"{origin} names {', '.join(unlisted)} (variants/precision) but `files` does not list it; rebuild the bundle")
+    tensors = (manifest.get("calibration") or {}).get("tensors") if isinstance(manifest.get("calibration"), dict) else None
+    count = tensors.get("count") if isinstance(tensors, dict) else None
+    listed = sum(1 for rel in entries if rel.startswith(CALIB_DIR + "/"))
+    if isinstance(count, int) and not isinstance(count, bool) and count != listed:
+        raise BundleError(f"{origin} announces {count} calibration tensors but `files` lists {listed} under {CALIB_DIR}/; rebuild the bundle")
+    return entries
+
+
+def _check_rel(rel: Any, origin: str) -> None:
+    """A `files` key is a plain relative POSIX path: no absolute path, drive, `..`, `.`, empty part
+    or backslash, and not the manifest itself."""
+    if not isinstance(rel, str) or not rel or "\x00" in rel or "\\" in rel:
+        raise BundleError(f"{origin}: files entry {rel!r} is not a relative path inside the bundle; rebuild the bundle")
+    parts = rel.split("/")
+    if rel.startswith("/") or PurePosixPath(rel).is_absolute() or ":" in parts[0] or any(p in ("", ".", "..") for p in parts):
+        raise BundleError(
+            f"{origin}: files entry {rel!r} points outside the bundle (absolute path or `..`); "
+            "a bundle lists only its own files. Rebuild the bundle"
+        )
+    if rel == MANIFEST:
+        raise BundleError(f"{origin}: files entry {rel!r} is the manifest itself, which cannot hold its own checksum; rebuild the bundle")
 
 
 class Bundle:
@@ -28,36 +133,75 @@ class Bundle:
 
     @classmethod
     def load(cls, root: PathLike, verify: bool = True) -> "Bundle":
+        """Read and check the manifest (always) and the files (with `verify`); BundleError naming
+        the problem otherwise."""
         root = Path(root)
         path = root / MANIFEST
         if not path.is_file():
             raise BundleError(f"{root} is not a bundle: {MANIFEST} is missing. Build one with `edge-sdk build --out {root}`")
         try:
-            manifest = json.loads(path.read_text())
-        except (OSError, ValueError) as exc:
-            raise BundleError(f"{path} is not valid JSON ({exc}); rebuild the bundle") from exc
-        version = manifest.get("schema_version")
-        if not isinstance(version, int):
-            raise BundleError(f"{path} has no integer schema_version; rebuild the bundle")
-        if version > SCHEMA_VERSION:
-            raise BundleError(
-                f"{path} has schema_version {version}, newer than this runtime understands ({SCHEMA_VERSION}); "
-                "upgrade edge-sdk on the device"
-            )
-        bundle = cls(root, manifest)
+            with open(path, "rb") as f:
+                raw = f.read(MANIFEST_MAX_BYTES + 1)
+        except OSError as exc:
+            raise BundleError(f"cannot read {path} ({exc.strerror or exc}); check the bundle folder's permissions") from exc
+        bundle = cls(root, parse_manifest(raw, str(path)))
         if verify:
             bundle.verify()
         return bundle
 
+    @property
+    def files(self) -> Dict[str, FileEntry]:
+        return file_entries(self.manifest, str(self.root / MANIFEST))
+
     def verify(self) -> None:
-        files = self.manifest.get("files") or {}
-        for rel, digest in files.items():
+        """Every listed file inside the folder, with its size and sha256; every file the runtime
+        reads listed. BundleError naming the file and the fix otherwise."""
+        files = self.files
+        real_root = os.path.realpath(self.root)
+        for rel, entry in files.items():
             path = self.root / rel
+            real = os.path.realpath(path)
+            if os.path.commonpath([real_root, real]) != real_root:
+                raise BundleError(
+                    f"bundle file {path} leads outside the bundle (to {real}, through a symbolic link); "
+                    "a bundle holds its files itself. Copy the whole bundle folder again"
+                )
             if not path.is_file():
                 raise BundleError(f"bundle file {path} is missing; copy the whole bundle folder again")
+            size = path.stat().st_size
+            if entry.size is not None and size != entry.size:
+                raise BundleError(
+                    f"bundle file {path} has {size} bytes, the manifest says {entry.size}; the copy is corrupt or the "
+                    "file was replaced. Copy the whole bundle folder again"
+                )
             actual = sha256_file(path)
-            if actual != digest:
-                raise BundleError(f"bundle file {path} fails its sha256 check (expected {digest[:12]}…, got {actual[:12]}…); the copy is corrupt")
+            if actual != entry.sha256:
+                raise BundleError(
+                    f"bundle file {path} fails its sha256 check (expected {entry.sha256[:12]}…, got {actual[:12]}…); "
+                    "the copy is corrupt or the file was replaced. Copy the whole bundle folder again"
+                )
+        unlisted = [rel for rel in self._runtime_files() if rel not in files]
+        if unlisted:
+            shown = ", ".join(unlisted[:3]) + (f" and {len(unlisted) - 3} more" if len(unlisted) > 3 else "")
+            raise BundleError(
+                f"bundle {self.root} holds {shown}, which its manifest does not list: the runtime would read it "
+                "unverified. Remove it, or rebuild the bundle"
+            )
+
+    def _runtime_files(self) -> List[str]:
+        """Relative paths of what lies in the folder under the names the runtime and the engine
+        builder read: the model variants, `calib.cache` and everything under `calib/`."""
+        found = [f for f in VARIANT_FILES.values() if os.path.lexists(self.root / f)]
+        if os.path.lexists(self.root / CALIB_CACHE):
+            found.append(CALIB_CACHE)
+        calib = self.root / CALIB_DIR
+        if calib.is_dir():
+            for dirpath, dirnames, filenames in os.walk(calib, followlinks=False):
+                for name in sorted(filenames + [d for d in dirnames if os.path.islink(os.path.join(dirpath, d))]):
+                    found.append(Path(dirpath, name).relative_to(self.root).as_posix())
+        elif os.path.lexists(calib):
+            found.append(CALIB_DIR)
+        return found
 
     @property
     def inputs(self) -> List[InputSpec]:
@@ -69,23 +213,24 @@ class Bundle:
 
     @property
     def hash(self) -> str:
-        """A short identity of the bundle's content: sha256 over its file digests."""
-        import hashlib
-
-        files = self.manifest.get("files") or {}
+        """A short identity of the bundle's content: sha256 over its files' paths and digests
+        (never empty: a manifest without files does not load). The engine cache keys on it."""
+        files = self.files
         h = hashlib.sha256()
         for rel in sorted(files):
-            h.update(f"{rel}:{files[rel]}\n".encode())
+            h.update(f"{rel}:{files[rel].sha256}\n".encode())
         return h.hexdigest()[:16]
 
     def variants(self) -> List[str]:
-        return [v for v, f in VARIANT_FILES.items() if (self.root / f).is_file()]
+        """The model variants the bundle lists and holds."""
+        files = self.files
+        return [v for v, f in VARIANT_FILES.items() if f in files and (self.root / f).is_file()]
 
     def model_path(self, variant: str = "fp32") -> Path:
         if variant not in VARIANT_FILES:
             raise BundleError(f"unknown precision {variant!r}; choose one of {', '.join(VARIANT_FILES)}")
         path = self.root / VARIANT_FILES[variant]
-        if not path.is_file():
+        if VARIANT_FILES[variant] not in self.files or not path.is_file():
             raise BundleError(
                 f"bundle {self.root} has no {variant} variant ({VARIANT_FILES[variant]}); "
                 f"it has: {', '.join(self.variants()) or 'none'}. Rebuild with --precision {variant}"

@@ -13,6 +13,7 @@ import numpy as np
 
 from edge_sdk import _imports
 from edge_sdk.errors import ConfigError, SourceError
+from edge_sdk.images import read_image
 
 RESIZE_MODES = ("letterbox", "stretch")
 COLORS = ("BGR", "RGB")
@@ -207,9 +208,10 @@ class Preprocessor:
 
 
 def load_image(path: str) -> np.ndarray:
-    """Read an image file as BGR uint8 (H, W, 3); raises SourceError naming the file."""
-    cv2 = _imports.cv2()
-    img = cv2.imread(str(path), cv2.IMREAD_COLOR)
-    if img is None:
-        raise SourceError(f"cannot read image {path}: not an image file, or unreadable")
+    """Read an image file as BGR uint8 (H, W, 3) through :func:`edge_sdk.images.read_image`
+    (the reader of the runtime's image sources); raises SourceError naming the file."""
+    img = read_image(path)
+    if img.ndim == 2:
+        cv2 = _imports.cv2()
+        return cv2.cvtColor(img, cv2.COLOR_GRAY2BGR)
     return img

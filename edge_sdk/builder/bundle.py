@@ -7,31 +7,51 @@ import io
 import json
 import os
 import tempfile
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any, Dict, Mapping, Optional, Sequence
 
 import numpy as np
 
 from edge_sdk.errors import BundleError, ConfigError
-from edge_sdk.fsutil import AtomicDirectory, sha256_file
-from edge_sdk.manifest import MANIFEST, SCHEMA_VERSION, VARIANT_FILES, Bundle
+from edge_sdk.fsutil import AtomicDirectory, clean_stale, is_mount_point, sha256_file
+from edge_sdk.validate import non_finite
+from edge_sdk.manifest import (
+    CALIB_CACHE,
+    CALIB_DIR,
+    MANIFEST,
+    MANIFEST_MAX_BYTES,
+    SCHEMA_VERSION,
+    VARIANT_FILES,
+    Bundle,
+    file_entries,
+    parse_manifest,
+)
 
-CALIB_DIR = "calib"
-CALIB_CACHE = "calib.cache"
 RANGES = "ranges.json"
 
 
 def check_output_dir(out: Path) -> None:
-    """Fail fast (before any long work) when `out` cannot become a bundle folder.
+    """Fail fast (before any long work) when `out` cannot become a bundle folder, and remove
+    what interrupted builds into `out` left beside it (see :func:`edge_sdk.fsutil.clean_stale`).
 
-    An existing folder is replaced only when it is empty or already a bundle, so that a
-    mistyped `--out` never wipes unrelated files.
+    An existing folder is replaced only when it is empty or recognisably a bundle (see
+    :func:`foreign_content`), so that `--out` never deletes other files. The folder must be
+    swappable: not a mount point or a symbolic link, its parent writable.
     """
     out = Path(out)
+    if out.is_symlink():
+        raise ConfigError(f"--out {out} is a symbolic link; pass the folder it points to ({os.path.realpath(out)}) instead")
     if out.exists() and not out.is_dir():
         raise ConfigError(f"--out {out} is a file; choose a folder path for the bundle")
-    if out.is_dir() and any(out.iterdir()) and not (out / MANIFEST).is_file():
-        raise ConfigError(f"--out {out} exists and is not a bundle (no {MANIFEST}); choose an empty or new folder")
+    if out.is_dir():
+        if is_mount_point(out):
+            raise ConfigError(f"--out {out} is a mount point, which cannot be replaced as a whole; use a folder inside it (e.g. --out {out / 'bundle'})")
+        foreign = foreign_content(out)
+        if foreign is not None:
+            raise ConfigError(
+                f"--out {out} is not a bundle folder ({foreign}); a build replaces the whole folder, so nothing was "
+                "touched. Choose an empty or new folder, or move those files away"
+            )
     ancestor = out.absolute().parent
     while not ancestor.exists():
         ancestor = ancestor.parent
@@ -42,6 +62,46 @@ def check_output_dir(out: Path) -> None:
         os.rmdir(probe)
     except OSError as exc:
         raise ConfigError(f"cannot write the bundle to {out}: {ancestor} is not writable ({exc.strerror}); choose another --out") from exc
+    if out.is_dir() and any(out.iterdir()) and not os.access(out, os.W_OK | os.X_OK):
+        raise ConfigError(f"cannot replace --out {out}: its old files cannot be removed (no write permission); choose another --out")
+    clean_stale(out)
+
+
+def foreign_content(folder: Path) -> Optional[str]:
+    """None when `folder` is empty or recognisably a bundle: a `manifest.json` the runtime's reader
+    accepts (schema, `files`) and nothing but the files it lists and their folders. Otherwise a
+    short reason that names what is in the way (the walk stops at the first few)."""
+    with os.scandir(folder) as it:
+        if next(it, None) is None:
+            return None
+    manifest = folder / MANIFEST
+    if manifest.is_symlink() or not manifest.is_file():
+        return f"no {MANIFEST}"
+    try:
+        with open(manifest, "rb") as f:
+            listed = set(file_entries(parse_manifest(f.read(MANIFEST_MAX_BYTES + 1), str(manifest)), str(manifest)))
+    except (OSError, BundleError) as exc:
+        reason = str(exc)
+        reason = reason[: -len("; rebuild the bundle")] if reason.endswith("; rebuild the bundle") else reason
+        return f"its {MANIFEST} is not an edge-sdk bundle manifest: {reason}"
+    folders = {p.as_posix() for rel in listed for p in PurePosixPath(rel).parents}
+    others = []
+    for dirpath, dirnames, filenames in os.walk(folder, followlinks=False):
+        for name in sorted(dirnames + filenames):
+            path = Path(dirpath, name)
+            rel = path.relative_to(folder).as_posix()
+            if path.is_symlink() or not (path.is_file() or path.is_dir()):
+                others.append(rel)
+            elif path.is_dir() and rel not in folders:
+                others.append(rel + "/")
+            elif path.is_file() and rel not in listed and rel != MANIFEST:
+                others.append(rel)
+        if len(others) > 3:
+            break
+    if not others:
+        return None
+    shown = ", ".join(others[:3]) + (" and more" if len(others) > 3 else "")
+    return f"it holds {shown}, which its {MANIFEST} does not list"
 
 
 CALIB_KEY = "tensor"  # the array's name inside each calib/NNNN.npz
@@ -114,18 +174,23 @@ def write_bundle(
             (tmp / CALIB_DIR).mkdir()
             for i, tensor in enumerate(calib_tensors):
                 (tmp / CALIB_DIR / f"{i:04d}.npz").write_bytes(_npz_bytes(tensor))
-        files: Dict[str, str] = {}
+        files: Dict[str, Dict[str, Any]] = {}
         for path in sorted(p for p in tmp.rglob("*") if p.is_file()):
             rel = path.relative_to(tmp).as_posix()
             if rel != MANIFEST:
-                files[rel] = sha256_file(path)
+                files[rel] = {"sha256": sha256_file(path), "size": path.stat().st_size}
         full = dict(manifest)
-        full.setdefault("schema_version", SCHEMA_VERSION)
+        full["schema_version"] = SCHEMA_VERSION  # the `files` format written here is this schema's
         full["files"] = files
-        (tmp / MANIFEST).write_text(json.dumps(full, indent=2) + "\n")
+        for key, value in non_finite(full):  # JSON has no NaN: the runtime would refuse the bundle
+            raise BundleError(
+                f"the manifest would hold {key} = {value!r}, which JSON cannot carry; the model gave non-finite "
+                "outputs on the calibration or gate images (check it with ONNX Runtime) and nothing was written"
+            )
+        (tmp / MANIFEST).write_text(json.dumps(full, indent=2, allow_nan=False) + "\n")
         Bundle.load(tmp)  # the runtime's own reader must accept it before it is published
     return Bundle.load(out)
 
 
 def file_sizes(bundle: Bundle) -> Dict[str, int]:
-    return {rel: (bundle.root / rel).stat().st_size for rel in (bundle.manifest.get("files") or {})}
+    return {rel: (bundle.root / rel).stat().st_size for rel in bundle.files}

@@ -16,16 +16,20 @@ vanish and come back; the others are finite (unless looped) and paced by the pip
 """
 from __future__ import annotations
 
+import logging
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Union
+from typing import Any, Dict, List, Optional, Tuple, Union
 from urllib.parse import parse_qsl, urlsplit
 
 import numpy as np
 
 from edge_sdk import _imports
 from edge_sdk.errors import SourceError
+from edge_sdk.images import read_image
+
+logger = logging.getLogger(__name__)
 
 SCHEMES = ("csi", "v4l2", "rtsp", "rtsps", "file", "synthetic")
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".tif", ".tiff", ".webp", ".ppm", ".pgm")
@@ -187,6 +191,8 @@ class VideoCaptureSource(Source):
         self._cap: Any = None
         self._pending: Optional[np.ndarray] = None
         self._frames_read = 0
+        self._pass_frames = 0  # frames of the current pass (a loop starts a new one)
+        self.truncated: Optional[Tuple[int, int]] = None  # (frames read, frames the file announces)
 
     def open(self) -> None:
         cv2 = _imports.cv2()
@@ -200,6 +206,8 @@ class VideoCaptureSource(Source):
                 raise SourceError(f"cannot open {self.name}: the device or stream is not available (check the cable/URL and permissions)")
             raise SourceError(f"cannot open video {self.name}: unreadable file or unsupported container/codec")
         self._cap = cap
+        self._pass_frames = 0
+        self.truncated = None
         if not self.live:
             count = int(cap.get(cv2.CAP_PROP_FRAME_COUNT) or 0)
             self.frame_count = count if count > 0 else None
@@ -217,6 +225,7 @@ class VideoCaptureSource(Source):
         if self._pending is not None:
             frame, self._pending = self._pending, None
             self._frames_read += 1
+            self._pass_frames += 1
             if out is not None and out.shape == frame.shape:
                 np.copyto(out, frame)
                 return out
@@ -224,14 +233,31 @@ class VideoCaptureSource(Source):
         ok, frame = self._cap.read(out) if out is not None else self._cap.read()
         if ok:
             self._frames_read += 1
+            self._pass_frames += 1
             return frame
+        if not self.live:
+            self._check_complete()
         if self.loop and not self.live and self._frames_read > 0:
             cv2 = _imports.cv2()
             self._cap.set(cv2.CAP_PROP_POS_FRAMES, 0)
+            self._pass_frames = 0
             ok, frame = self._cap.read(out) if out is not None else self._cap.read()
             if ok:
+                self._pass_frames += 1
                 return frame
         return None
+
+    def _check_complete(self) -> None:
+        """At the end of a file: fewer frames than its header announces means a truncated or
+        damaged file. Recorded in `truncated` and logged once, never silent."""
+        count = self.frame_count
+        if count is None or self._pass_frames >= count or self.truncated is not None:
+            return
+        self.truncated = (self._pass_frames, count)
+        logger.warning(
+            "video %s ended after %d of the %d frames its header announces: the file is truncated or damaged "
+            "(frames after %d were not processed)", self.name, self._pass_frames, count, self._pass_frames,
+        )
 
     def close(self) -> None:
         if self._cap is not None:
@@ -241,7 +267,9 @@ class VideoCaptureSource(Source):
 
 
 class ImageFolderSource(Source):
-    """Images of a folder in name order (or a single image file)."""
+    """Images of a folder in name order (or a single image file), read by
+    :func:`edge_sdk.images.read_image`: grey or BGR uint8 (16-bit images reduced to 8 bits),
+    size-capped, a truncated file refused with its name."""
 
     def __init__(self, path: str, loop: bool = False) -> None:
         self.path = Path(path)
@@ -270,13 +298,7 @@ class ImageFolderSource(Source):
             self._next = 0
         path = self.files[self._next]
         self._next += 1
-        cv2 = _imports.cv2()
-        img = cv2.imread(str(path), cv2.IMREAD_UNCHANGED)
-        if img is None:
-            raise SourceError(f"cannot read image {path}: not an image file, or unreadable")
-        if img.dtype != np.uint8:
-            raise SourceError(f"image {path} has {img.dtype} pixels; only 8-bit images are supported")
-        return img
+        return read_image(str(path))  # the builder's reader too: same pixels in build and detect
 
 
 class SyntheticSource(Source):

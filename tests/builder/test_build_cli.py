@@ -145,6 +145,34 @@ def unreadable_dir(tmp_path: Path) -> Path:
     return folder
 
 
+def truncated_jpeg_among_images(tmp_path: Path) -> Path:
+    """16 good images and one JPEG cut short (libjpeg would decode it with grey rows)."""
+    import cv2
+    import numpy as np
+
+    folder = write_images(tmp_path / "cut", 16)
+    path = folder / "007b.jpg"
+    cv2.imwrite(str(path), np.random.default_rng(0).integers(0, 256, (96, 144, 3), dtype=np.uint8))
+    path.write_bytes(path.read_bytes()[:-300])
+    return folder
+
+
+def huge_png_among_images(tmp_path: Path) -> Path:
+    """16 good images and a real, valid 8000×7000 PNG (56 megapixels; 250 kB on disk)."""
+    import struct
+    import zlib
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
+
+    folder = write_images(tmp_path / "huge", 16)
+    z = zlib.compressobj(1)
+    idat = b"".join(z.compress(b"\0" * 8001) for _ in range(7000)) + z.flush()
+    (folder / "007b.png").write_bytes(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", 8000, 7000, 8, 0, 0, 0, 0))
+                                      + chunk(b"IDAT", idat) + chunk(b"IEND", b""))
+    return folder
+
+
 CASES = {
     # name: (model factory, extra args factory, exit code, message)
     "corrupt model": (broken_file, lambda t: [], 4, "broken.onnx is not a readable ONNX model"),
@@ -154,6 +182,10 @@ CASES = {
     "empty calibration folder": (tiny_file, lambda t: ["--calib", str(empty_dir(t))], 5, "has no images"),
     "missing calibration folder": (tiny_file, lambda t: ["--calib", str(t / "nope")], 5, "does not exist"),
     "unreadable calibration images": (tiny_file, lambda t: ["--calib", str(unreadable_dir(t))], 5, "cannot read image"),
+    "truncated calibration image": (tiny_file, lambda t: ["--calib", str(truncated_jpeg_among_images(t))], 5,
+                                    r"007b\.jpg is truncated .*remove it from the calibration folder"),
+    "calibration image above the pixel cap": (tiny_file, lambda t: ["--calib", str(huge_png_among_images(t))], 5,
+                                              r"007b\.png is 8000×7000 .*above the limit of 50 megapixels"),
     "too few calibration images": (tiny_file, lambda t: ["--calib", str(write_images(t / "few", 5))], 5, "too few calibration images: 5"),
     "bad precision": (tiny_file, lambda t: ["--precision", "int4"], 2, "precision must be one of"),
     "bad input size": (tiny_file, lambda t: ["--input-size", "wide"], 2, "WIDTHxHEIGHT"),
@@ -180,20 +212,44 @@ def test_bad_input_fails_cleanly_without_a_bundle(tmp_path: Path, case: str) -> 
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".bundle")]
 
 
-@pytest.mark.parametrize("kind", ["parent is a file", "folder that is not a bundle"])
-def test_unwritable_out_fails_before_any_work(tmp_path: Path, detector_path: Path, kind: str) -> None:
+@pytest.mark.parametrize("kind", ["parent is a file", "folder that is not a bundle", "web project with a manifest.json",
+                                  "bundle with a file of its own", "mount point"])
+def test_unwritable_out_fails_before_any_work(tmp_path: Path, detector_path: Path, kind: str,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    from edge_sdk.builder import pipeline
+
+    out = tmp_path / "mine"
     if kind == "parent is a file":
         (tmp_path / "file").write_text("x")
         out = tmp_path / "file" / "bundle"
-    else:
-        out = tmp_path / "mine"
+    elif kind == "folder that is not a bundle":
         out.mkdir()
         (out / "thesis.tex").write_text("precious")
+    elif kind == "web project with a manifest.json":
+        (out / "src").mkdir(parents=True)
+        (out / "manifest.json").write_text('{"name": "app", "start_url": "/"}')
+        (out / "important.txt").write_text("precious")
+        (out / "src" / "app.js").write_text("precious")
+    elif kind == "bundle with a file of its own":
+        assert invoke(tiny_build_args(detector_path, out, None, "--precision", "fp32"), tmp_path).exit_code == 0
+        (out / "important.txt").write_text("precious")
+    else:
+        out.mkdir()
+        monkeypatch.setattr(os.path, "ismount", lambda p: Path(p) == out)
+    before = {p: p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()} if out.is_dir() else {}
+
+    def no_work(*args, **kwargs):
+        raise AssertionError("the build started before --out was checked")
+
+    monkeypatch.setattr(pipeline.graph_mod, "model_from_path", no_work)
     result = invoke(tiny_build_args(detector_path, out, None, "--precision", "fp32"), tmp_path)
     assert result.exit_code == 2, output_of(result)
     assert "--out" in output_of(result) or "cannot" in output_of(result)
-    if kind == "folder that is not a bundle":
-        assert sorted(p.name for p in out.iterdir()) == ["thesis.tex"]
+    if kind == "mount point":
+        assert "is a mount point" in output_of(result) and "use a folder inside it" in output_of(result)
+    after = {p: p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()} if out.is_dir() else {}
+    assert after == before
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".mine")]
 
 
 def test_help_documents_every_flag() -> None:

@@ -132,6 +132,43 @@ def test_video_file_reads_all_frames_in_order_into_the_buffer(video_factory) -> 
         assert np.abs(frame.astype(int) - expected.astype(int)).mean() < 6
 
 
+def truncate(path: Path, keep: float = 0.5) -> Path:
+    with open(path, "r+b") as f:
+        f.truncate(int(path.stat().st_size * keep))
+    return path
+
+
+def test_a_truncated_video_is_reported_not_silent(video_factory, caplog: pytest.LogCaptureFixture) -> None:
+    path = truncate(video_factory(frames=100, width=96, height=64))
+    src = open_source(str(path))
+    with caplog.at_level("WARNING", logger="edge_sdk.runtime.sources"), src:
+        assert src.frame_count == 100  # what the file's header announces
+        read = 0
+        while src.read() is not None:
+            read += 1
+        assert src.read() is None
+    assert 0 < read < 100
+    assert src.truncated == (read, 100)
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert warnings == [f"video {path} ended after {read} of the 100 frames its header announces: the file is truncated "
+                        f"or damaged (frames after {read} were not processed)"]
+
+
+def test_a_complete_video_reports_nothing(video_factory, caplog: pytest.LogCaptureFixture) -> None:
+    src = open_source(str(video_factory(frames=12)), loop=True)
+    with caplog.at_level("WARNING", logger="edge_sdk.runtime.sources"), src:
+        assert all(src.read() is not None for _ in range(30))  # two and a half passes
+    assert src.truncated is None and not caplog.records
+
+
+def test_a_looped_truncated_video_warns_once(video_factory, caplog: pytest.LogCaptureFixture) -> None:
+    src = open_source(str(truncate(video_factory(frames=40))), loop=True)
+    with caplog.at_level("WARNING", logger="edge_sdk.runtime.sources"), src:
+        assert all(src.read() is not None for _ in range(100))
+    assert src.truncated is not None and src.truncated[1] == 40
+    assert len(caplog.records) == 1
+
+
 def test_video_loop_restarts(video_factory) -> None:
     src = open_source(str(video_factory(frames=3)), loop=True)
     with src:
@@ -159,7 +196,7 @@ def test_image_folder_sorted_and_channels(tmp_path: Path) -> None:
     with src:
         raws = [src.read() for _ in range(3)]
         assert src.read() is None
-    assert [r.ndim if r.ndim == 2 else r.shape[2] for r in raws] == [3, 2, 4]
+    assert [r.ndim if r.ndim == 2 else r.shape[2] for r in raws] == [3, 2, 3]  # grey stays grey; alpha is dropped
     out = np.empty((96, 128, 3), np.uint8)
     assert np.array_equal(to_bgr(raws[1], out), np.repeat(scene(1)[:, :, :1], 3, axis=2))
     assert np.array_equal(to_bgr(raws[2], out), scene(2))

@@ -1,0 +1,174 @@
+"""AtomicDirectory: a killed writer's partial folder is cleaned by the next one (a live one is
+not), a swap that the filesystem refuses (a mount point: EBUSY) is a typed error that changes
+nothing, and an interrupted swap gets the previous folder back."""
+from __future__ import annotations
+
+import errno
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Iterator, List
+
+import pytest
+
+from edge_sdk import fsutil
+from edge_sdk.errors import ConfigError
+from edge_sdk.fsutil import AtomicDirectory, clean_stale, staging_folders
+
+pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="flock: Linux and macOS")
+
+WRITER = textwrap.dedent(
+    """
+    import sys
+    from edge_sdk.fsutil import AtomicDirectory
+
+    with AtomicDirectory(sys.argv[1]) as tmp:
+        (tmp / "model.onnx").write_bytes(b"x" * (1 << 20))
+        print(tmp, flush=True)
+        sys.stdin.read()  # hold the folder until the test kills this process or closes stdin
+    """
+)
+
+
+@pytest.fixture
+def writers() -> Iterator[List[subprocess.Popen]]:
+    started: List[subprocess.Popen] = []
+    yield started
+    for proc in started:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(timeout=30)
+
+
+def start_writer(final: Path, writers: List[subprocess.Popen]) -> Path:
+    """A process in the middle of writing `final`; returns its partial folder once it is there."""
+    proc = subprocess.Popen([sys.executable, "-c", WRITER, str(final)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    writers.append(proc)
+    line = proc.stdout.readline().strip()
+    assert line, "the writer died before creating its folder"
+    return Path(line)
+
+
+def old_folder(tmp_path: Path) -> Path:
+    final = tmp_path / "bundle"
+    final.mkdir()
+    (final / "manifest.json").write_text("old")
+    return final
+
+
+def test_a_partial_folder_left_by_sigkill_is_removed_by_the_next_writer(tmp_path: Path, writers) -> None:
+    final = tmp_path / "bundle"
+    partial = start_writer(final, writers)
+    assert partial.parent == tmp_path and partial.name.startswith(".bundle.") and partial.name.endswith(".partial")
+    writers[0].send_signal(signal.SIGKILL)
+    writers[0].wait(timeout=30)
+    assert (partial / "model.onnx").stat().st_size == 1 << 20  # the 1 MB the killed build left
+    with AtomicDirectory(final) as tmp:
+        assert not partial.exists()
+        (tmp / "manifest.json").write_text("new")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bundle"]
+
+
+def test_a_live_writers_folder_is_left_alone(tmp_path: Path, writers) -> None:
+    final = tmp_path / "bundle"
+    partial = start_writer(final, writers)
+    assert clean_stale(final) == []
+    assert (partial / "model.onnx").is_file()
+    writers[0].stdin.close()  # let it finish: its folder becomes the bundle
+    assert writers[0].wait(timeout=30) == 0
+    assert (final / "model.onnx").is_file() and not partial.exists()
+
+
+def test_partials_of_earlier_versions_and_other_names_are_told_apart(tmp_path: Path) -> None:
+    final = tmp_path / "bundle"
+    ours = [tmp_path / ".bundle.k3j_x9ab.partial", tmp_path / ".bundle.old", tmp_path / ".bundle.4242-deadbeef.old"]
+    theirs = [tmp_path / ".bundle.mine.partial", tmp_path / ".bundle2.1-ab.partial", tmp_path / ".bundle.v2.1-ab.partial",
+              tmp_path / "bundle.1-ab.partial", tmp_path / ".bundle.abcdefgh.old"]  # the last: bundle.abcdefgh's
+    final.mkdir()
+    for path in ours + theirs:
+        path.mkdir()
+        (path / "f").write_text("x")
+    (tmp_path / ".bundle.7-ab.partial").symlink_to(tmp_path / ".bundle.mine.partial")
+    assert staging_folders(final) == sorted(ours)
+    assert sorted(clean_stale(final)) == sorted(ours)
+    assert all(p.is_dir() for p in theirs) and not any(p.exists() for p in ours)
+
+
+def test_an_interrupted_swap_gets_the_previous_folder_back(tmp_path: Path) -> None:
+    """Killed between `bundle → .old` and `.partial → bundle`: the next writer finds no bundle, a
+    stale .old and a stale .partial, and restores the old bundle before it starts."""
+    final = tmp_path / "bundle"
+    old = tmp_path / ".bundle.999999-0badf00d.old"
+    old.mkdir()
+    (old / "manifest.json").write_text("old")
+    (tmp_path / ".bundle.999999-1badf00d.partial").mkdir()
+    assert len(clean_stale(final)) == 2
+    assert (final / "manifest.json").read_text() == "old"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bundle"]
+
+
+@pytest.mark.parametrize("code, hint", [(errno.EBUSY, "mount point or in use; use a folder inside it"),
+                                        (errno.EXDEV, "another filesystem"), (errno.EACCES, "no permission")])
+def test_a_refused_swap_is_a_config_error_that_changes_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                               code: int, hint: str) -> None:
+    final = old_folder(tmp_path)
+    real_replace = os.replace
+
+    def replace(src, dst):
+        if Path(src) == final:  # what rename(2) answers for a mount point
+            raise OSError(code, os.strerror(code), str(src))
+        return real_replace(src, dst)
+
+    monkeypatch.setattr(fsutil.os, "replace", replace)
+    with pytest.raises(ConfigError, match=f"cannot move the finished folder into place at .*bundle.*{hint}.*Nothing was changed"):
+        with AtomicDirectory(final) as tmp:
+            (tmp / "manifest.json").write_text("new")
+    assert (final / "manifest.json").read_text() == "old"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bundle"]
+
+
+def test_a_failed_second_rename_puts_the_old_folder_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    final = old_folder(tmp_path)
+    real_replace = os.replace
+
+    def replace(src, dst):
+        if Path(dst) == final and Path(src).name.endswith(".partial"):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(src))
+        return real_replace(src, dst)
+
+    monkeypatch.setattr(fsutil.os, "replace", replace)
+    with pytest.raises(ConfigError, match="cannot move the finished folder"):
+        with AtomicDirectory(final) as tmp:
+            (tmp / "manifest.json").write_text("new")
+    assert (final / "manifest.json").read_text() == "old"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bundle"]
+
+
+def test_success_replaces_and_leaves_nothing_beside(tmp_path: Path) -> None:
+    final = old_folder(tmp_path)
+    with AtomicDirectory(final) as tmp:
+        (tmp / "manifest.json").write_text("new")
+    assert (final / "manifest.json").read_text() == "new"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bundle"]
+
+
+def test_a_bind_mount_that_ismount_misses_is_found_in_mountinfo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`mount --bind /data/x "/srv/my share"`: same device as its parent, so os.path.ismount says
+    False, yet rename(2) answers EBUSY. /proc/self/mountinfo lists it (spaces escaped as \\040)."""
+    share = tmp_path / "my share"
+    share.mkdir()
+    (tmp_path / "plain").mkdir()
+    mountinfo = tmp_path / "mountinfo"
+    mountinfo.write_text(
+        "27 1 254:0 / / rw,relatime - ext4 /dev/vda rw\n"
+        f"43 27 254:0 /data/x {str(share).replace(' ', chr(92) + '040')} rw,relatime - ext4 /dev/vda rw\n"
+    )
+    monkeypatch.setattr(fsutil, "MOUNTINFO", str(mountinfo))
+    assert not os.path.ismount(share)
+    assert fsutil.is_mount_point(share)
+    assert not fsutil.is_mount_point(tmp_path / "plain")
+    monkeypatch.setattr(fsutil, "MOUNTINFO", str(tmp_path / "absent"))  # not Linux: ismount alone
+    assert not fsutil.is_mount_point(share)
