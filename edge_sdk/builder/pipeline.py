@@ -1,5 +1,6 @@
-"""`edge-sdk build` as a chain of steps: resolve inputs → prepare graph → FP16 → calibrate →
-quantize → evaluate and gate → write the bundle → (engine where the host can build it).
+"""`edge-sdk build` as a chain of steps: resolve inputs → prepare graph → probe the preprocessing →
+FP16 → calibrate → quantize → evaluate and gate → write the bundle → (engine where the host can
+build it).
 
 Every step is a function in its own module; this one only orders them, reports progress and
 assembles the manifest. Nothing is written to `--out` until every check has passed.
@@ -50,11 +51,15 @@ class Reporter:
         self.warnings: List[str] = []
 
     def info(self, message: str) -> None:
-        self.console.print(message, highlight=False)
+        from rich.markup import escape
+
+        self.console.print(escape(message), highlight=False)  # messages name keys such as [input] color
 
     def warn(self, message: str) -> None:
+        from rich.markup import escape
+
         self.warnings.append(message)
-        self.console.print(f"[yellow]warning:[/yellow] {message}", highlight=False)
+        self.console.print(f"[yellow]warning:[/yellow] {escape(message)}", highlight=False)
 
     @contextlib.contextmanager
     def task(self, description: str, total: int) -> Iterator[Callable[[int], None]]:
@@ -290,6 +295,7 @@ def build(config: BuildConfig, reporter: Optional[Reporter] = None, cache_dir: O
         searched = f", {len(split.search)} for the FP32-fallback search" if split.search else ""
         rep.info(f"images: {len(split.calibration)} for calibration{searched}, {len(split.gate)} held back for the "
                  f"accuracy gate ({calib_dir})")
+    probe = _probe(config, fp32, spec, decoder_spec, split, rep)
 
     # 4. variants and the gate
     accuracy: Dict[str, Any] = {}
@@ -337,6 +343,7 @@ def build(config: BuildConfig, reporter: Optional[Reporter] = None, cache_dir: O
         "variants": sorted(models, key=["fp32", "fp16", "int8"].index),
         "graph": {"source": before.to_dict(), "optimized": after.to_dict(), "optimizer": method},
         "accuracy": accuracy_dict,
+        "preprocess_probe": probe,
         "engine": {"dla_core": config.dla_core, "workspace_mib": config.workspace_mib},
         "builder": {"edge_sdk": __version__, "seconds": None},
     }
@@ -448,6 +455,45 @@ def _int8(config: BuildConfig, target: Target, fp32: Any, spec: InputSpec, calib
     )
 
 
+def _probe(config: BuildConfig, fp32: Any, spec: InputSpec, decoder_spec: Optional[Dict[str, Any]],
+           split: Optional[ImageSplit], rep: Reporter) -> Dict[str, Any]:
+    """The preprocessing probe (edge_sdk.builder.probe) on up to 8 search images, or calibration
+    images when the build has no search part, or the calibration folder in an FP32 build; never
+    gate images. It warns and is recorded in the manifest; it changes nothing."""
+    from edge_sdk.builder import probe as probe_mod
+
+    if not config.probe:
+        return probe_mod.skipped("turned off (--no-probe or [build] probe = false)").to_dict()
+    try:
+        paths = probe_mod.pick_images(_probe_images(config, split))
+        reason = probe_mod.cannot_run(fp32, spec, decoder_spec, paths)
+    except CalibrationError as exc:  # an FP32 build's --calib folder, read only by the probe
+        reason = str(exc)
+    if reason is not None:
+        result = probe_mod.skipped(reason)
+    else:
+        with rep.task("preprocessing probe", probe_mod.runs(len(paths)) * len(probe_mod.candidates(spec))) as advance:
+            result = probe_mod.probe(fp32, spec, decoder_spec, paths, advance)
+    warning = result.warning(config.source)
+    if warning is not None:
+        rep.warn(warning)
+    elif result.verdict == "configured":
+        conf = result.configured
+        assert conf is not None
+        rep.info(f"preprocessing probe: no alternative does clearly better than the configured {conf.name} "
+                 f"({len(result.candidates) - 1} tried on {result.images} images; {conf.detections} detections)")
+    else:
+        rep.info(f"preprocessing probe: no candidate finds objects on {result.images} images; it says nothing here")
+    return result.to_dict()
+
+
+def _probe_images(config: BuildConfig, split: Optional[ImageSplit]) -> List[Path]:
+    if split is not None:
+        return split.search or split.calibration
+    folder = Path(config.calib) if config.calib is not None else default_calib_dir()
+    return list_images(folder) if config.calib is not None or folder.is_dir() else []
+
+
 def _count(reference: Optional[Reference]) -> Optional[int]:
     """FP32's detections on a reference's images (None without a decoder or a reference)."""
     if reference is None or reference.detections is None:
@@ -523,6 +569,7 @@ def _summary(bundle: Bundle, accuracy: Dict[str, Any], manifest: Dict[str, Any],
         "gate": accuracy.get("int8", {}).get("gate"),
         "fp32_layers": (manifest.get("int8") or {}).get("fp32_layers", []),
         "split": (manifest.get("calibration") or {}).get("split"),
+        "preprocess_probe": manifest.get("preprocess_probe"),
         "graph": manifest["graph"],
         "engine": str(engine) if engine else None,
         "engine_message": engine_message,

@@ -23,6 +23,7 @@ calib_method = "entropy"            # entropy | minmax | percentile
 min_f1 = 0.97
 holdout_fraction = 0.25             # images for the gate (and as many for the fallback search)
 search_margin = 0.01                # the fallback search aims at min_f1 + this on its own images
+probe = true                        # try other channel orders and pixel ranges on a few images; warn if one fits better
 ```
 """
 from __future__ import annotations
@@ -33,6 +34,7 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from edge_sdk.errors import ConfigError
 from edge_sdk.fsutil import read_toml
+from edge_sdk.preprocess import COLORS
 
 PROJECT_FILE = "edge.toml"
 PRECISIONS = ("fp32", "fp16", "int8", "best")
@@ -70,6 +72,7 @@ class BuildConfig:
     max_calib_images: int = 256
     holdout_fraction: float = 0.25  # of the images go to the gate, as many to the fallback search
     search_margin: float = 0.01  # the fallback search aims at min_f1 + search_margin on its own images
+    probe: bool = True  # the preprocessing probe (edge_sdk.builder.probe): warns, never changes the input spec
     min_holdout: int = 4
     min_calib_images: int = 8
     calib_tensors_kept: int = 16  # shipped for re-calibration on the device (uint8 npz, ~0.5 MB each at 640x384)
@@ -104,6 +107,8 @@ class BuildConfig:
             raise ConfigError(f"workspace must be a positive number of MiB, got {self.workspace_mib}{where}")
         if self.input_size is not None and (len(self.input_size) != 2 or min(self.input_size) <= 0):
             raise ConfigError(f"input size must be WIDTHxHEIGHT with positive sizes, got {self.input_size}{where}")
+        if self.color is not None and self.color not in COLORS:
+            raise ConfigError(f"[input] color must be {' or '.join(COLORS)}, got {self.color!r}{where}")
 
     @property
     def needs_int8(self) -> bool:
@@ -149,7 +154,7 @@ _INPUT_KEYS = {"name": "input_name", "size": "input_size", "mean": "mean", "scal
 _BUILD_KEYS = {
     "target", "out", "precision", "calib", "calib_method", "percentile", "dla_core", "workspace_mib",
     "timing_cache", "min_f1", "allow_accuracy_loss", "int8_fallback", "max_calib_images", "holdout_fraction",
-    "search_margin",
+    "search_margin", "probe",
 }
 _PATH_KEYS = {"model", "out", "calib", "timing_cache"}
 
@@ -197,13 +202,20 @@ def _coerce(values: Dict[str, Any], source: str) -> Dict[str, Any]:
         if out.get(key) is not None:
             out[key] = parse_floats(out[key], key, source)
     if out.get("color") is not None:
-        out["color"] = str(out["color"]).upper()
+        color = str(out["color"]).upper()
+        if color not in COLORS:
+            key = "--color" if source == "command line" else "[input] color"
+            raise ConfigError(f"{key} must be {' or '.join(COLORS)} (the channel order the network expects), "
+                              f"got {out['color']!r} (from {source})")
+        out["color"] = color
     for key in _PATH_KEYS:
         if out.get(key) is not None:
             out[key] = Path(out[key])
     for key in ("percentile", "min_f1", "holdout_fraction", "search_margin"):
         if key in out and not isinstance(out[key], (int, float)):
             raise ConfigError(f"{key} must be a number, got {out[key]!r} (from {source})")
+    if "probe" in out and not isinstance(out["probe"], bool):
+        raise ConfigError(f"probe must be true or false, got {out['probe']!r} (from {source})")
     for key in ("dla_core", "workspace_mib", "max_calib_images"):
         if key in out and out[key] is not None and not isinstance(out[key], int):
             raise ConfigError(f"{key} must be an integer, got {out[key]!r} (from {source})")

@@ -36,6 +36,7 @@ def build(
     allow_accuracy_loss: bool = typer.Option(False, "--allow-accuracy-loss", help="Write the bundle even when INT8 fails the accuracy gate."),
     int8_fallback: Optional[str] = typer.Option(None, "--int8-fallback", help="auto: keep the layers most sensitive to INT8 in FP32 until the gate passes | off. [default: auto]", show_default=False),
     max_calib_images: Optional[int] = typer.Option(None, "--max-calib-images", help="Use at most this many images for calibration. [default: 256]", show_default=False),
+    no_probe: bool = typer.Option(False, "--no-probe", help="Skip the preprocessing probe, which runs FP32 on a few search images with the channel order swapped and other pixel ranges (0..255, 0..1, -1..1, ImageNet mean/std) and warns when one clearly fits the model better (it never changes the configuration)."),
     as_json: bool = typer.Option(False, "--json", help="Print a machine-readable summary to stdout (no progress output)."),
 ) -> None:
     """Build a deployment bundle: optimized FP32 ONNX, FP16 ONNX, INT8 Q/DQ ONNX, TensorRT
@@ -53,7 +54,7 @@ def build(
         "mean": mean, "scale": scale, "color": color, "decoder": _decoder_spec(decoder), "dla_core": dla_core,
         "workspace_mib": workspace, "timing_cache": timing_cache, "min_f1": min_f1,
         "search_margin": search_margin, "allow_accuracy_loss": True if allow_accuracy_loss else None, "int8_fallback": int8_fallback,
-        "max_calib_images": max_calib_images,
+        "max_calib_images": max_calib_images, "probe": False if no_probe else None,
     }
     config = make_config(cli)
     reporter = Reporter(quiet=as_json)
