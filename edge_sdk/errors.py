@@ -68,3 +68,10 @@ class BackendError(EdgeSdkError):
     """An inference backend cannot be created or cannot run the model."""
 
     exit_code = 10
+
+
+class CudaError(BackendError):
+    """The CUDA layer cannot run: no device or driver, a kernel that does not compile, no memory.
+
+    A BackendError, so the CLI exits with the backend's code; the message names cause and fix.
+    """

@@ -111,7 +111,11 @@ def probe_cuda_python() -> Optional[GpuInfo]:
     cudart = _cudart_or_none()
     if cudart is None:
         return None
-    err, count = cudart.cudaGetDeviceCount()
+    try:
+        # Without a driver (no libcuda.so.1) the bindings raise instead of returning an error code.
+        err, count = cudart.cudaGetDeviceCount()
+    except RuntimeError:
+        return None
     if err != cudart.cudaError_t.cudaSuccess or count < 1:
         return None
     err, prop = cudart.cudaGetDeviceProperties(0)

@@ -109,3 +109,16 @@ def test_detect_gpu_takes_the_first_answer_and_none_when_all_fail() -> None:
     assert detect_gpu([nothing, found, never]) == GpuInfo("X", "8.7", "t")
     assert calls == ["nothing", "found"]
     assert detect_gpu([nothing, nothing]) is None
+
+
+def test_probe_cuda_python_without_a_driver_is_no_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    """cuda-python raises RuntimeError("Failed to dlopen libcuda.so.1") where no driver is installed
+    (cuda/bindings/_bindings/cydriver.pyx, cuPythonInit): that means "no GPU", not a crash."""
+    from edge_sdk.trt import device
+
+    class NoDriverRuntime:
+        def cudaGetDeviceCount(self):
+            raise RuntimeError("Failed to dlopen libcuda.so.1")
+
+    monkeypatch.setattr(device, "_cudart_or_none", lambda: NoDriverRuntime())
+    assert device.probe_cuda_python() is None

@@ -1,0 +1,339 @@
+"""The CUDA layer on NVIDIA's cuda-python bindings; the only module that imports them.
+
+Runtime API (`cudart`) for memory, streams, events, copies and graphs; driver API (`cuda`) to
+load compiled kernels and launch them; NVRTC (`nvrtc`) to compile them at run time, which
+needs no CUDA toolkit and no GPU. Kernels are compiled to CUBIN for the device's real SM, not
+to PTX: a driver older than NVRTC cannot JIT newer PTX (CUDA_ERROR_UNSUPPORTED_PTX_VERSION),
+while a CUBIN loads on any driver of the same major version. The bindings' major version must
+match the driver's: 11.x for JetPack 5 (CUDA 11.4).
+
+The bindings live in `cuda.bindings.*` from 11.8.6/12.x on and in `cuda.*` before; both work.
+"""
+from __future__ import annotations
+
+import ctypes
+import importlib
+import os
+import threading
+from pathlib import Path
+from typing import Any, List, Optional, Sequence, Tuple
+
+from edge_sdk.cuda import CudaApi, DeviceBuffer, DeviceProperties, HostBuffer, Kernel, KernelArgs, version_text
+from edge_sdk.errors import CudaError, MissingDependencyError
+
+NVRTC_OPTIONS = ("--fmad=false", "--std=c++14")  # no FMA contraction: the host shim runs the same arithmetic
+_INSTALL_HINT = 'pip install "edge-sdk[cuda]" (cuda-python 11.x for JetPack 5)'
+
+
+def _module(new: str, old: str) -> Any:
+    try:
+        return importlib.import_module(new)
+    except ImportError:
+        pass
+    try:
+        return importlib.import_module(old)
+    except ImportError as exc:
+        raise MissingDependencyError("cuda-python", "cuda", "NVIDIA's CUDA bindings") from exc
+
+
+def _preload_nvrtc() -> None:
+    """Older cuda-python 11.8 releases do not look for NVRTC inside the nvidia-cuda-nvrtc-cu11
+    wheel; load it globally first so their dlopen finds it (no-op without the wheel)."""
+    try:
+        import nvidia.cuda_nvrtc as wheel  # type: ignore[import-not-found]
+    except ImportError:
+        return
+    for folder in getattr(wheel, "__path__", []):
+        for lib in sorted((Path(folder) / "lib").glob("libnvrtc.so*")):
+            if "builtins" not in lib.name:
+                try:
+                    ctypes.CDLL(str(lib), mode=ctypes.RTLD_GLOBAL)
+                    return
+                except OSError:
+                    continue
+
+
+_nvrtc_lock = threading.Lock()
+_nvrtc_module: Optional[Any] = None
+
+
+def nvrtc() -> Any:
+    global _nvrtc_module
+    with _nvrtc_lock:
+        if _nvrtc_module is None:
+            _preload_nvrtc()
+            _nvrtc_module = _module("cuda.bindings.nvrtc", "cuda.nvrtc")
+        return _nvrtc_module
+
+
+def nvrtc_version() -> Tuple[int, int]:
+    nv = nvrtc()
+    try:
+        err, major, minor = nv.nvrtcVersion()
+    except RuntimeError as exc:  # the bindings could not dlopen libnvrtc
+        raise CudaError(f"NVRTC cannot be loaded ({exc}); install it: pip install \"nvidia-cuda-nvrtc-cu11==11.8.*\" "
+                        "or use the CUDA toolkit's libnvrtc (JetPack: /usr/local/cuda/lib64)") from exc
+    return int(major), int(minor)
+
+
+def cuda_include_dirs() -> List[str]:
+    """Where `cuda_fp16.h` is: the nvidia-cuda-runtime-cu11 wheel, $CUDA_HOME, /usr/local/cuda."""
+    candidates: List[Path] = []
+    try:
+        import nvidia.cuda_runtime as wheel  # type: ignore[import-not-found]
+
+        candidates += [Path(p) / "include" for p in getattr(wheel, "__path__", [])]
+    except ImportError:
+        pass
+    for var in ("CUDA_HOME", "CUDA_PATH"):
+        if os.environ.get(var):
+            candidates.append(Path(os.environ[var]) / "include")
+    candidates.append(Path("/usr/local/cuda/include"))
+    for c in candidates:
+        if (c / "cuda_fp16.h").is_file():
+            return [str(c)]
+    return []
+
+
+def nvrtc_compile(source: str, filename: str, arch: str, include_dirs: Sequence[str] = (),
+                  options: Sequence[str] = NVRTC_OPTIONS) -> bytes:
+    """Compile CUDA C++ with NVRTC: CUBIN for `sm_XY`, PTX for `compute_XY`. No GPU needed.
+    A failure raises CudaError with NVRTC's log."""
+    return nvrtc_compile_with_log(source, filename, arch, include_dirs, options)[0]
+
+
+def nvrtc_compile_with_log(source: str, filename: str, arch: str, include_dirs: Sequence[str] = (),
+                           options: Sequence[str] = NVRTC_OPTIONS) -> Tuple[bytes, str]:
+    """nvrtc_compile, also returning NVRTC's log (its warnings) on success."""
+    nv = nvrtc()
+    ok = nv.nvrtcResult.NVRTC_SUCCESS
+    err, prog = nv.nvrtcCreateProgram(source.encode(), filename.encode(), 0, [], [])
+    if err != ok:
+        raise CudaError(f"NVRTC could not create a program for {filename}: {err}")
+    try:
+        opts = [f"--gpu-architecture={arch}".encode()] + [o.encode() for o in options]
+        opts += [f"-I{d}".encode() for d in list(include_dirs) + cuda_include_dirs()]
+        (err,) = nv.nvrtcCompileProgram(prog, len(opts), opts)
+        log = _program_log(nv, prog)
+        if err != ok:
+            major, minor = nvrtc_version()
+            raise CudaError(
+                f"kernel {filename} does not compile for {arch} with NVRTC {major}.{minor} ({err}):\n{log}\n"
+                "fix the kernel source, or clear the kernel cache if the source is a stale copy"
+            )
+        if arch.startswith("sm_"):
+            err, size = nv.nvrtcGetCUBINSize(prog)
+            image = b" " * size
+            (err,) = nv.nvrtcGetCUBIN(prog, image)
+        else:
+            err, size = nv.nvrtcGetPTXSize(prog)
+            image = b" " * size
+            (err,) = nv.nvrtcGetPTX(prog, image)
+        if err != ok:
+            raise CudaError(f"NVRTC compiled {filename} but returned no image ({err})")
+        return bytes(image), log
+    finally:
+        nv.nvrtcDestroyProgram(prog)
+
+
+def _program_log(nv: Any, prog: Any) -> str:
+    err, size = nv.nvrtcGetProgramLogSize(prog)
+    if err != nv.nvrtcResult.NVRTC_SUCCESS or size <= 1:
+        return ""
+    log = b" " * size
+    nv.nvrtcGetProgramLog(prog, log)
+    return log.rstrip(b"\x00 ").decode("utf-8", "replace")
+
+
+class CudaPython(CudaApi):
+    name = "cuda-python"
+    supports_graphs = True
+
+    def __init__(self, props: DeviceProperties, rt: Any, drv: Any) -> None:
+        super().__init__(props)
+        self.rt = rt
+        self.drv = drv
+        self._thread = threading.local()
+        self._compiler_id: Optional[str] = None
+
+    def _current(self) -> None:
+        """Driver-API calls need the primary context current in this thread; a runtime call
+        makes it so (once per thread)."""
+        if not getattr(self._thread, "ready", False):
+            _checked(self.rt.cudaSetDevice(0), "cudaSetDevice(0)")
+            self._thread.ready = True
+
+    # -- memory ------------------------------------------------------------------------------
+    def alloc_device(self, nbytes: int) -> DeviceBuffer:
+        ptr = _checked(self.rt.cudaMalloc(nbytes), "cudaMalloc", nbytes)
+        return DeviceBuffer(int(ptr), nbytes, ptr)
+
+    def free_device(self, buffer: DeviceBuffer) -> None:
+        _checked(self.rt.cudaFree(buffer.handle), "cudaFree")
+
+    def _alloc_host(self, nbytes: int, mapped: bool) -> Tuple[int, Optional[int], Any]:
+        flags = self.rt.cudaHostAllocMapped if mapped else self.rt.cudaHostAllocDefault
+        ptr = _checked(self.rt.cudaHostAlloc(nbytes, flags), "cudaHostAlloc", nbytes)
+        device = None
+        if mapped:
+            device = int(_checked(self.rt.cudaHostGetDevicePointer(ptr, 0), "cudaHostGetDevicePointer"))
+        return int(ptr), device, ptr
+
+    def _free_host(self, handle: Any) -> None:
+        _checked(self.rt.cudaFreeHost(handle), "cudaFreeHost")
+
+    # -- streams, events, copies -------------------------------------------------------------
+    def create_stream(self) -> Any:
+        return _checked(self.rt.cudaStreamCreateWithFlags(self.rt.cudaStreamNonBlocking), "cudaStreamCreateWithFlags")
+
+    def create_event(self) -> Any:
+        return _checked(self.rt.cudaEventCreate(), "cudaEventCreate")
+
+    def record(self, event: Any, stream: Any) -> None:
+        _checked(self.rt.cudaEventRecord(event, stream), "cudaEventRecord")
+
+    def wait_event(self, stream: Any, event: Any) -> None:
+        _checked(self.rt.cudaStreamWaitEvent(stream, event, 0), "cudaStreamWaitEvent")
+
+    def event_synchronize(self, event: Any) -> None:
+        _checked(self.rt.cudaEventSynchronize(event), "cudaEventSynchronize")
+
+    def elapsed_ms(self, start: Any, end: Any) -> float:
+        return float(_checked(self.rt.cudaEventElapsedTime(start, end), "cudaEventElapsedTime"))
+
+    def synchronize(self, stream: Any) -> None:
+        _checked(self.rt.cudaStreamSynchronize(stream), "cudaStreamSynchronize")
+
+    def copy_htod(self, dst: DeviceBuffer, src: HostBuffer, nbytes: int, stream: Any) -> None:
+        kind = self.rt.cudaMemcpyKind.cudaMemcpyHostToDevice
+        _checked(self.rt.cudaMemcpyAsync(dst.ptr, src.ptr, nbytes, kind, stream), "cudaMemcpyAsync (host to device)")
+
+    def copy_dtoh(self, dst: HostBuffer, src_ptr: int, nbytes: int, stream: Any) -> None:
+        kind = self.rt.cudaMemcpyKind.cudaMemcpyDeviceToHost
+        _checked(self.rt.cudaMemcpyAsync(dst.ptr, src_ptr, nbytes, kind, stream), "cudaMemcpyAsync (device to host)")
+
+    # -- kernels -----------------------------------------------------------------------------
+    @property
+    def compiler_id(self) -> str:
+        if self._compiler_id is None:
+            major, minor = nvrtc_version()
+            self._compiler_id = f"nvrtc-{major}.{minor}"
+        return self._compiler_id
+
+    def compile(self, source: str, filename: str, arch: str, include_dirs: Sequence[str]) -> bytes:
+        return nvrtc_compile(source, filename, arch, include_dirs)
+
+    def load_module(self, image: bytes) -> Any:
+        self._current()
+        return _checked(self.drv.cuModuleLoadData(image), "cuModuleLoadData")
+
+    def get_function(self, module: Any, name: str) -> Any:
+        return _checked(self.drv.cuModuleGetFunction(module, name.encode()), f"cuModuleGetFunction({name})")
+
+    def launch(self, kernel: Kernel, grid: Tuple[int, int, int], block: Tuple[int, int, int], args: KernelArgs, stream: Any) -> None:
+        self._current()
+        _checked(
+            self.drv.cuLaunchKernel(kernel.handle, grid[0], grid[1], grid[2], block[0], block[1], block[2], 0, stream, args.address, 0),
+            f"cuLaunchKernel({kernel.name})",
+        )
+
+    # -- graphs ------------------------------------------------------------------------------
+    def begin_capture(self, stream: Any) -> None:
+        # Thread-local mode: other threads (TensorRT's, the capture thread) may keep calling
+        # CUDA while this stream captures.
+        mode = self.rt.cudaStreamCaptureMode.cudaStreamCaptureModeThreadLocal
+        _checked(self.rt.cudaStreamBeginCapture(stream, mode), "cudaStreamBeginCapture")
+
+    def end_capture(self, stream: Any) -> Any:
+        graph = _checked(self.rt.cudaStreamEndCapture(stream), "cudaStreamEndCapture")
+        try:
+            exe = _checked(self.rt.cudaGraphInstantiateWithFlags(graph, 0), "cudaGraphInstantiateWithFlags")
+        except CudaError:
+            self.rt.cudaGraphDestroy(graph)
+            raise
+        return (graph, exe)
+
+    def launch_graph(self, graph: Any, stream: Any) -> None:
+        _checked(self.rt.cudaGraphLaunch(graph[1], stream), "cudaGraphLaunch")
+
+    def destroy_graph(self, graph: Any) -> None:
+        _checked(self.rt.cudaGraphExecDestroy(graph[1]), "cudaGraphExecDestroy")
+        _checked(self.rt.cudaGraphDestroy(graph[0]), "cudaGraphDestroy")
+
+
+def _checked(result: Any, what: str, nbytes: int = 0) -> Any:
+    """Unpack a binding's (error, values...) tuple; CudaError naming cause and fix on failure."""
+    err, values = result[0], result[1:]
+    if int(err) != 0:
+        raise _error(err, what, nbytes)
+    return values[0] if len(values) == 1 else (values or None)
+
+
+_OOM = ("cudaErrorMemoryAllocation", "CUDA_ERROR_OUT_OF_MEMORY")
+_OLD_DRIVER = ("cudaErrorInsufficientDriver", "CUDA_ERROR_INSUFFICIENT_DRIVER")
+_NO_DEVICE = ("cudaErrorNoDevice", "CUDA_ERROR_NO_DEVICE")
+_BAD_IMAGE = ("CUDA_ERROR_UNSUPPORTED_PTX_VERSION", "CUDA_ERROR_NO_BINARY_FOR_GPU", "CUDA_ERROR_INVALID_IMAGE",
+              "CUDA_ERROR_INVALID_PTX")
+
+
+def _error(err: Any, what: str, nbytes: int = 0) -> CudaError:
+    name = getattr(err, "name", str(err))
+    if name in _OOM:
+        size = f" of {nbytes / (1 << 20):.1f} MiB" if nbytes else ""
+        return CudaError(
+            f"out of GPU memory: {what}{size} failed ({name}); lower the batch or input size or stop other GPU "
+            "programs (on a Jetson GPU memory is system RAM: check it with tegrastats)"
+        )
+    if name in _OLD_DRIVER:
+        return CudaError(f"{what} failed: the NVIDIA driver is older than the CUDA bindings ({name}); "
+                         "install cuda-python of the driver's CUDA major version (11.x on JetPack 5) or update the driver")
+    if name in _NO_DEVICE:
+        return CudaError(f"{what} failed: no CUDA device ({name}); run on a machine with an NVIDIA GPU or use the CPU path")
+    if name in _BAD_IMAGE:
+        return CudaError(f"{what} failed: the driver cannot load the compiled kernel ({name}); clear the kernel "
+                         "cache, and check that cuda-python's major version matches the driver's")
+    return CudaError(f"{what} failed: {name} ({int(err)})")
+
+
+def open_device(device: int = 0) -> CudaPython:
+    """cuda-python on GPU `device`, with its primary context (the one TensorRT uses)."""
+    rt = _module("cuda.bindings.runtime", "cuda.cudart")
+    drv = _module("cuda.bindings.driver", "cuda.cuda")
+    try:
+        err, driver = rt.cudaDriverGetVersion()
+    except RuntimeError as exc:  # the bindings dlopen libcuda.so.1 on first use
+        raise CudaError(f"no NVIDIA driver: {exc}; run on a machine with an NVIDIA GPU and driver "
+                        "(JetPack on a Jetson), or use the CPU path (cuda = \"auto\")") from exc
+    err2, bindings = rt.cudaRuntimeGetVersion()
+    if int(err) != 0 or int(driver) == 0:
+        raise CudaError("no NVIDIA driver is installed (cudaDriverGetVersion); install it, or use the CPU path")
+    if int(driver) // 1000 < int(bindings) // 1000:
+        raise CudaError(
+            f"the NVIDIA driver supports CUDA {version_text(int(driver))}, older than the CUDA "
+            f"{version_text(int(bindings))} of these cuda-python bindings; install "
+            f"\"cuda-python>={int(driver) // 1000}.0,<{int(driver) // 1000 + 1}\" or update the driver"
+        )
+    count = _checked(rt.cudaGetDeviceCount(), "cudaGetDeviceCount")
+    if int(count) <= device:
+        raise CudaError(f"no CUDA device {device} ({int(count)} found); run on a machine with an NVIDIA GPU or use the CPU path")
+    _checked(rt.cudaSetDevice(device), f"cudaSetDevice({device})")
+    _checked(rt.cudaFree(0), "creating the primary context (cudaFree(0))")
+    prop = _checked(rt.cudaGetDeviceProperties(device), "cudaGetDeviceProperties")
+    integrated = _checked(
+        rt.cudaDeviceGetAttribute(rt.cudaDeviceAttr.cudaDevAttrIntegrated, device), "cudaDeviceGetAttribute(Integrated)"
+    )
+    name = prop.name
+    if isinstance(name, bytes):
+        name = name.split(b"\x00", 1)[0].decode("utf-8", "replace")
+    props = DeviceProperties(
+        name=str(name),
+        sm=(int(prop.major), int(prop.minor)),
+        integrated=bool(integrated),
+        can_map_host_memory=bool(prop.canMapHostMemory),
+        total_memory=int(prop.totalGlobalMem),
+        driver_version=int(driver),
+        bindings_version=int(bindings),
+    )
+    api = CudaPython(props, rt, drv)
+    api._thread.ready = True
+    return api

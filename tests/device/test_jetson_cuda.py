@@ -1,0 +1,119 @@
+"""The CUDA layer on a real Xavier NX (or Orin): the checks tests/cuda makes against fakes and the
+host shim, now on the device, plus a timed camera run through the zero-copy path.
+
+    pytest -m jetson tests/device -s
+    EDGE_SDK_CAMERA=/dev/video0 pytest -m jetson tests/device -s -k camera   # 60 s of frames
+"""
+from __future__ import annotations
+
+import importlib.util
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from edge_sdk.cuda import MAPPED, frame_memory_for, open_cuda
+from edge_sdk.cuda.compiler import KernelCache
+from edge_sdk.cuda.preprocess import GpuPreprocessor
+from edge_sdk.errors import EdgeSdkError
+from edge_sdk.preprocess import InputSpec, Preprocessor
+
+pytestmark = pytest.mark.jetson
+
+IMPLEMENTATIONS = ["cuda-python", "pycuda"]
+SPEC = InputSpec(shape=[1, 3, 384, 640], dtype="float16", color="RGB", mean=[104, 117, 123], scale=[1 / 58, 1 / 57, 1 / 59])
+
+
+def _api(name):
+    try:
+        api = open_cuda(name)
+    except EdgeSdkError as exc:
+        pytest.skip(f"{name} is not usable on this device: {exc}")
+    if api is None:
+        pytest.skip("no CUDA implementation found the GPU")
+    return api
+
+
+@pytest.fixture(params=IMPLEMENTATIONS)
+def api(request):
+    return _api(request.param)
+
+
+def test_device_is_integrated_and_frames_are_mapped(api) -> None:
+    props = api.properties
+    assert props.integrated and props.can_map_host_memory
+    assert props.sm in ((7, 2), (8, 7))
+    assert frame_memory_for(props) == MAPPED
+
+
+def test_kernels_match_the_cpu_on_the_device(api, tmp_path) -> None:
+    rng = np.random.default_rng(0)
+    pre = GpuPreprocessor(SPEC, api, cache=KernelCache(tmp_path))
+    for h, w in ((1080, 1920), (2160, 3840), (383, 641), (1, 1)):
+        frame = rng.integers(0, 256, (h, w, 3), dtype=np.uint8)
+        pre.fill(frame)
+        gpu = pre.download().astype(np.float64)
+        cpu = Preprocessor(SPEC)(frame)[0].astype(np.float64)
+        diff = np.abs(gpu - cpu)
+        assert diff.max() <= 1 / 57 + np.abs(cpu).max() * 2.0 ** -10 and np.mean(diff > 0) <= 1e-3, (h, w, diff.max())
+
+
+def test_zero_copy_frame_and_graph_replay(api, tmp_path) -> None:
+    buf = api.alloc_host((1080, 1920, 3), np.uint8, mapped=True)
+    pre = GpuPreprocessor(SPEC, api, cache=KernelCache(tmp_path))
+    rng = np.random.default_rng(1)
+    for _ in range(5):
+        buf.array[...] = rng.integers(0, 256, buf.array.shape, dtype=np.uint8)
+        pre.fill(buf.array)
+        np.testing.assert_allclose(pre.download(), Preprocessor(SPEC)(buf.array)[0], atol=1 / 57 + 0.02)
+    assert pre.zero_copy_frames == 5 and pre.staged_frames == 0
+    if api.supports_graphs:
+        assert (pre.graph.captures, pre.graph.replays) == (1, 4)
+
+
+def test_gpu_check_bench_passes(api) -> None:
+    path = Path(__file__).resolve().parents[2] / "bench" / "gpu_check.py"
+    spec = importlib.util.spec_from_file_location("gpu_check", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    rows = bench.run_checks(api, repeat=50)
+    print("\n" + bench.table(rows))
+    assert [r for r in rows if r.get("result") in ("OUT OF TOLERANCE", "ROUND TRIP MISMATCH")] == []
+
+
+@pytest.mark.skipif(not os.environ.get("EDGE_SDK_CAMERA"), reason="set EDGE_SDK_CAMERA to a camera (e.g. /dev/video0)")
+def test_camera_60s_through_the_zero_copy_path(tmp_path) -> None:
+    """OpenCV decodes into mapped buffers (`read(image=...)`), the kernel reads them in place."""
+    cv2 = pytest.importorskip("cv2")
+    api = _api("auto")
+    cap = cv2.VideoCapture(os.environ["EDGE_SDK_CAMERA"])
+    assert cap.isOpened(), "the camera did not open"
+    ok, first = cap.read()
+    assert ok
+    ring = [api.alloc_host(first.shape, np.uint8, mapped=True) for _ in range(3)]
+    pre = GpuPreprocessor(SPEC, api, cache=KernelCache(tmp_path))
+    start, end = api.create_event(), api.create_event()
+    seconds = float(os.environ.get("EDGE_SDK_CAMERA_SECONDS", "60"))
+    capture_ms, pre_ms, in_place, n = [], [], 0, 0
+    t_end = time.monotonic() + seconds
+    while time.monotonic() < t_end:
+        buf = ring[n % len(ring)]
+        t0 = time.perf_counter()
+        ok, out = cap.read(image=buf.array)
+        capture_ms.append((time.perf_counter() - t0) * 1e3)
+        assert ok
+        in_place += int(np.shares_memory(out, buf.array))
+        api.record(start, pre.stream)
+        pre.fill(buf.array if np.shares_memory(out, buf.array) else out)
+        api.record(end, pre.stream)
+        api.event_synchronize(end)
+        pre_ms.append(api.elapsed_ms(start, end))
+        n += 1
+    cap.release()
+    print(f"\n| frames | FPS | capture ms (median) | preprocess GPU ms (median) | decoded in place | zero-copy |")
+    print("|---|---|---|---|---|---|")
+    print(f"| {n} | {n / seconds:.1f} | {np.median(capture_ms):.2f} | {np.median(pre_ms):.3f} | {in_place}/{n} | "
+          f"{pre.zero_copy_frames}/{n} |")
+    assert in_place == n and pre.zero_copy_frames == n

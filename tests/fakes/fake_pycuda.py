@@ -1,0 +1,221 @@
+"""Fake pycuda (`pycuda`, `pycuda.driver`, `pycuda.autoprimaryctx`, `pycuda.compiler`) for tests.
+
+They prove edge_sdk.cuda._pycuda's logic, not CUDA's behaviour. Members follow pycuda
+2022.x-2026.1 (inducer/pycuda): `src/wrapper/wrap_cudadrv.cpp` (init, Device, Context,
+mem_alloc, pagelocked_empty, HostAllocation.get_device_pointer, Stream, Event,
+module_from_buffer, memcpy_*_async, get_version, get_driver_version, device_attribute,
+host_alloc_flags), `pycuda/driver.py` (Error, MemoryError, CompileError,
+Function.prepare / prepared_async_call), `pycuda/compiler.py` (compile, get_nvcc_version) and
+`pycuda/autoprimaryctx.py` (`context`, `device`). Released pycuda has no CUDA graph API, so
+neither has this fake; it has no `pycuda.autoinit` either (tests check it is never imported:
+it would create a context of its own).
+"""
+from __future__ import annotations
+
+import ctypes
+import re
+import struct
+import sys
+import threading
+import types
+from typing import Any, Callable, List, Optional
+
+import numpy as np
+
+
+class Error(Exception):
+    pass
+
+
+class LogicError(Error):
+    pass
+
+
+class MemoryError(Error):  # noqa: A001 - pycuda's own name
+    pass
+
+
+class CompileError(Error):
+    def __init__(self, msg: str, command_line: List[str], stdout: Optional[str] = None, stderr: Optional[str] = None) -> None:
+        super().__init__(msg)
+        self.msg, self.command_line, self.stdout, self.stderr = msg, command_line, stdout, stderr
+
+    def __str__(self) -> str:
+        return f"{self.msg}\n[command: {' '.join(self.command_line)}]\n[stderr:\n{self.stderr}]"
+
+
+class FakePycudaDevice:
+    def __init__(self, name: str = "Xavier", cc=(7, 2), integrated: bool = True, memory: int = 8 << 30,
+                 driver: int = 11040, built=(11, 4, 0), count: int = 1, compile_error: str = "") -> None:
+        self.name, self.cc, self.integrated, self.memory = name, cc, integrated, memory
+        self.driver, self.built, self.count, self.compile_error = driver, built, count, compile_error
+
+
+def install(monkeypatch: Any, device: FakePycudaDevice, launcher: Optional[Callable[..., None]] = None) -> types.SimpleNamespace:
+    state = types.SimpleNamespace(used=0, blocks={}, pushes=[], compiles=[], launches=[], calls=[])
+    drv = types.ModuleType("pycuda.driver")
+    drv.Error, drv.LogicError, drv.MemoryError, drv.CompileError = Error, LogicError, MemoryError, CompileError
+
+    def _alloc(nbytes: int) -> Any:
+        if state.used + nbytes > device.memory:
+            raise MemoryError("cuMemAlloc failed: out of memory")
+        block = (ctypes.c_uint8 * max(1, nbytes))()
+        state.used += nbytes
+        state.blocks[ctypes.addressof(block)] = block
+        return block
+
+    class DeviceAllocation:
+        def __init__(self, nbytes: int) -> None:
+            self.block = _alloc(nbytes)
+            self.nbytes = nbytes
+
+        def __int__(self) -> int:
+            return ctypes.addressof(self.block)
+
+        def free(self) -> None:
+            state.blocks.pop(ctypes.addressof(self.block))
+            state.used -= self.nbytes
+
+    class HostAllocation(DeviceAllocation):
+        def __init__(self, nbytes: int, flags: int) -> None:
+            super().__init__(nbytes)
+            self.flags = flags
+
+        def get_device_pointer(self) -> int:
+            if not self.flags & drv.host_alloc_flags.DEVICEMAP:
+                raise LogicError("cuMemHostGetDevicePointer failed: invalid value")
+            return int(self)
+
+    class _HostArray(np.ndarray):
+        pass
+
+    def pagelocked_empty(shape, dtype, order="C", mem_flags=0):
+        dtype = np.dtype(dtype)
+        nbytes = int(np.prod(shape)) * dtype.itemsize
+        alloc = HostAllocation(nbytes, mem_flags)
+        raw = np.frombuffer(alloc.block, dtype=np.uint8, count=nbytes)
+        array = raw.view(dtype).reshape(shape).view(_HostArray)
+        array.base_allocation = alloc
+        return array
+
+    # pycuda's page-locked arrays have their HostAllocation as `.base`; numpy's `base` is
+    # read-only, so the fake's array subclass answers `base` with the allocation.
+    _HostArray.base = property(lambda self: self.base_allocation)  # type: ignore[assignment]
+
+    class Context:
+        def push(self) -> None:
+            state.pushes.append(threading.get_ident())
+
+        def pop(self) -> None:
+            pass
+
+    class Device:
+        def __init__(self, ordinal: int) -> None:
+            self.ordinal = ordinal
+
+        @staticmethod
+        def count() -> int:
+            return device.count
+
+        def name(self) -> str:
+            return device.name
+
+        def compute_capability(self):
+            return device.cc
+
+        def total_memory(self) -> int:
+            return device.memory
+
+        def get_attribute(self, attr: int) -> int:
+            return int(device.integrated) if attr == drv.device_attribute.INTEGRATED else 1
+
+    class Stream:
+        def __init__(self, flags: int = 0) -> None:
+            pass
+
+        def synchronize(self) -> None:
+            state.calls.append("Stream.synchronize")
+
+        def wait_for_event(self, event: Any) -> None:
+            state.calls.append("Stream.wait_for_event")
+
+    class Event:
+        def record(self, stream: Any = None) -> "Event":
+            state.calls.append("Event.record")
+            return self
+
+        def synchronize(self) -> "Event":
+            state.calls.append("Event.synchronize")
+            return self
+
+        def time_since(self, other: Any) -> float:
+            return 2.5
+
+    class Function:
+        def __init__(self, name: str, arity: int) -> None:
+            self.name, self.arity, self.arg_format = name, arity, None
+
+        def prepare(self, arg_types: Any) -> "Function":
+            self.arg_format = "".join(arg_types)
+            return self
+
+        def prepared_async_call(self, grid, block, stream, *args):
+            assert self.arg_format is not None, "prepare() first"
+            assert len(self.arg_format) == len(args) == self.arity, (self.arg_format, args)
+            state.launches.append(self.name)
+            # Pack as pycuda does (struct), then hand the shim a kernelParams array.
+            values = [ctypes.create_string_buffer(struct.pack(c, a), 8) for c, a in zip(self.arg_format, args)]
+            array = (ctypes.c_void_p * len(values))(*[ctypes.addressof(v) for v in values])
+            assert launcher is not None
+            launcher(self.name, tuple(grid), tuple(block), ctypes.addressof(array))
+
+    class Module:
+        def __init__(self, image: bytes) -> None:
+            self.image = image
+
+        def get_function(self, name: str) -> Function:
+            match = re.search(rb"void\s+" + re.escape(name.encode()) + rb"\s*\(([^)]*)\)", self.image)
+            if match is None:
+                raise LogicError(f"cuModuleGetFunction failed: named symbol not found ({name})")
+            return Function(name, match.group(1).count(b",") + 1)
+
+    def memcpy_htod_async(dest, src, stream=None):
+        ctypes.memmove(int(dest), src.ctypes.data, src.nbytes)
+
+    def memcpy_dtoh_async(dest, src, stream=None):
+        ctypes.memmove(dest.ctypes.data, int(src), dest.nbytes)
+
+    drv.init = lambda flags=0: None
+    drv.Device, drv.Context, drv.Stream, drv.Event = Device, Context, Stream, Event
+    drv.mem_alloc = DeviceAllocation
+    drv.pagelocked_empty = pagelocked_empty
+    drv.memcpy_htod_async, drv.memcpy_dtoh_async = memcpy_htod_async, memcpy_dtoh_async
+    drv.module_from_buffer = Module
+    drv.get_driver_version = lambda: device.driver
+    drv.get_version = lambda: device.built
+    drv.device_attribute = types.SimpleNamespace(INTEGRATED=18, CAN_MAP_HOST_MEMORY=19)
+    drv.host_alloc_flags = types.SimpleNamespace(PORTABLE=1, DEVICEMAP=2, WRITECOMBINED=4)
+
+    primary = types.ModuleType("pycuda.autoprimaryctx")
+    primary.context, primary.device = Context(), Device(0)
+
+    compiler = types.ModuleType("pycuda.compiler")
+
+    def compile(source, nvcc="nvcc", options=None, keep=False, no_extern_c=False, arch=None, code=None,
+                cache_dir=None, include_dirs=None, target="cubin"):
+        state.compiles.append(dict(nvcc=nvcc, options=list(options or []), no_extern_c=no_extern_c, arch=arch,
+                                   include_dirs=list(include_dirs or []), cache_dir=cache_dir))
+        if device.compile_error:
+            raise CompileError("nvcc compilation of kernel.cu failed", [nvcc, "--cubin"], stderr=device.compile_error)
+        return source.encode()
+
+    compiler.compile = compile
+    compiler.get_nvcc_version = lambda nvcc: "Cuda compilation tools, release 11.4, V11.4.315"
+
+    package = types.ModuleType("pycuda")
+    package.__path__ = []  # type: ignore[attr-defined]
+    package.driver, package.compiler, package.autoprimaryctx = drv, compiler, primary
+    for name, module in (("pycuda", package), ("pycuda.driver", drv), ("pycuda.autoprimaryctx", primary),
+                         ("pycuda.compiler", compiler)):
+        monkeypatch.setitem(sys.modules, name, module)
+    return types.SimpleNamespace(drv=drv, state=state, primary=primary)
