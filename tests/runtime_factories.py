@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
 import numpy as np
-import pytest
 
 from edge_sdk.fsutil import sha256_file
 from edge_sdk.manifest import MANIFEST, SCHEMA_VERSION
@@ -20,43 +19,42 @@ CENTERFACE_DECODER = {"type": "centerface", "score_threshold": 0.5, "nms_iou": 0
 
 def tiny_centerface_model(path: Path, height: int = 32, width: int = 64) -> Path:
     """A tiny model with CenterFace's four outputs: the heatmap is sigmoid((mean of a 4x4 cell
-    of the image - 128) / 4), so bright cells light up; boxes are 4x4 px (scale 0), no offset."""
-    onnx = pytest.importorskip("onnx", reason="making a test model needs onnx")
-    from onnx import TensorProto, helper
+    of the image - 128) / 4), so bright cells light up; boxes are 4x4 px (scale 0), no offset.
+    Written without the `onnx` package (tests/onnx_proto.py), so the device test set has it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(tiny_centerface_bytes(height, width))
+    return path
+
+
+def tiny_centerface_bytes(height: int = 32, width: int = 64) -> bytes:
+    from onnx_proto import make_graph, make_model, make_node, make_tensor, value_info
 
     h4, w4 = height // 4, width // 4
     nodes = [
-        helper.make_node("AveragePool", ["input.1"], ["pooled"], kernel_shape=[4, 4], strides=[4, 4]),
-        helper.make_node("ReduceMean", ["pooled"], ["gray"], axes=[1], keepdims=1),
-        helper.make_node("Sub", ["gray", "c128"], ["centred"]),
-        helper.make_node("Mul", ["centred", "c025"], ["logit"]),
-        helper.make_node("Sigmoid", ["logit"], ["537"]),
-        helper.make_node("Mul", ["pooled", "zero"], ["z3"]),
-        helper.make_node("Concat", ["z3", "z3"], ["z6"], axis=1),
-        helper.make_node("Slice", ["z6", "s0", "s2", "s_axis"], ["538"]),
-        helper.make_node("Slice", ["z6", "s0", "s2", "s_axis"], ["539"]),
-        helper.make_node("Concat", ["z6", "z3", "z3"], ["z12"], axis=1),
-        helper.make_node("Slice", ["z12", "s0", "s10", "s_axis"], ["540"]),
+        make_node("AveragePool", ["input.1"], ["pooled"], kernel_shape=[4, 4], strides=[4, 4]),
+        make_node("ReduceMean", ["pooled"], ["gray"], axes=[1], keepdims=1),
+        make_node("Sub", ["gray", "c128"], ["centred"]),
+        make_node("Mul", ["centred", "c025"], ["logit"]),
+        make_node("Sigmoid", ["logit"], ["537"]),
+        make_node("Mul", ["pooled", "zero"], ["z3"]),
+        make_node("Concat", ["z3", "z3"], ["z6"], axis=1),
+        make_node("Slice", ["z6", "s0", "s2", "s_axis"], ["538"]),
+        make_node("Slice", ["z6", "s0", "s2", "s_axis"], ["539"]),
+        make_node("Concat", ["z6", "z3", "z3"], ["z12"], axis=1),
+        make_node("Slice", ["z12", "s0", "s10", "s_axis"], ["540"]),
     ]
     inits = [
-        helper.make_tensor("c128", TensorProto.FLOAT, [], [128.0]),
-        helper.make_tensor("c025", TensorProto.FLOAT, [], [0.25]),
-        helper.make_tensor("zero", TensorProto.FLOAT, [], [0.0]),
-        helper.make_tensor("s0", TensorProto.INT64, [1], [0]),
-        helper.make_tensor("s2", TensorProto.INT64, [1], [2]),
-        helper.make_tensor("s10", TensorProto.INT64, [1], [10]),
-        helper.make_tensor("s_axis", TensorProto.INT64, [1], [1]),
+        make_tensor("c128", np.array(128.0, np.float32)),
+        make_tensor("c025", np.array(0.25, np.float32)),
+        make_tensor("zero", np.array(0.0, np.float32)),
+        make_tensor("s0", np.array([0], np.int64)),
+        make_tensor("s2", np.array([2], np.int64)),
+        make_tensor("s10", np.array([10], np.int64)),
+        make_tensor("s_axis", np.array([1], np.int64)),
     ]
-    outs = [
-        helper.make_tensor_value_info(name, TensorProto.FLOAT, [1, c, h4, w4])
-        for name, c in (("537", 1), ("538", 2), ("539", 2), ("540", 10))
-    ]
-    graph = helper.make_graph(nodes, "tiny_centerface", [helper.make_tensor_value_info("input.1", TensorProto.FLOAT, [1, 3, height, width])], outs, inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
-    model.ir_version = 7
-    onnx.checker.check_model(model)
-    onnx.save(model, str(path))
-    return path
+    outs = [value_info(name, [1, c, h4, w4]) for name, c in (("537", 1), ("538", 2), ("539", 2), ("540", 10))]
+    graph = make_graph(nodes, "tiny_centerface", [value_info("input.1", [1, 3, height, width])], outs, inits)
+    return make_model(graph, opset=13, ir_version=7)
 
 
 def write_bundle(root: Path, model: Path, spec: InputSpec, decoder: Dict[str, Any], schema_version: int = SCHEMA_VERSION,

@@ -11,6 +11,8 @@ HEAVY = ["tensorrt", "pycuda", "cuda", "onnxruntime", "onnx", "cv2", "paho", "jt
 
 PROBES = {
     "import": "import edge_sdk, edge_sdk.detections, edge_sdk.manifest, edge_sdk.targets",
+    # The CUDA layer imports its bindings only when a device is opened.
+    "cuda": "import edge_sdk.cuda, edge_sdk.cuda.compiler, edge_sdk.cuda.graph, edge_sdk.cuda.preprocess",
     "help": (
         "import sys\n"
         "from edge_sdk.cli import app\n"
@@ -64,7 +66,7 @@ def test_cli_modules_keep_annotations_evaluable_by_typer() -> None:
 
     offenders = []
     for path in sorted(Path(edge_sdk.cli.__file__).parent.glob("*.py")):
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
         if re.search(r":\s*Annotated\[", text) and "from __future__ import annotations" in text:
             offenders.append(path.name)
     assert offenders == [], f"CLI modules mixing Annotated with postponed annotations: {offenders}"

@@ -1,7 +1,8 @@
 """A tiny real model for daemon and telemetry tests: a CenterFace-shaped ONNX graph (heatmap,
 scale, offset, landmarks at stride 4) small enough to run thousands of frames a second on
 ONNX Runtime, written as a bundle that Bundle.load verifies. The real Pipeline, the real
-CenterFace decoder and the synthetic source run it in the tests.
+CenterFace decoder and the synthetic source run it in the tests. The model is written without
+the `onnx` package, so the device test set runs it too.
 """
 from __future__ import annotations
 
@@ -18,33 +19,33 @@ HEIGHT, WIDTH = 32, 32
 
 
 def make_tiny_model(path: Path, seed: int = 0, height: int = HEIGHT, width: int = WIDTH) -> Path:
-    import onnx
-    from onnx import TensorProto, helper, numpy_helper
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(tiny_model_bytes(seed, height, width))
+    return path
+
+
+def tiny_model_bytes(seed: int = 0, height: int = HEIGHT, width: int = WIDTH) -> bytes:
+    """The model, written without the `onnx` package (tests/onnx_proto.py)."""
+    from onnx_proto import make_graph, make_model, make_node, make_tensor, value_info
 
     rng = np.random.default_rng(seed)
     weight = rng.normal(0, 0.02, size=(15, 3, 1, 1)).astype(np.float32)
     bias = np.zeros(15, np.float32)
     bias[0] = -1.0 + 0.1 * seed  # heatmap logits: seed changes the scores a little
     nodes = [
-        helper.make_node("AveragePool", ["input"], ["pooled"], kernel_shape=[4, 4], strides=[4, 4]),
-        helper.make_node("Conv", ["pooled", "w", "b"], ["maps"]),
-        helper.make_node("Split", ["maps"], ["logits", "scale", "offset", "landmarks"], axis=1, split=[1, 2, 2, 10]),
-        helper.make_node("Sigmoid", ["logits"], ["heatmap"]),
+        make_node("AveragePool", ["input"], ["pooled"], kernel_shape=[4, 4], strides=[4, 4]),
+        make_node("Conv", ["pooled", "w", "b"], ["maps"]),
+        make_node("Split", ["maps"], ["logits", "scale", "offset", "landmarks"], axis=1, split=[1, 2, 2, 10]),
+        make_node("Sigmoid", ["logits"], ["heatmap"]),
     ]
     h4, w4 = height // 4, width // 4
-    graph = helper.make_graph(
+    graph = make_graph(
         nodes, f"tiny_centerface_{seed}",
-        [helper.make_tensor_value_info("input", TensorProto.FLOAT, [1, 3, height, width])],
-        [helper.make_tensor_value_info(n, TensorProto.FLOAT, [1, c, h4, w4])
-         for n, c in (("heatmap", 1), ("scale", 2), ("offset", 2), ("landmarks", 10))],
-        initializer=[numpy_helper.from_array(weight, "w"), numpy_helper.from_array(bias, "b")],
+        [value_info("input", [1, 3, height, width])],
+        [value_info(n, [1, c, h4, w4]) for n, c in (("heatmap", 1), ("scale", 2), ("offset", 2), ("landmarks", 10))],
+        [make_tensor("w", weight), make_tensor("b", bias)],
     )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 11)])
-    model.ir_version = 7
-    onnx.checker.check_model(model)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    onnx.save(model, str(path))
-    return path
+    return make_model(graph, opset=11, ir_version=7)
 
 
 def make_tiny_bundle(folder: Path, seed: int = 0, score_threshold: float = 0.3) -> Path:

@@ -92,3 +92,13 @@ def test_unwritable_caches_raise(tmp_path: Path, ranges, header: str, message: s
 def test_unknown_method_raises() -> None:
     with pytest.raises(CalibrationError, match="unknown calibration method"):
         cc.cache_algorithm("kl")
+
+
+def test_scales_written_without_leading_zeros_are_read(tmp_path: Path) -> None:
+    """TensorRT prints the scale's bits as hex without leading zeros. 0x0ff00000: sign 0,
+    exponent 0x1f = 31, mantissa 0x700000 / 2**23 = 0.875 -> 1.875 * 2**(31 - 127)."""
+    path = tmp_path / "calib.cache"
+    path.write_text("TRT-8502-EntropyCalibration2\ninput.1: ff00000\n537: 3f800000\n")
+    header, scales = cc.read_calib_cache(path)
+    assert header == "TRT-8502-EntropyCalibration2"
+    assert scales == {"input.1": 1.875 * 2.0 ** -96, "537": 1.0}

@@ -250,3 +250,18 @@ def test_worst_clipped(clipped, threshold, top, expected) -> None:
 
 def test_activation_tensors_lists_inputs_then_node_outputs(convnet) -> None:
     assert cal.activation_tensors(convnet) == ["x", "c1", "r1", "c2", "s", "up", "y", "gap", "flat", "z"]
+
+
+@pytest.mark.parametrize(
+    "percentile, expected",
+    [
+        # 40 values, 10 in each unit bin [0,1) .. [3,4): 45 % is the 18th value, the 8th of the 10 in [1, 2)
+        (45.0, 1.8),
+        (50.0, 2.0),  # the 20th: the last of [1, 2)
+        (2.5, 0.1),  # the 1st: a tenth into [0, 1)
+        (100.0, 4.0),
+    ],
+)
+def test_percentile_is_interpolated_inside_its_bin(percentile: float, expected: float) -> None:
+    counts = np.array([10, 10, 10, 10])
+    assert cal.percentile_amax(counts, np.linspace(0.0, 4.0, 5), percentile) == pytest.approx(expected, abs=1e-12)

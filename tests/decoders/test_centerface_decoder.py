@@ -83,6 +83,27 @@ def test_boxes_come_back_in_frame_pixels(frame_w: int, frame_h: int, resize: str
     np.testing.assert_allclose(det.data["landmarks"], frame_lms, atol=tol)
 
 
+def test_a_stride_8_model_decodes_with_its_own_stride() -> None:
+    """Hand-built outputs of a stride-8 model on a 64 x 96 input (maps of 8 x 12 cells).
+
+    Peak at cell (y=3, x=5): scale (log 2, log 3) -> h = 2 * 8 = 16, w = 3 * 8 = 24; offset
+    (dy, dx) = (0.25, 0.5) -> cy = (3 + 0.25 + 0.5) * 8 = 30, cx = (5 + 0.5 + 0.5) * 8 = 48;
+    box (48 - 12, 30 - 8, 48 + 12, 30 + 8) = (36, 22, 60, 38). First landmark at (0.5, 0.25) of
+    the box from its top-left: (36 + 0.25 * 24, 22 + 0.5 * 16) = (42, 30).
+    """
+    spec = InputSpec(name="input.1", shape=[1, 3, 64, 96])
+    heat, scale, offset, lms = (np.zeros((1, c, 8, 12), np.float32) for c in (1, 2, 2, 10))
+    heat[0, 0, 3, 5] = 0.9
+    scale[0, :, 3, 5] = np.log(2.0), np.log(3.0)
+    offset[0, :, 3, 5] = 0.25, 0.5
+    lms[0, :2, 3, 5] = 0.5, 0.25
+    [det] = make_decoder(dict(CENTERFACE_DEFAULT, stride=8), spec)([heat, scale, offset, lms], [Transform(1.0, 1.0, 0.0, 0.0, 96, 64)])
+    np.testing.assert_allclose(det.xyxy, [[36.0, 22.0, 60.0, 38.0]], atol=1e-4)
+    np.testing.assert_allclose(det.data["landmarks"][0, 0], [42.0, 30.0], atol=1e-4)
+    with pytest.raises(BackendError, match=r"\[N, 1, 16, 24\] for a 64x96 input"):  # stride 4 wants 16 x 24 maps
+        make_decoder(CENTERFACE_DEFAULT, spec)([heat, scale, offset, lms], [Transform(1.0, 1.0, 0.0, 0.0, 96, 64)])
+
+
 def test_batch_items_are_decoded_independently() -> None:
     outs = encode(BOXES[:2], [0.9, 0.8], batch=3, item=0)
     encode(BOXES[2:], [0.6], outs=outs, item=2)
@@ -126,6 +147,18 @@ def test_local_max_keeps_only_the_peak_of_a_blob() -> None:
     [with_peak] = make_decoder({"type": "centerface", "local_max": True}, SPEC)(outs, [IDENTITY])
     [without] = make_decoder({"type": "centerface", "local_max": False}, SPEC)(outs, [IDENTITY])
     assert len(with_peak) == 1 and len(without) == 2
+
+
+def test_a_plateau_of_equal_peaks_is_kept() -> None:
+    """Two side-by-side cells with the same score (a saturated heatmap does this): each is >= all
+    its neighbours, so both are local maxima; their boxes overlap with IoU 1/3 < 0.5, so NMS keeps both."""
+    left, right = np.array([[96.0, 96.0, 104.0, 104.0]], np.float32), np.array([[100.0, 96.0, 108.0, 104.0]], np.float32)
+    outs = encode(left, [0.8])
+    encode(right, [0.8], outs=outs)
+    heat = outs[0][0, 0]
+    assert sorted(zip(*np.nonzero(heat))) == [(24, 24), (24, 25)], "the factory must put the two peaks side by side"
+    [det] = make_decoder({"type": "centerface", "local_max": True, "nms_iou": 0.5}, SPEC)(outs, [IDENTITY])
+    np.testing.assert_allclose(sorted(det.xyxy.tolist()), [left[0], right[0]], atol=1e-3)
 
 
 def test_output_roles_can_be_reordered() -> None:

@@ -11,7 +11,9 @@ variants enforce the API differences edge_sdk must respect:
   `config.int8_calibrator`: only strongly typed networks from typed models.
 
 "ONNX" files for the fake are small JSON documents (`fake_model()`): a name, the model's
-types ("fp32", "fp16" or "qdq"), inputs and layer names. `build_serialized_network` returns
+types ("fp32", "fp16" or "qdq"), inputs and layer names. The parser also reads real ONNX files
+(with the `onnx` package, on the host): the graph's inputs and one layer per node, named after
+the node, so that a bundle written by `edge-sdk build` can go through the engine builder. `build_serialized_network` returns
 deterministic bytes encoding everything that was configured (`decode_engine()` reads them
 back), or None after logging an error, as TensorRT does, when the configuration is one the
 real TensorRT rejects.
@@ -19,6 +21,7 @@ real TensorRT rejects.
 from __future__ import annotations
 
 import json
+import os
 import struct
 import types
 from collections import defaultdict
@@ -230,17 +233,19 @@ class FakeOnnxParser:
     def parse_from_file(self, path: str) -> bool:
         self.trt.calls["parse_from_file"].append(path)
         with open(path, "rb") as f:
-            return self._parse(f.read())
+            return self._parse(f.read(), os.path.basename(path))
 
     def parse(self, model: bytes, path: Optional[str] = None) -> bool:
         self.trt.calls["parse"].append(path)
         return self._parse(bytes(model))
 
-    def _parse(self, data: bytes) -> bool:
+    def _parse(self, data: bytes, filename: Optional[str] = None) -> bool:
         if not self.network.explicit_batch:
             # TensorRT 8.x: the ONNX parser only supports explicit-batch networks.
             self.errors.append(FakeParserError("Network must have explicit batch dimension (EXPLICIT_BATCH flag)"))
             return False
+        if not data.lstrip().startswith(b"{") and _onnx() is not None:
+            return self._parse_onnx(data, filename)
         try:
             doc = json.loads(data.decode())
             assert doc.get("fake_onnx") == 1
@@ -252,6 +257,51 @@ class FakeOnnxParser:
         self.network.inputs = [FakeTensor(i["name"], self.trt.float32, i["shape"]) for i in doc["inputs"]]
         self.network.layers = [FakeLayer(n, dtype) for n in doc["layers"]]
         return True
+
+    def _parse_onnx(self, data: bytes, filename: Optional[str]) -> bool:
+        """A real ONNX model, read with `onnx` (host only): the network gets the graph's real
+        inputs (those that are not initializers) with their shapes, and one layer per node named
+        as TensorRT's parser names them: after the node (an unnamed node gets a placeholder that
+        no list of fallback layers can name)."""
+        onnx = _onnx()
+        try:
+            model = onnx.load_from_string(data)
+            onnx.checker.check_model(model)
+        except Exception as exc:  # onnx raises DecodeError / ValidationError
+            self.errors.append(FakeParserError(f"Failed to parse ONNX model: not a protobuf, or not a valid model ({exc})"))
+            return False
+        graph = model.graph
+        weights = {init.name for init in graph.initializer}
+        ops = [n.op_type for n in graph.node]
+        elem = {i.name: i.type.tensor_type.elem_type for i in graph.input}
+        if "QuantizeLinear" in ops:
+            types_ = "qdq"
+        elif onnx.TensorProto.FLOAT16 in {init.data_type for init in graph.initializer}:
+            types_ = "fp16"
+        else:
+            types_ = "fp32"
+        inputs = [
+            {"name": i.name, "shape": [d.dim_value if d.HasField("dim_value") else -1 for d in i.type.tensor_type.shape.dim]}
+            for i in graph.input if i.name not in weights
+        ]
+        unnamed = [n.op_type for n in graph.node if not n.name]
+        layers = [n.name if n.name else f"(Unnamed Layer* {k}) [{n.op_type}]" for k, n in enumerate(graph.node)]
+        self.network.model = {"fake_onnx": 0, "name": filename or graph.name, "types": types_, "inputs": inputs,
+                              "layers": layers, "dla_unsupported": [], "outputs": [o.name for o in graph.output],
+                              "unnamed_nodes": unnamed, "input_elem_types": elem}
+        self.network.inputs = [FakeTensor(i["name"], self.trt.float32, i["shape"]) for i in inputs]
+        dtype = self.trt.float16 if types_ == "fp16" else self.trt.float32
+        self.network.layers = [FakeLayer(n, dtype) for n in layers]
+        return True
+
+
+def _onnx() -> Any:
+    """The onnx package where installed (the host), else None: the device test set has no onnx."""
+    try:
+        import onnx
+    except ImportError:
+        return None
+    return onnx
 
 
 class FakeTimingCache:
@@ -393,6 +443,8 @@ class FakeBuilder:
             "tensorrt": trt.__version__,
             "model": network.model["name"],
             "model_types": network.model["types"],
+            "inputs": [{"name": t.name, "shape": list(t.shape)} for t in network.inputs],
+            "layers": [l.name for l in network.layers],
             "network_flags": network.flags,
             "strongly_typed": network.strongly_typed,
             "flags": flags,

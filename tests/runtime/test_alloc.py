@@ -87,6 +87,7 @@ def test_capture_preprocess_and_feed_allocate_nothing_per_frame(tiny_model_384: 
     assert current < 16 * 1024, f"{current} B still held after {MEASURED} frames"
 
 
+@pytest.mark.host  # fixing the model's input size needs onnx
 def test_real_model_and_decoder_only_small_transients(centerface_384x640_path: Path) -> None:
     """With the real CenterFace and its decoder, per-frame allocations stay small and are freed."""
     from edge_sdk.decoders import make_decoder

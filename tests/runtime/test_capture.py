@@ -91,7 +91,7 @@ def test_camera_that_vanishes_reconnects_and_reports() -> None:
         capture.stop()
     # live: frames may be dropped when the consumer is slower, but order is kept and the
     # frames on both sides of each loss arrive
-    assert got == sorted(got) and got[-1] == 9
+    assert got == sorted(set(got)) and got[-1] == 9  # in order, none twice
     kinds = [e["event"] for e in events]
     assert kinds.count("source_reconnected") == 2
     assert kinds.count("source_lost") >= 2

@@ -38,6 +38,8 @@ CASES: List[Tuple[str, Tuple[int, int], dict]] = [
     ("network size, BGR, identity", (48, 80), {}),
     ("network size, RGB", (48, 80), {"color": "RGB"}),
     ("network size, mean and scale", (48, 80), {"mean": [104.0, 117.0, 123.0], "scale": [0.017, 0.018, 0.019]}),
+    ("scale only: pixels / 255", (48, 80), {"scale": [1 / 255.0] * 3}),
+    ("mean only", (60, 100), {"mean": [127.5, 127.5, 127.5], "color": "RGB"}),
     ("larger, same aspect (resize, no pad)", (96, 160), {}),
     ("taller frame, letterbox pads the sides", (100, 60), {"pad_value": 114}),
     ("smaller frame, letterbox upsamples", (30, 40), {"color": "RGB"}),
@@ -59,6 +61,14 @@ def test_fill_matches_the_numpy_reference(name: str, hw: Tuple[int, int], opts: 
     assert not pre.tensor[0].any(), "fill(frame, 1) must leave batch slot 0 alone"
 
 
+def test_spec_defaults_and_sizes() -> None:
+    assert InputSpec().shape == [1, 3, 384, 640] and InputSpec().pad_value == 0  # CenterFace's input, black bars
+    spec = InputSpec(name="x", shape=[2, 3, 48, 80])
+    assert (spec.batch, spec.height, spec.width) == (2, 48, 80)
+    assert Preprocessor(spec).tensor.shape == (2, 3, 48, 80)
+    assert Preprocessor(spec, batch=5).tensor.shape == (5, 3, 48, 80)
+
+
 def test_a_frame_size_change_repads_the_canvas() -> None:
     spec = InputSpec(name="x", shape=[1, 3, 48, 80], pad_value=7)
     pre = Preprocessor(spec)
@@ -66,6 +76,13 @@ def test_a_frame_size_change_repads_the_canvas() -> None:
     for frame in (wide, tall, wide, tall):
         tensor, _ = pre(frame)
         np.testing.assert_array_equal(tensor[0], reference(spec, frame))
+    # tall draws columns 28..52 of every row; flat (30 x 160 -> 80 x 15) pads rows 0..16 and
+    # 31..48 of those columns: they must hold the pad value again, not the tall frame
+    flat = frame_of(30, 160, 3)
+    for frame in (tall, flat, tall, flat):
+        tensor, _ = pre(frame)
+        np.testing.assert_array_equal(tensor[0], reference(spec, frame))
+    assert (tensor[0][:, :16] == 7).all() and (tensor[0][:, 31:] == 7).all()
 
 
 def test_non_contiguous_frames_take_the_numpy_path() -> None:
@@ -75,6 +92,48 @@ def test_non_contiguous_frames_take_the_numpy_path() -> None:
     view = big[:, ::2]  # 48x80 but strided
     tensor, _ = pre(view)
     np.testing.assert_array_equal(tensor[0], reference(spec, np.ascontiguousarray(view)))
+
+
+def by_hand(crop: np.ndarray, color: str, mean: List[float], scale: List[float]) -> np.ndarray:
+    """A network-size crop needs no resize: the tensor is its pixels, channel-reordered, as CHW,
+    minus mean, times scale (float32, in that order)."""
+    hwc = crop[..., ::-1] if color == "RGB" else crop
+    chw = np.stack([hwc[..., c] for c in range(3)]).astype(np.float32)
+    return (chw - np.float32(mean).reshape(3, 1, 1)) * np.float32(scale).reshape(3, 1, 1)
+
+
+# Views of a 100 x 150 colour frame that are already the network's odd size (37 x 53) and are
+# not C-contiguous: ROI crops, tiles and every other column.
+CROPS = {
+    "roi crop": lambda big: big[5:42, 7:60],
+    "tile at the bottom-right": lambda big: big[-37:, -53:],
+    "every other pixel": lambda big: big[::2, ::2][3:40, 10:63],
+    "flipped": lambda big: big[41:4:-1, 60:7:-1],
+}
+
+
+@pytest.mark.parametrize("color", ["RGB", "BGR"])
+@pytest.mark.parametrize("crop_name", list(CROPS))
+@pytest.mark.parametrize("contiguous_first", [True, False], ids=["after a contiguous frame", "first frame"])
+def test_non_contiguous_colour_crops_match_a_hand_computation(color: str, crop_name: str, contiguous_first: bool) -> None:
+    mean, scale = [10.0, 20.0, 30.0], [0.5, 0.25, 2.0]
+    spec = InputSpec(name="x", shape=[1, 3, 37, 53], color=color, mean=mean, scale=scale)
+    pre = Preprocessor(spec)
+    big = frame_of(100, 150, seed=7)
+    big[..., 0] //= 4  # distinct channel ranges: a channel swap cannot go unnoticed
+    big[..., 2] = 128 + big[..., 2] // 2
+    crop = CROPS[crop_name](big)
+    assert crop.shape == (37, 53, 3) and not crop.flags.c_contiguous
+    want = by_hand(crop, color, mean, scale)
+    if contiguous_first:
+        pre(frame_of(37, 53, seed=1))
+    tensor, transform = pre(crop)
+    np.testing.assert_array_equal(tensor[0], want)
+    assert (transform.scale_x, transform.scale_y, transform.pad_x, transform.pad_y) == (1.0, 1.0, 0.0, 0.0)
+    copy = Preprocessor(spec)(np.ascontiguousarray(crop))[0][0].copy()
+    pre(np.ascontiguousarray(crop))
+    np.testing.assert_array_equal(copy, want)
+    np.testing.assert_array_equal(pre(crop)[0][0], want)  # again after a contiguous frame
 
 
 @pytest.mark.parametrize("hw", [(384, 640), (768, 1280)])

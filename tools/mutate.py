@@ -1,0 +1,386 @@
+"""Mutation testing of the core modules: one small realistic bug at a time, the relevant tests
+run against it, and the mutants that no test notices (the survivors) printed.
+
+    python tools/mutate.py                    # every listed mutant (about 7 minutes on 2 idle cores)
+    python tools/mutate.py --group nms        # one group
+    python tools/mutate.py --only P1 D1       # some mutants
+    python tools/mutate.py --list             # what would run
+    python tools/mutate.py --auto preprocess --sample 30   # generated operator mutants
+
+Each mutant is a (file, exact text, replacement) triple written by hand to look like a bug
+someone could make: an off-by-one, a dropped branch, a swapped axis, a wrong endianness. With
+`--auto GROUP`, mutants are generated instead: comparison, arithmetic, boolean and integer
+constant changes on every line of the group's files (sampled with `--sample N --seed S`).
+
+The repository is copied to a temporary folder (tracked and untracked files, without what git
+ignores); mutants are applied there one at a time, never to the working tree. Each group's
+tests first run unmutated (a red baseline skips the group); then each mutant runs them with
+`-x` and a timeout of three times the baseline. Exit status: 0 when no mutant survived, 1
+otherwise. Not part of CI: it takes minutes, not seconds.
+"""
+from __future__ import annotations
+
+import argparse
+import ast
+import os
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, Iterator, List, Optional, Sequence, Tuple
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@dataclass(frozen=True)
+class Group:
+    files: Tuple[str, ...]
+    tests: Tuple[str, ...]
+
+
+GROUPS: Dict[str, Group] = {
+    "preprocess": Group(("edge_sdk/preprocess.py",),
+                        ("tests/runtime/test_preprocess.py", "tests/runtime/test_letterbox.py", "tests/decoders")),
+    "decoders": Group(("edge_sdk/decoders/centerface.py", "edge_sdk/decoders/yolo.py", "edge_sdk/decoders/yolox.py",
+                       "edge_sdk/decoders/ssd.py", "edge_sdk/decoders/_base.py"), ("tests/decoders", "tests/runtime/test_letterbox.py")),
+    "nms": Group(("edge_sdk/decoders/nms.py",), ("tests/decoders/test_nms.py",)),
+    "roi-geometry": Group(("edge_sdk/roi/geometry.py",), ("tests/roi/test_geometry.py", "tests/roi/test_geometry_edges.py",
+                                                          "tests/roi/test_merge.py")),
+    "calibration": Group(("edge_sdk/builder/calibration.py",), ("tests/builder/test_calibration.py",)),
+    "calib-cache": Group(("edge_sdk/builder/calib_cache.py",), ("tests/builder/test_calib_cache.py",)),
+    "bundle": Group(("edge_sdk/builder/bundle.py",), ("tests/builder/test_bundle.py",)),
+    "engine-contract": Group(("edge_sdk/builder/pipeline.py",), ("tests/builder/test_engine_contract.py",)),
+    "engine-cache": Group(("edge_sdk/trt/cache.py",), ("tests/trt/test_trt_cache.py", "tests/trt/test_trt_engine.py")),
+    "backends": Group(("edge_sdk/runtime/backends/onnxruntime.py",), ("tests/runtime/test_backends.py",)),
+    "disk-queue": Group(("edge_sdk/telemetry/mqtt.py",), ("tests/telemetry/test_disk_queue.py",)),
+    # the CUDA preprocessing and the TensorRT backend join here as they land
+}
+
+
+@dataclass(frozen=True)
+class Mutant:
+    id: str
+    group: str
+    file: str
+    find: str
+    replace: str
+    why: str
+
+
+def M(id: str, group: str, file: str, find: str, replace: str, why: str) -> Mutant:
+    return Mutant(id, group, file, find, replace, why)
+
+
+PRE, CF, BASE = "edge_sdk/preprocess.py", "edge_sdk/decoders/centerface.py", "edge_sdk/decoders/_base.py"
+NMS, GEO, CAL = "edge_sdk/decoders/nms.py", "edge_sdk/roi/geometry.py", "edge_sdk/builder/calibration.py"
+CC, TC, Q = "edge_sdk/builder/calib_cache.py", "edge_sdk/trt/cache.py", "edge_sdk/telemetry/mqtt.py"
+
+MUTANTS: List[Mutant] = [
+    # --- preprocess -----------------------------------------------------------------------------
+    M("P1", "preprocess", PRE, 'src.transpose(2, 0, 1) if self.spec.color == "BGR" else src[..., ::-1].transpose(2, 0, 1)',
+      "src.transpose(2, 0, 1)", "RGB branch dropped on the non-contiguous fallback"),
+    M("P2", "preprocess", PRE, "    y = (net_h - h) // 2\n", "    y = (net_h - h + 1) // 2\n", "letterbox pad_y rounds up"),
+    M("P3", "preprocess", PRE, "    y = (net_h - h) // 2\n", "    y = (net_h - h) // 2 + 1\n", "letterbox pad_y off by one"),
+    M("P4", "preprocess", PRE, "np.clip(out[:, [0, 2]], 0, self.frame_width)", "np.clip(out[:, [0, 2]], 0, self.frame_width - 1)",
+      "Transform.to_frame clips x to W - 1"),
+    M("P5", "preprocess", PRE, "    x = (net_w - w) // 2\n", "    x = (net_w - w + 1) // 2\n", "letterbox pad_x rounds up"),
+    M("P6", "preprocess", PRE, "return Transform(w / frame_w, h / frame_h,", "return Transform(w / frame_w, w / frame_w,",
+      "letterbox scale_y taken from the width"),
+    M("P7", "preprocess", PRE, 'order = (0, 1, 2) if spec.color == "BGR" else (2, 1, 0)', "order = (0, 1, 2)",
+      "RGB ignored on the cv2.split path"),
+    M("P8", "preprocess", PRE,
+      '            np.subtract(dst, self._mean, out=dst, casting="unsafe")\n            np.multiply(dst, self._scale, out=dst, casting="unsafe")\n',
+      '            np.multiply(dst, self._scale, out=dst, casting="unsafe")\n            np.subtract(dst, self._mean, out=dst, casting="unsafe")\n',
+      "scale applied before the mean"),
+    M("P9", "preprocess", PRE, "np.all(self._mean == 0) and np.all(self._scale == 1)", "np.all(self._mean == 0) or np.all(self._scale == 1)",
+      "normalization skipped when only the mean is zero"),
+    M("P10", "preprocess", PRE, "            self._canvas[...] = self.spec.pad_value\n", "",
+      "canvas not re-padded when the frame size changes"),
+    M("P11", "preprocess", PRE, "Transform(net_w / frame_w, net_h / frame_h, 0.0, 0.0", "Transform(net_w / frame_w, net_w / frame_w, 0.0, 0.0",
+      "stretch scale_y taken from the width"),
+    M("P12", "preprocess", PRE, "interp = cv2.INTER_AREA if rw < w else cv2.INTER_LINEAR", "interp = cv2.INTER_LINEAR",
+      "shrinking without area averaging (aliasing)"),
+    # --- decoders -------------------------------------------------------------------------------
+    M("D1", "decoders", CF, "        s = self.stride\n", "        s = 4\n", "CenterFace ignores its configured stride"),
+    M("D2", "decoders", CF, "x1 = (xs + off[1] + 0.5) * s", "x1 = (xs + off[0] + 0.5) * s", "CenterFace offsets dy/dx swapped"),
+    M("D3", "decoders", CF, "y1 = (ys + off[0] + 0.5) * s", "y1 = (ys + off[0]) * s", "CenterFace cell centre without +0.5"),
+    M("D4", "decoders", CF, "h = np.exp(size[0]) * s", "h = np.exp(size[1]) * s", "CenterFace box height from the width channel"),
+    M("D5", "decoders", CF, "px = lm[1::2] * w + x1", "px = lm[0::2] * w + x1", "CenterFace landmark x from the y channels"),
+    M("D6", "decoders", CF, "keep &= scores >= heat[ny, nx]", "keep &= scores > heat[ny, nx]", "local maximum drops plateaus"),
+    M("D7", "decoders", "edge_sdk/decoders/yolo.py", "scores = sel[:, 4] * cls[np.arange(len(sel)), class_id]",
+      "scores = cls[np.arange(len(sel)), class_id]", "YOLOv5 objectness ignored"),
+    M("D8", "decoders", "edge_sdk/decoders/yolo.py", "return shape[1] <= shape[2]", "return shape[1] >= shape[2]",
+      "YOLOv8 layout guessed the wrong way round"),
+    M("D9", "decoders", "edge_sdk/decoders/yolox.py", "cx = (raw[:, 0] + self._grid[rows, 0]) * s", "cx = (raw[:, 0] + self._grid[rows, 1]) * s",
+      "YOLOX grid x and y swapped"),
+    M("D10", "decoders", "edge_sdk/decoders/ssd.py", "raw = raw[:, [1, 0, 3, 2]]", "raw = raw[:, [0, 1, 2, 3]]", "SSD yxyx boxes not reordered"),
+    M("D11", "decoders", "edge_sdk/decoders/ssd.py", "masked[:, bg] = -np.inf", "masked[:, bg] = masked[:, bg]", "SSD background class not masked"),
+    M("D12", "decoders", BASE, "out[..., 1] = (out[..., 1] - transform.pad_y) / transform.scale_y",
+      "out[..., 1] = (out[..., 1] - transform.pad_x) / transform.scale_y", "landmark y unpadded with pad_x"),
+    M("D13", "decoders", BASE, "top = np.argpartition(-scores, self.pre_nms_topk - 1)[: self.pre_nms_topk]",
+      "top = np.argpartition(-scores, self.pre_nms_topk - 1)[: self.pre_nms_topk - 1]", "pre-NMS top-k keeps one too few"),
+    M("D14", "decoders", BASE, "    y1 = cy - h * 0.5\n", "    y1 = cy - w * 0.5\n", "cxcywh_to_xyxy takes y1 from the width"),
+    # --- NMS ------------------------------------------------------------------------------------
+    M("N1", "nms", NMS, "return inter / union > np.float32(iou)", "return inter / union >= np.float32(iou)", "loop NMS suppresses at IoU == threshold"),
+    M("N2", "nms", NMS, "return inter > np.float32(iou)", "return inter >= np.float32(iou)", "matrix NMS suppresses at IoU == threshold"),
+    M("N3", "nms", NMS, "        over &= cls[:, None] == cls[None, :]\n", "", "class-aware NMS ignores classes"),
+    M("N4", "nms", NMS, 'order = np.argsort(-scores, kind="stable")', "order = np.argsort(-scores)", "score ties not kept in index order"),
+    M("N5", "nms", NMS, "        if len(keep) >= limit:\n", "        if len(keep) > limit:\n", "loop NMS returns max_det + 1 boxes"),
+    M("N6", "nms", NMS, "over = np.triu(over, k=1)", "over = np.triu(over, k=0)", "every box suppresses itself"),
+    M("N7", "nms", NMS, "union = np.maximum(area[i] + area[j] - inter, np.float32(1e-12))",
+      "union = np.maximum(area[i] + area[j], np.float32(1e-12))", "loop NMS union counts the overlap twice"),
+    # --- ROI geometry ---------------------------------------------------------------------------
+    M("G1", "roi-geometry", GEO, "    if starts[-1] != length - size:\n        starts.append(length - size)\n", "",
+      "the last tile is not flush with the frame edge"),
+    M("G2", "roi-geometry", GEO, "step = max(1, size - overlap)", "step = max(1, size)", "tiles do not overlap"),
+    M("G3", "roi-geometry", GEO, "r[:, [1, 3]] = np.clip(r[:, [1, 3]], 0, frame_h)", "r[:, [1, 3]] = np.clip(r[:, [1, 3]], 0, frame_w)",
+      "regions clipped in y to the frame width"),
+    M("G4", "roi-geometry", GEO, "w = (b[:, 2] - b[:, 0]) * (1 + 2 * margin)", "w = (b[:, 2] - b[:, 0]) * (1 + margin)",
+      "margin added on one side only"),
+    M("G5", "roi-geometry", GEO, "out[:, [1, 3]] = (out[:, [1, 3]] - self.y) / self.scale + self.src[1]",
+      "out[:, [1, 3]] = (out[:, [1, 3]] - self.y) / self.scale + self.src[0]", "Placement.to_frame adds the x origin to y"),
+    M("G6", "roi-geometry", GEO, "y0 = int(min(max(round(cy - h / 2), 0), frame_h - h))", "y0 = int(min(max(round(cy - h / 2), 0), frame_w - h))",
+      "window shifted back by the frame width in y"),
+    M("G7", "roi-geometry", GEO, "scale = min(w_out / (x1 - x0), h_out / (y1 - y0))", "scale = max(w_out / (x1 - x0), h_out / (y1 - y0))",
+      "crop scaled to cover instead of fit"),
+    M("G8", "roi-geometry", GEO, "& (r[:, None, 2] <= c[None, :, 2])", "& (r[:, None, 2] < c[None, :, 2])", "a region flush with a cover is not inside"),
+    M("G9", "roi-geometry", GEO, "near = a[0] - gap < b[2]", "near = a[0] - gap <= b[2]", "regions that only touch are merged"),
+    # --- calibration ----------------------------------------------------------------------------
+    M("C1", "calibration", CAL, "    return (i + 0.5) * width\n", "    return i * width\n", "entropy threshold at the bin's lower edge"),
+    M("C2", "calibration", CAL, "i = int(np.argmin(kl)) + min(start, counts.size)", "i = int(np.argmin(kl))", "KL index not offset by the start bin"),
+    M("C3", "calibration", CAL, "    counts[0] -= min(int(zeros), int(counts[0]))\n", "", "exact zeros not taken out of bin 0"),
+    M("C4", "calibration", CAL, "frac = (target - before) / counts[k] if counts[k] > 0 else 1.0", "frac = 1.0",
+      "percentile not interpolated inside its bin"),
+    M("C5", "calibration", CAL, "        p[rows, i - 1] += tail\n", "", "outliers not folded into the last kept bin"),
+    M("C6", "calibration", CAL, "return np.where(zero, eps, d * (1.0 - eps * n_zero))", "return np.where(zero, eps, d)",
+      "smoothing adds mass without taking it back"),
+    M("C7", "calibration", CAL, "np.multiply(a, np.float32(num_bins / amax), out=a)", "np.multiply(a, np.float32((num_bins - 1) / amax), out=a)",
+      "histogram bin width off by one bin"),
+    # --- calibration cache format ---------------------------------------------------------------
+    M("K1", "calib-cache", CC, 'struct.pack(">f", float(np.float32(scale))).hex()', 'struct.pack("<f", float(np.float32(scale))).hex()',
+      "scales written little-endian"),
+    M("K2", "calib-cache", CC, 'scale_to_hex(amax / 127.0)', 'scale_to_hex(amax / 128.0)', "scale = amax / 128"),
+    M("K3", "calib-cache", CC, "bytes.fromhex(text.zfill(8))", "bytes.fromhex(text)", "short hex scales not zero-padded"),
+    M("K4", "calib-cache", CC, '    "percentile": "EntropyCalibration2",\n', '    "percentile": "PercentileCalibration",\n',
+      "a header algorithm TensorRT has no calibrator for"),
+    M("K5", "calib-cache", CC, "        if name in scales:\n", "        if False:\n", "a tensor listed twice is accepted"),
+    # --- bundle: calibration tensors and --out checks -------------------------------------------
+    M("B1", "bundle", "edge_sdk/builder/bundle.py", "    if np.array_equal(half.astype(np.float32), array):\n", "    if True:\n",
+      "calibration tensors rounded to float16"),
+    M("B2", "bundle", "edge_sdk/builder/bundle.py",
+      '        probe = tempfile.mkdtemp(prefix=".edge-sdk-probe-", dir=str(ancestor))\n        os.rmdir(probe)\n',
+      "        pass\n", "an unwritable --out parent is not noticed before the build"),
+    # --- builder -> engine contract -------------------------------------------------------------
+    M("L1", "engine-contract", "edge_sdk/builder/pipeline.py", "    name_nodes(fp32)", "    pass",
+      "unnamed nodes shipped: the manifest's FP32 layers name nothing TensorRT knows"),
+    # --- engine cache ---------------------------------------------------------------------------
+    M("E1", "engine-cache", TC, "        if engine.stat().st_size != meta.get(\"size\"):\n", "        if False:\n", "engine size not checked"),
+    M("E2", "engine-cache", TC, 'dla = "gpu" if self.dla_core is None else f"dla{int(self.dla_core)}"', 'dla = "gpu"',
+      "the DLA core is not part of the file name"),
+    # (not listed: skipping the unlink of the old sidecar in put(); equivalent, since a sidecar
+    # only vouches for bytes of its own size and sha256)
+    M("E3", "engine-cache", TC, '        if sha256_file(engine) != meta.get("sha256"):\n', "        if False:\n",
+      "engine digest not checked (same-size corruption)"),
+    M("E4", "engine-cache", TC, 'if not isinstance(meta, dict) or meta.get("key") != key.to_dict():', "if not isinstance(meta, dict):",
+      "a sidecar of another key is accepted"),
+    # --- ONNX Runtime providers -----------------------------------------------------------------
+    M("R1", "backends", "edge_sdk/runtime/backends/onnxruntime.py",
+      '        return [p for p in (PROVIDERS["cuda"], PROVIDERS["cpu"]) if p in have]\n', "        return list(have)\n",
+      'resolve_providers("auto") returns every provider'),
+    # --- telemetry disk queue -------------------------------------------------------------------
+    M("Q1", "disk-queue", Q, "if size > self.max_messages or nbytes > self.max_bytes:", "if size > self.max_messages:",
+      "the byte bound is not enforced"),
+    M("Q2", "disk-queue", Q, "if n >= count and b >= nbytes:", "if n >= count or b >= nbytes:", "trimming stops before the byte bound holds"),
+    M("Q3", "disk-queue", Q, '            db.execute("DELETE FROM q WHERE qos = 0")', "            pass",
+      "QoS-0 rows of older versions are kept"),
+    M("Q4", "disk-queue", Q, "                self._rollback()\n", "                pass\n", "no ROLLBACK when a write fails"),
+]
+
+
+# --- generated mutants ------------------------------------------------------------------------
+
+_SWAPS = {
+    ast.Lt: ast.LtE, ast.LtE: ast.Lt, ast.Gt: ast.GtE, ast.GtE: ast.Gt, ast.Eq: ast.NotEq, ast.NotEq: ast.Eq,
+    ast.Add: ast.Sub, ast.Sub: ast.Add, ast.Mult: ast.Div, ast.Div: ast.Mult, ast.FloorDiv: ast.Div,
+    ast.And: ast.Or, ast.Or: ast.And,
+}
+
+
+def _skipped(node: ast.AST, parents: Dict[ast.AST, ast.AST]) -> bool:
+    """Messages and docstrings: a mutant there changes text, not behaviour."""
+    while node in parents:
+        node = parents[node]
+        if isinstance(node, (ast.JoinedStr, ast.Raise, ast.Assert)):
+            return True
+        if isinstance(node, ast.Call) and getattr(node.func, "attr", "") in ("warning", "info", "debug", "error", "warn"):
+            return True
+    return False
+
+
+def generated(group: str, files: Sequence[str], root: Path) -> Iterator[Mutant]:
+    """One mutant per operator or small integer constant in the group's files (line-level edits)."""
+    for rel in files:
+        source = (root / rel).read_text()
+        tree = ast.parse(source)
+        parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+        lines = source.splitlines(keepends=True)
+        for node in ast.walk(tree):
+            sites: List[Tuple[ast.AST, str]] = []
+            if isinstance(node, ast.Compare):
+                for k, op in enumerate(node.ops):
+                    if type(op) in _SWAPS:
+                        sites.append((node, f"op{k}"))
+            elif isinstance(node, (ast.BinOp, ast.BoolOp)) and type(node.op) in _SWAPS:
+                sites.append((node, "op"))
+            elif isinstance(node, ast.Constant) and type(node.value) is int and 0 <= node.value <= 4096:
+                sites.append((node, "const"))
+            for target, kind in sites:
+                if _skipped(target, parents) or target.lineno != target.end_lineno:
+                    continue
+                line = lines[target.lineno - 1]
+                segment = line[target.col_offset:target.end_col_offset]
+                mutated = _mutate_segment(target, kind)
+                if mutated is None or mutated == segment:
+                    continue
+                yield Mutant(f"A:{rel.split('/')[-1]}:{target.lineno}:{target.col_offset}:{kind}", group, rel,
+                             line, line[:target.col_offset] + mutated + line[target.end_col_offset:],
+                             f"{segment.strip()} -> {mutated.strip()}")
+
+
+def _mutate_segment(node: ast.AST, kind: str) -> Optional[str]:
+    import copy
+
+    new = copy.deepcopy(node)
+    if kind == "const":
+        new.value = node.value + 1  # type: ignore[attr-defined]
+    elif kind == "op":
+        new.op = _SWAPS[type(node.op)]()  # type: ignore[attr-defined]
+    else:
+        k = int(kind[2:])
+        new.ops[k] = _SWAPS[type(node.ops[k])]()  # type: ignore[attr-defined]
+    text = ast.unparse(new)
+    return f"({text})" if kind != "const" else text
+
+
+# --- running ----------------------------------------------------------------------------------
+
+
+def copy_repo(dest: Path) -> None:
+    listed = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=ROOT, check=True,
+                            capture_output=True).stdout.decode().split("\0")
+    for rel in filter(None, listed):
+        src = ROOT / rel
+        if src.is_file():
+            target = dest / rel
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, target)
+
+
+def run_tests(copy: Path, tests: Sequence[str], python: str, timeout: float) -> Tuple[str, float]:
+    env = dict(os.environ, PYTHONPATH=str(copy), PYTHONDONTWRITEBYTECODE="1")
+    cmd = [python, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "-m", "not slow", *tests]
+    started = time.monotonic()
+    try:
+        proc = subprocess.run(cmd, cwd=copy, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return "killed (timeout)", time.monotonic() - started
+    seconds = time.monotonic() - started
+    if proc.returncode == 0:
+        return "SURVIVED", seconds
+    if proc.returncode == 5:
+        return "no tests ran", seconds
+    return ("killed" if proc.returncode == 1 else f"killed (pytest exit {proc.returncode})"), seconds
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--group", nargs="*", choices=sorted(GROUPS), help="only these groups")
+    parser.add_argument("--only", nargs="*", help="only these mutant ids")
+    parser.add_argument("--auto", metavar="GROUP", choices=sorted(GROUPS), help="generated operator mutants of one group instead of the list")
+    parser.add_argument("--sample", type=int, default=0, help="with --auto: run this many, drawn at random")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--list", action="store_true", help="print the mutants and exit")
+    parser.add_argument("--python", default=sys.executable, help="interpreter that runs pytest (default: this one)")
+    parser.add_argument("--keep", action="store_true", help="keep the temporary copy")
+    parser.add_argument("--tests-at", metavar="REV", help="run the tests as they were at this git revision (a before/after count)")
+    args = parser.parse_args(argv)
+
+    if args.auto:
+        mutants = list(generated(args.auto, GROUPS[args.auto].files, ROOT))
+        total = len(mutants)
+        if args.only:
+            mutants = [m for m in mutants if m.id in args.only]
+        if args.sample and args.sample < len(mutants):
+            mutants = random.Random(args.seed).sample(mutants, args.sample)
+        print(f"{total} generated mutants in {args.auto}; running {len(mutants)}")
+    else:
+        mutants = [m for m in MUTANTS if (not args.group or m.group in args.group) and (not args.only or m.id in args.only)]
+    if args.list:
+        for m in mutants:
+            print(f"{m.id:8} {m.group:16} {m.file:45} {m.why}")
+        return 0
+
+    work = Path(tempfile.mkdtemp(prefix="edge-sdk-mutants-"))
+    results: List[Tuple[Mutant, str, float]] = []
+    try:
+        copy = work / "repo"
+        copy_repo(copy)
+        if args.tests_at:
+            shutil.rmtree(copy / "tests")
+            archive = subprocess.run(["git", "archive", args.tests_at, "tests"], cwd=ROOT, check=True, capture_output=True).stdout
+            subprocess.run(["tar", "-x", "-C", str(copy)], input=archive, check=True)
+        where = subprocess.run([args.python, "-c", "import edge_sdk; print(edge_sdk.__file__)"], cwd=copy,
+                               env=dict(os.environ, PYTHONPATH=str(copy)), capture_output=True, text=True).stdout.strip()
+        if not where.startswith(str(copy)):
+            print(f"the copy's edge_sdk is not the one imported ({where}); aborting", file=sys.stderr)
+            return 2
+        baselines: Dict[str, Optional[float]] = {}
+        for m in mutants:
+            group = GROUPS[m.group]
+            group = Group(group.files, tuple(t for t in group.tests if (copy / t).exists()))
+            if m.group not in baselines and not group.tests:
+                baselines[m.group] = None
+                print(f"-- {m.group}: none of its tests exist here: group skipped", flush=True)
+            if m.group not in baselines:
+                status, seconds = run_tests(copy, group.tests, args.python, timeout=1800)
+                baselines[m.group] = seconds if status == "SURVIVED" else None
+                print(f"-- {m.group}: baseline {'green' if status == 'SURVIVED' else 'RED (' + status + '): group skipped'}"
+                      f" in {seconds:.0f} s", flush=True)
+            if baselines[m.group] is None:
+                results.append((m, "baseline red", 0.0))
+                continue
+            path = copy / m.file
+            original = path.read_text()
+            count = original.count(m.find)
+            if count != 1:
+                results.append((m, f"stale ({count} matches)", 0.0))
+                print(f"{m.id:8} stale: its text occurs {count} times in {m.file}", flush=True)
+                continue
+            path.write_text(original.replace(m.find, m.replace))
+            try:
+                status, seconds = run_tests(copy, group.tests, args.python, timeout=max(60.0, 3 * (baselines[m.group] or 0)))
+            finally:
+                path.write_text(original)
+            results.append((m, status, seconds))
+            print(f"{m.id:8} {status:18} {seconds:5.0f} s  {m.file}: {m.why}", flush=True)
+    finally:
+        if args.keep:
+            print(f"copy kept in {work}")
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+
+    ran = [r for r in results if r[1].startswith(("killed", "SURVIVED"))]
+    survivors = [r for r in results if r[1] == "SURVIVED"]
+    print(f"\n{len(ran)} mutants run: {len(ran) - len(survivors)} killed, {len(survivors)} survived"
+          + (f", {len(results) - len(ran)} not run (stale or red baseline)" if len(results) != len(ran) else ""))
+    for m, _, _ in survivors:
+        print(f"  SURVIVED {m.id}: {m.file}: {m.why}")
+    return 1 if survivors else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
