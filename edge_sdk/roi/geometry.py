@@ -122,8 +122,15 @@ def merge_regions(regions: np.ndarray, max_w: int, max_h: int, gap: int = 0) -> 
     return merge_regions_indexed(regions, max_w, max_h, gap)[0]
 
 
-def merge_regions_indexed(regions: np.ndarray, max_w: int, max_h: int, gap: int = 0) -> Tuple[np.ndarray, np.ndarray]:
-    """:func:`merge_regions`, also returning for each result the index of its first input region."""
+def merge_regions_indexed(
+    regions: np.ndarray, max_w: int, max_h: int, gap: int = 0, thrifty: bool = False
+) -> Tuple[np.ndarray, np.ndarray]:
+    """:func:`merge_regions`, also returning for each result the index of its first input region.
+
+    With `thrifty`, two regions are joined only where their union has no more pixels than the
+    two of them apart (as for nested or strongly overlapping regions): regions that merely
+    touch stay apart, since drawing both costs fewer model-input pixels than their union.
+    """
     r = [list(map(int, row)) for row in np.asarray(regions, dtype=np.int64).reshape(-1, 4)]
     first = list(range(len(r)))
     changed = True
@@ -136,7 +143,10 @@ def merge_regions_indexed(regions: np.ndarray, max_w: int, max_h: int, gap: int 
                 a, b = r[i], r[j]
                 near = a[0] - gap < b[2] and b[0] - gap < a[2] and a[1] - gap < b[3] and b[1] - gap < a[3]
                 u = [min(a[0], b[0]), min(a[1], b[1]), max(a[2], b[2]), max(a[3], b[3])]
-                if near and u[2] - u[0] <= max_w and u[3] - u[1] <= max_h:
+                fits = u[2] - u[0] <= max_w and u[3] - u[1] <= max_h
+                if fits and thrifty:
+                    fits = (u[2] - u[0]) * (u[3] - u[1]) <= (a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1])
+                if near and fits:
                     r[i] = u
                     first[i] = min(first[i], first[j])
                     del r[j]
@@ -158,19 +168,21 @@ def split_region(region: Region, max_w: int, max_h: int, overlap: float = 0.2) -
     return tiles + np.array([x0, y0, x0, y0], dtype=np.int32)
 
 
-def covered_by(regions: np.ndarray, covers: np.ndarray) -> np.ndarray:
-    """Boolean (K,): True where regions[k] lies entirely inside at least one of `covers`."""
+def inside(regions: np.ndarray, covers: np.ndarray) -> np.ndarray:
+    """Boolean (K, M): True where regions[k] lies entirely inside covers[m]."""
     r = np.asarray(regions, dtype=np.int64).reshape(-1, 4)
     c = np.asarray(covers, dtype=np.int64).reshape(-1, 4)
-    if len(r) == 0 or len(c) == 0:
-        return np.zeros(len(r), dtype=bool)
-    inside = (
+    return (
         (r[:, None, 0] >= c[None, :, 0])
         & (r[:, None, 1] >= c[None, :, 1])
         & (r[:, None, 2] <= c[None, :, 2])
         & (r[:, None, 3] <= c[None, :, 3])
     )
-    return inside.any(axis=1)
+
+
+def covered_by(regions: np.ndarray, covers: np.ndarray) -> np.ndarray:
+    """Boolean (K,): True where regions[k] lies entirely inside at least one of `covers`."""
+    return inside(regions, covers).any(axis=1)
 
 
 @dataclass(frozen=True)
@@ -253,6 +265,42 @@ def crop_scale_pad(
     return placement
 
 
+def paste(frame: np.ndarray, placement: Placement, canvas: np.ndarray) -> None:
+    """Draw ``frame[placement.src]`` into `canvas` at ``placement.dst``, resized by its scale.
+
+    Scaled crops are resized straight into the canvas (area averaging when shrinking), so
+    nothing frame-sized is allocated.
+    """
+    x0, y0, x1, y1 = placement.src
+    dx0, dy0, dx1, dy1 = placement.dst
+    view = canvas[dy0:dy1, dx0:dx1]
+    crop = frame[y0:y1, x0:x1]
+    if view.shape[:2] == crop.shape[:2]:
+        view[...] = crop
+        return
+    from edge_sdk import _imports
+
+    cv2 = _imports.cv2()
+    interp = cv2.INTER_AREA if placement.scale < 1 else cv2.INTER_LINEAR
+    out = cv2.resize(crop, (dx1 - dx0, dy1 - dy0), dst=view, interpolation=interp)
+    if out is not None and not np.shares_memory(out, view):
+        view[...] = out
+
+
+def scale_levels(sizes: np.ndarray, target: int) -> np.ndarray:
+    """Power-of-two zoom-out level of objects of `sizes` pixels (longest side) for a model that
+    sees objects best at up to `target` pixels: the smallest L >= 0 with ``size / 2**L <= target``.
+
+    Level 0 is full resolution; a region at level L is examined at scale ``2**-L``. A `target`
+    of 0 keeps every object at level 0.
+    """
+    s = np.asarray(sizes, dtype=np.float64).reshape(-1)
+    if target <= 0 or len(s) == 0:
+        return np.zeros(len(s), dtype=np.int64)
+    ratio = np.maximum(s, 1.0) / float(target)
+    return np.maximum(0, np.ceil(np.log2(ratio) - 1e-9)).astype(np.int64)
+
+
 class ShelfPacker:
     """Places rectangles one at a time on horizontal shelves of up to `max_canvases` canvases.
 
@@ -323,6 +371,17 @@ def detections_to_frame(det: Detections, placement: Placement) -> Detections:
     if "landmarks" in data and len(det):
         data["landmarks"] = placement.points_to_frame(data["landmarks"])
     return Detections(placement.to_frame(det.xyxy), det.confidence, det.class_id, data, dict(det.metadata))
+
+
+def scale_detections(det: Detections, sx: float, sy: float) -> Detections:
+    """Detections found in a resized copy of a frame, back in frame pixels (x times `sx`, y times `sy`)."""
+    if sx == 1.0 and sy == 1.0:
+        return det
+    xyxy = np.asarray(det.xyxy, dtype=np.float32) * np.asarray([sx, sy, sx, sy], np.float32)
+    data = dict(det.data)
+    if "landmarks" in data and len(det):
+        data["landmarks"] = np.asarray(data["landmarks"], dtype=np.float32) * np.asarray([sx, sy], np.float32)
+    return Detections(xyxy, det.confidence, det.class_id, data, dict(det.metadata))
 
 
 def offset_detections(det: Detections, dx: float, dy: float) -> Detections:

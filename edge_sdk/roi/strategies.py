@@ -8,11 +8,12 @@ JSON-ready report of what the strategy did, meant for ``FrameResult.info``.
 - :class:`FullFrame`: one pass on the frame shrunk to the model input.
 - :class:`Tiles`: SAHI-style sliced inference at full resolution: model-input-sized tiles with
   overlap, run in batches, an optional extra full-frame pass, merged.
-- :class:`RoiScheduler`: a coarse pass on the shrunk frame, then a fine pass at full resolution
-  only where something is or may be: around coarse candidates, around tracked objects carried
-  forward with their motion, around moving pixels, in configured zones, plus a few tiles of a
-  sweep that visits the whole frame within a bounded number of frames. Fine-pass regions are
-  packed into few model inputs, under a per-frame budget.
+- :class:`RoiScheduler`: a coarse pass on the shrunk frame and a few tiles of a sweep that
+  visits the whole frame within a bounded number of frames, then a fine pass at full
+  resolution only where something is or may be: around candidates of the first two, around
+  tracked objects carried forward with their motion, around moving pixels, in configured zones.
+  Large objects are examined zoomed out; fine-pass regions are packed into few model inputs
+  (a mosaic), under a per-frame budget.
 """
 from __future__ import annotations
 
@@ -32,6 +33,7 @@ from edge_sdk.roi.merge import METHODS, METRICS, merge
 
 DetectFn = Callable[[List[np.ndarray]], List[Detections]]
 ROI_SOURCES = ("track", "candidate", "zone", "motion")  # in priority order
+MAX_SWEEP_LEVEL = 4
 
 
 @dataclass
@@ -51,10 +53,12 @@ class RoiConfig:
     # -- tiles ----------------------------------------------------------------------------------
     full_frame_pass: bool = True  # tiles mode: add a pass on the whole shrunk frame (large objects)
     # -- roi ------------------------------------------------------------------------------------
-    proposal_threshold: float = 0.2  # coarse-pass score that makes a candidate region
-    sweep_tiles: int = 2  # full-resolution sweep tiles per frame; every tile is seen within ceil(tiles / sweep_tiles) frames
-    roi_margin: float = 0.5  # a region grows by this many box sizes on each side
+    proposal_threshold: float = 0.05  # coarse-pass (and zoomed-out sweep) score that makes a candidate region
+    sweep_tiles: int = 2  # sweep tiles per frame; every tile is seen within ceil(tiles / sweep_tiles) frames
+    sweep_level: int = 1  # sweep tiles cover 2**sweep_level model inputs a side, zoomed out to one; what they suspect is examined at full resolution
+    roi_margin: float = 0.25  # a region grows by this many box sizes on each side
     roi_min_size: int = 64  # smallest region side, in frame pixels
+    fine_object_size: int = 64  # a known object larger than this (pixels) is examined zoomed out by powers of 2 to at most this size; one the coarse pass already sees this large gets no region. 0 = every region at full resolution
     track_ttl: int = 8  # frames a lost object keeps its region
     track_iou: float = 0.1  # overlap linking a detection to a tracked object's predicted box
     max_tracks: int = 128  # objects tracked at once (most recent, then most confident, kept): bounds per-frame work
@@ -78,7 +82,7 @@ class RoiConfig:
             hi_open = key == "tile_overlap"
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not (0.0 <= value < 1.0 if hi_open else 0.0 <= value <= 1.0):
                 raise bad(key, f"must be a number in [0, 1{')' if hi_open else ']'}, got {value!r}")
-        for key, low in (("sweep_tiles", 0), ("roi_min_size", 1), ("track_ttl", 0), ("max_tracks", 1), ("motion_width", 16), ("motion_threshold", 1), ("max_fine_pixels", 0), ("max_fine_inputs", 0), ("pack_gap", 0)):
+        for key, low in (("sweep_tiles", 0), ("sweep_level", 0), ("roi_min_size", 1), ("fine_object_size", 0), ("track_ttl", 0), ("max_tracks", 1), ("motion_width", 16), ("motion_threshold", 1), ("max_fine_pixels", 0), ("max_fine_inputs", 0), ("pack_gap", 0)):
             value = getattr(self, key)
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise bad(key, f"must be an integer >= {low}, got {value!r}")
@@ -90,6 +94,8 @@ class RoiConfig:
             raise bad("merge_method", f"must be one of {', '.join(METHODS)}, got {self.merge_method!r}")
         if self.merge_metric not in METRICS:
             raise bad("merge_metric", f"must be one of {', '.join(METRICS)}, got {self.merge_metric!r}")
+        if self.sweep_level > MAX_SWEEP_LEVEL:
+            raise bad("sweep_level", f"must be at most {MAX_SWEEP_LEVEL} (tiles of {2 ** MAX_SWEEP_LEVEL} model inputs a side), got {self.sweep_level}")
         if self.proposal_threshold > self.score_threshold:
             raise bad("proposal_threshold", f"({self.proposal_threshold}) must not exceed score_threshold ({self.score_threshold})")
         for key in ("full_frame_pass", "motion"):
@@ -243,6 +249,20 @@ class MotionDetector:
         self._scale = (w / mw, h / mh)
         self._key = (w, h)
 
+    def absorb(self, regions: np.ndarray) -> None:
+        """Take the last image's pixels inside `regions` (xyxy in that image's pixels) into the
+        background at once: motion there is explained (it was examined), and a moving object
+        leaves no trail of stale background behind it."""
+        if self._key is None:
+            return
+        sx, sy = self._scale
+        mh, mw = self._grey.shape
+        for x0, y0, x1, y1 in np.asarray(regions, np.float64).reshape(-1, 4):
+            a0, b0 = max(0, int(math.ceil(x0 / sx))), max(0, int(math.ceil(y0 / sy)))
+            a1, b1 = min(mw, int(x1 // sx)), min(mh, int(y1 // sy))
+            if a1 > a0 and b1 > b0:
+                self._background[b0:b1, a0:a1] = self._grey[b0:b1, a0:a1]
+
     def __call__(self, frame: np.ndarray) -> np.ndarray:
         cv2 = self._cv2
         h, w = frame.shape[:2]
@@ -293,23 +313,28 @@ class RoiScheduler:
 
     Per frame:
 
-    1. coarse pass: the whole frame shrunk to the model input; detections at or above
-       `proposal_threshold` become candidate regions, those at or above `score_threshold` are
-       kept as results (large, near objects);
+    1. coarse pass and sweep, in one batch: the whole frame shrunk to the model input, and
+       `sweep_tiles` tiles of a grid visited round robin, so every part of the frame is
+       examined at least every ``ceil(tiles / sweep_tiles)`` frames (:attr:`sweep_bound`).
+       Sweep tiles are ``2**sweep_level`` model inputs a side, zoomed out to one (level 0: full
+       resolution). Detections at or above `score_threshold` are results; those at or above
+       `proposal_threshold` (of the coarse pass, and of a zoomed-out sweep) are candidates;
     2. regions of interest, in priority order: tracked objects (where they were, moved on by
-       their velocity), coarse candidates, configured zones, moving areas;
-    3. sweep: `sweep_tiles` tiles of the full-resolution tile grid, round robin, so every part
-       of the frame is examined at full resolution at least every ``ceil(tiles / sweep_tiles)``
-       frames (:attr:`sweep_bound`);
-    4. fine pass: sweep tiles go to the detector as they are; regions (merged where they
-       overlap, cut where larger than a model input, dropped where a sweep tile already covers
-       them) are cropped at full resolution and packed into as few model-input canvases as the
-       budget allows (`max_fine_pixels`, and `max_fine_ms` when set); regions beyond the budget
-       wait for a later frame (they are counted in the report);
-    5. all detections go back to frame pixels and are merged; tracks are updated from them.
+       their velocity), candidates, configured zones, moving areas (background subtraction on
+       the coarse pass's copy). A known object larger than `fine_object_size` is examined zoomed
+       out by a power of two, to at most that size; one the coarse pass already sees that large
+       needs no region at all;
+    3. fine pass: regions of one zoom level are merged where that saves pixels, cut where larger
+       than a model input, dropped where a full-resolution sweep tile holds them, and packed
+       into as few model-input canvases as the budget allows (`max_fine_pixels`, and
+       `max_fine_ms` when set); regions beyond the budget wait for a later frame (they are
+       counted in the report);
+    4. all detections go back to frame pixels and are merged; tracks are updated from them;
+       what the fine pass (and a full-resolution sweep) examined is taken into the motion
+       background, so motion already looked at asks for no more regions.
 
-    The report in :attr:`StrategyResult.info` lists the regions examined, their sources, the
-    sweep tiles and the budget used.
+    The report in :attr:`StrategyResult.info` lists the regions examined, their zoom scales and
+    sources, the sweep tiles and the budget used.
     """
 
     mode = "roi"
@@ -336,6 +361,8 @@ class RoiScheduler:
                 "pixels and as many inputs, or sweep fewer tiles"
             )
         self._canvases = np.zeros((max(0, self.max_images), ch, cw, 3), np.uint8)
+        self._small: Optional[np.ndarray] = None  # the coarse pass's copy of the frame
+        self._sweep_canvases = np.zeros((self.config.sweep_tiles if self.config.sweep_level else 0, ch, cw, 3), np.uint8)  # zoomed-out sweep tiles
         self._motion = (
             MotionDetector(self.config.motion_width, self.config.motion_threshold, self.config.motion_learning_rate, self.config.motion_max_fraction)
             if self.config.motion
@@ -368,7 +395,8 @@ class RoiScheduler:
             if self._grid_key is not None:
                 self.reset()
             cw, ch = self.input_size
-            self._grid = geo.slice_grid(frame_w, frame_h, cw, ch, self.config.tile_overlap, self.config.tile_overlap)
+            f = 1 << self.config.sweep_level
+            self._grid = geo.slice_grid(frame_w, frame_h, cw * f, ch * f, self.config.tile_overlap, self.config.tile_overlap)
             self._grid_key = (frame_w, frame_h)
             self.last_examined = np.full(len(self._grid), -1, np.int64)
         return self._grid
@@ -381,41 +409,49 @@ class RoiScheduler:
         index = self.frame_index
         cw, ch = self.input_size
 
-        # 1. coarse pass
-        coarse = self.detect([frame])[0]
-        candidates = _above(coarse, cfg.proposal_threshold)
-        results = [_above(coarse, cfg.score_threshold)]
-
-        # 3. sweep tiles (chosen first: regions they cover need no crop)
+        # 1. coarse pass and sweep tiles, in one batch. The coarse pass sees the frame shrunk once
+        # (motion detection reuses the small copy); the sweep visits the tile grid round robin.
+        small, sx, sy = self._shrink(frame)
         k = min(cfg.sweep_tiles, len(grid))
         sweep = [(self._cursor + i) % len(grid) for i in range(k)]
         self._cursor = (self._cursor + k) % len(grid) if len(grid) else 0
         sweep_regions = grid[sweep] if sweep else np.zeros((0, 4), np.int32)
+        # a tile is 2**level inputs a side unless the frame is smaller: each is zoomed out to fit
+        sweep_places = [geo.Placement(tuple(int(v) for v in r), 0, 0, min(1.0, cw / (r[2] - r[0]), ch / (r[3] - r[1]))) for r in sweep_regions]
+        sweep_full = all(p.scale == 1.0 for p in sweep_places)  # at full resolution (level 0, or a small frame)
+        if sweep_full:
+            sweep_images = [frame[y0:y1, x0:x1] for x0, y0, x1, y1 in sweep_regions]
+        else:
+            sweep_images = []
+            for p, buffer in zip(sweep_places, self._sweep_canvases):
+                tw, th = p.size
+                geo.paste(frame, p, buffer)
+                sweep_images.append(buffer[:th, :tw])
+        t0 = self.clock()
+        found = self.detect([small] + sweep_images)
+        detect_ms = (self.clock() - t0) * 1000.0
+        coarse = geo.scale_detections(found[0], sx, sy)
+        swept = [geo.detections_to_frame(d, p) for d, p in zip(found[1:], sweep_places)]
+        results = [_above(coarse, cfg.score_threshold)] + [_above(d, cfg.score_threshold) for d in swept]
+        # what the coarse pass and a zoomed-out sweep only suspect is examined at full resolution
+        candidates = _above(Detections.merge([coarse] + ([] if sweep_full else swept)), cfg.proposal_threshold)
 
-        # 2. regions of interest, in priority order
-        regions, sources = self._regions(frame, candidates, w, h, index)
-        dropped_covered = 0
-        if len(regions):
-            merged, first = geo.merge_regions_indexed(regions, cw, ch, gap=cfg.pack_gap)
-            pieces: List[np.ndarray] = []
-            piece_sources: List[str] = []
-            for region, src in zip(merged, first):
-                for part in geo.split_region(tuple(region), cw, ch, cfg.tile_overlap):
-                    pieces.append(part)
-                    piece_sources.append(sources[int(src)])
-            regions = np.array(pieces, np.int32).reshape(-1, 4)
-            sources = piece_sources
-            covered = geo.covered_by(regions, sweep_regions)
-            dropped_covered = int(covered.sum())
-            regions = regions[~covered]
-            sources = [s for s, c in zip(sources, covered) if not c]
+        # 2. regions of interest, in priority order, each with its zoom level
+        regions, levels, sources, left_to_coarse = self._regions(small, (sx, sy), candidates, w, h, index)
+        regions, levels, sources = self._pieces(regions, levels, sources)
+        # a full-resolution sweep tile examines what it holds already
+        covered = geo.covered_by(regions, sweep_regions if sweep_full else np.zeros((0, 4), np.int32))
+        dropped_covered = int(covered.sum())
+        regions, levels = regions[~covered], levels[~covered]
+        sources = [s for s, c in zip(sources, covered) if not c]
 
-        # 4. budget and packing
+        # 3. budget and packing
         budget_images = self.max_images
         if cfg.max_fine_ms > 0 and self._ms_per_image:
             budget_images = min(budget_images, max(k, int(cfg.max_fine_ms // self._ms_per_image)))
         room = max(0, budget_images - k)
-        sizes = [(int(r[2] - r[0]), int(r[3] - r[1])) for r in regions]
+        unplaced = [geo.Placement(tuple(int(v) for v in r), 0, 0, 0.5 ** int(lv)) for r, lv in zip(regions, levels)]
+        sizes = [p.size for p in unplaced]
         packer = geo.ShelfPacker(cw, ch, cfg.pack_gap, max_canvases=room)
         placements: List[geo.Placement] = []
         used_sources: Dict[str, int] = {s: 0 for s in ROI_SOURCES}
@@ -435,26 +471,23 @@ class RoiScheduler:
             if spot is None:
                 over_budget += 1
                 continue
-            region = regions[i]
-            placements.append(geo.Placement(tuple(int(v) for v in region), spot[1], spot[2], 1.0, spot[0]))
+            placements.append(geo.Placement(unplaced[i].src, spot[1], spot[2], unplaced[i].scale, spot[0]))
             used_sources[sources[i]] += 1
         n_canvases = packer.canvases
         canvases = self._canvases[:n_canvases]
         canvases[...] = 0
         for p in placements:
-            x0, y0, x1, y1 = p.src
-            canvases[p.canvas, p.y : p.y + (y1 - y0), p.x : p.x + (x1 - x0)] = frame[y0:y1, x0:x1]
-        images = [frame[y0:y1, x0:x1] for x0, y0, x1, y1 in sweep_regions] + list(canvases)
+            geo.paste(frame, p, canvases[p.canvas])
         t0 = self.clock()
-        found = self.detect(images) if images else []
-        fine_ms = (self.clock() - t0) * 1000.0
-        if images:
-            per = fine_ms / len(images)
-            self._ms_per_image = per if self._ms_per_image is None else 0.7 * self._ms_per_image + 0.3 * per
+        found = self.detect(list(canvases)) if n_canvases else []
+        detect_ms += (self.clock() - t0) * 1000.0
+        # the sweep shares a batch with the coarse pass: the fine pass's time (sweep included) is
+        # its share of the frame's model time, by inputs
+        per = detect_ms / (1 + k + n_canvases)
+        self._ms_per_image = per if self._ms_per_image is None else 0.7 * self._ms_per_image + 0.3 * per
+        fine_ms = per * (k + n_canvases)
 
-        for d, (x0, y0, _, _) in zip(found[:k], sweep_regions):
-            results.append(geo.offset_detections(_above(d, cfg.score_threshold), x0, y0))
-        for c, d in enumerate(found[k:]):
+        for c, d in enumerate(found):
             d = _above(d, cfg.score_threshold)
             mine = [p for p in placements if p.canvas == c]
             owner = geo.assign_to_placements(d.xyxy, mine)
@@ -463,26 +496,33 @@ class RoiScheduler:
                 if len(part):
                     results.append(geo.detections_to_frame(part, p))
 
-        # 5. merge, track
+        # 4. merge, track; what was examined explains the motion in it
         det = merge(Detections.merge(results), cfg.merge_method, cfg.merge_metric, cfg.merge_threshold)
         det = _clip_to_frame(det, w, h)
         self._update_tracks(det, index)
+        if self._motion is not None:
+            examined = [np.array([p.src for p in placements], np.float64).reshape(-1, 4)]
+            if sweep_full:
+                examined.append(sweep_regions.astype(np.float64))
+            self._motion.absorb(np.concatenate(examined) / np.array([sx, sy, sx, sy]))
         if sweep:
             self.last_examined[sweep] = index
         self.frame_index += 1
 
-        fine_pixels = len(images) * self.canvas_area
+        fine_pixels = (k + n_canvases) * self.canvas_area
         info: Dict[str, Any] = {
             "mode": self.mode,
             "rois": [list(p.src) for p in placements],
+            "roi_scales": [p.scale for p in placements],
             "roi_sources": {s: n for s, n in used_sources.items() if n},
             "rois_over_budget": over_budget,
             "rois_in_sweep": dropped_covered,
+            "left_to_coarse": left_to_coarse,
             "sweep_tiles": [int(i) for i in sweep],
             "sweep_bound": self.sweep_bound,
             "candidates": int(len(candidates)),
             "tracks": len(self._tracks),
-            "images": 1 + len(images),
+            "images": 1 + k + n_canvases,
             "fine_pixels": int(fine_pixels),
             "budget_pixels": int(cfg.max_fine_pixels),
             "budget_used": round(fine_pixels / cfg.max_fine_pixels, 3) if cfg.max_fine_pixels else 0.0,
@@ -495,44 +535,117 @@ class RoiScheduler:
         return StrategyResult(det, info)
 
     # -- helpers --------------------------------------------------------------------------------
-    def _regions(self, frame: np.ndarray, candidates: Detections, w: int, h: int, index: int) -> Tuple[np.ndarray, List[str]]:
+    def _shrink(self, frame: np.ndarray) -> Tuple[np.ndarray, float, float]:
+        """The frame shrunk to fit the model input (aspect kept) and the factors back to frame pixels.
+
+        The copy lives in a buffer made once per frame size; a frame that already fits is used as is.
+        """
+        h, w = frame.shape[:2]
+        cw, ch = self.input_size
+        s = min(cw / w, ch / h)
+        if s >= 1.0:
+            return frame, 1.0, 1.0
+        sw, sh = min(cw, max(1, int(round(w * s)))), min(ch, max(1, int(round(h * s))))
+        if self._small is None or self._small.shape[:2] != (sh, sw):
+            self._small = np.zeros((sh, sw, 3), np.uint8)
+        cv2 = _imports.cv2()
+        out = cv2.resize(frame, (sw, sh), dst=self._small, interpolation=cv2.INTER_AREA)
+        if out is not None and not np.shares_memory(out, self._small):
+            self._small[...] = out
+        return self._small, w / sw, h / sh
+
+    def _objects(self, boxes: np.ndarray, coarse_scale: float, w: int, h: int) -> Tuple[np.ndarray, np.ndarray, int]:
+        """Regions and zoom levels around known objects; those the coarse pass sees at
+        `fine_object_size` or more need none (their count is returned)."""
+        cfg = self.config
+        size = np.max(boxes[:, 2:] - boxes[:, :2], axis=1) if len(boxes) else np.zeros(0, np.float32)
+        settled = 0
+        if cfg.fine_object_size > 0:
+            seen = size * coarse_scale >= cfg.fine_object_size
+            settled = int(seen.sum())
+            boxes, size = boxes[~seen], size[~seen]
+        regions = geo.expand_boxes(boxes, w, h, margin=cfg.roi_margin, min_size=(cfg.roi_min_size, cfg.roi_min_size))
+        return regions, geo.scale_levels(size, cfg.fine_object_size), settled
+
+    def _regions(
+        self, small: np.ndarray, to_frame: Tuple[float, float], candidates: Detections, w: int, h: int, index: int
+    ) -> Tuple[np.ndarray, np.ndarray, List[str], int]:
+        """Regions (K, 4), their zoom levels (K,) and sources, in priority order, and how many
+        tracks and candidates were left to the coarse pass."""
         cfg = self.config
         cw, ch = self.input_size
-        grow = dict(margin=cfg.roi_margin, min_size=(cfg.roi_min_size, cfg.roi_min_size))
-        groups: List[Tuple[str, np.ndarray]] = []
+        sx, sy = to_frame
+        coarse_scale = 1.0 / max(sx, sy)
+        groups: List[Tuple[str, np.ndarray, np.ndarray]] = []
+        left = 0
         if self._tracks:
             order = sorted(self._tracks, key=lambda t: -t.score)
             boxes = np.array([t.predict(index) for t in order], np.float32)
-            groups.append(("track", geo.expand_boxes(boxes, w, h, **grow)))
+            regions, levels, settled = self._objects(boxes, coarse_scale, w, h)
+            groups.append(("track", regions, levels))
+            left += settled
         if len(candidates):
-            order_idx = np.argsort(-candidates.confidence, kind="stable")
-            groups.append(("candidate", geo.expand_boxes(candidates.xyxy[order_idx], w, h, **grow)))
+            boxes = candidates.xyxy[np.argsort(-candidates.confidence, kind="stable")]
+            regions, levels, settled = self._objects(boxes, coarse_scale, w, h)
+            left += settled
+            if groups and len(regions):
+                # a candidate inside a tracked object's region, examined as finely, is examined already
+                _, track_regions, track_levels = groups[0]
+                dup = (geo.inside(regions, track_regions) & (track_levels[None, :] <= levels[:, None])).any(axis=1)
+                regions, levels = regions[~dup], levels[~dup]
+            groups.append(("candidate", regions, levels))
         if cfg.zones:
             zones = geo.clip_regions(np.array(cfg.zones, np.int64), w, h)
             zones = zones[(zones[:, 2] > zones[:, 0]) & (zones[:, 3] > zones[:, 1])]
             parts = [geo.split_region(tuple(z), cw, ch, cfg.tile_overlap) for z in zones]
             if parts:
-                groups.append(("zone", np.concatenate(parts)))
+                regions = np.concatenate(parts)
+                groups.append(("zone", regions, np.zeros(len(regions), np.int64)))
         if self._motion is not None:
-            moving = self._motion(frame)
-            if len(moving) and groups:
+            moving = self._motion(small) * np.asarray([sx, sy, sx, sy], np.float32)
+            earlier = [g for _, g, _ in groups if len(g)]
+            if len(moving) and earlier:
                 # moving pixels at a tracked object or a candidate are examined already
-                earlier = np.concatenate([g for _, g in groups]).astype(np.float32)
+                prior = np.concatenate(earlier).astype(np.float32)
                 centres = (moving[:, :2] + moving[:, 2:]) / 2
-                inside = (
-                    (centres[:, None, 0] >= earlier[None, :, 0]) & (centres[:, None, 0] < earlier[None, :, 2])
-                    & (centres[:, None, 1] >= earlier[None, :, 1]) & (centres[:, None, 1] < earlier[None, :, 3])
+                hit = (
+                    (centres[:, None, 0] >= prior[None, :, 0]) & (centres[:, None, 0] < prior[None, :, 2])
+                    & (centres[:, None, 1] >= prior[None, :, 1]) & (centres[:, None, 1] < prior[None, :, 3])
                 ).any(axis=1)
-                moving = moving[~inside]
+                moving = moving[~hit]
             if len(moving):
                 # biggest movers first: a small blob is more often noise
                 moving = moving[np.argsort(-geo.region_area(np.round(moving).astype(np.int64)), kind="stable")]
-                groups.append(("motion", geo.expand_boxes(moving, w, h, margin=0.25, min_size=(cfg.roi_min_size, cfg.roi_min_size))))
+                regions = geo.expand_boxes(moving, w, h, margin=0.25, min_size=(cfg.roi_min_size, cfg.roi_min_size))
+                groups.append(("motion", regions, np.zeros(len(regions), np.int64)))
+        groups = [g for g in groups if len(g[1])]
         if not groups:
-            return np.zeros((0, 4), np.int32), []
-        regions = np.concatenate([g for _, g in groups]).astype(np.int32)
-        sources = [name for name, g in groups for _ in range(len(g))]
-        return regions, sources
+            return np.zeros((0, 4), np.int32), np.zeros(0, np.int64), [], left
+        regions = np.concatenate([g for _, g, _ in groups]).astype(np.int32)
+        levels = np.concatenate([lv for _, _, lv in groups]).astype(np.int64)
+        sources = [name for name, g, _ in groups for _ in range(len(g))]
+        return regions, levels, sources, left
+
+    def _pieces(self, regions: np.ndarray, levels: np.ndarray, sources: List[str]) -> Tuple[np.ndarray, np.ndarray, List[str]]:
+        """Regions of one zoom level merged where their union has no more pixels than they have
+        apart (and still fits one model input at that zoom), cut where larger than one input;
+        priority order kept."""
+        cfg = self.config
+        cw, ch = self.input_size
+        pieces: List[Tuple[int, np.ndarray, int]] = []  # (index of the first region, piece, level)
+        for level in np.unique(levels):
+            idx = np.flatnonzero(levels == level)
+            f = 1 << int(level)
+            merged, first = geo.merge_regions_indexed(regions[idx], cw * f, ch * f, gap=cfg.pack_gap * f, thrifty=True)
+            for region, j in zip(merged, first):
+                for part in geo.split_region(tuple(region), cw * f, ch * f, cfg.tile_overlap):
+                    pieces.append((int(idx[j]), part, int(level)))
+        pieces.sort(key=lambda piece: piece[0])
+        return (
+            np.array([p for _, p, _ in pieces], np.int32).reshape(-1, 4),
+            np.array([lv for _, _, lv in pieces], np.int64),
+            [sources[i] for i, _, _ in pieces],
+        )
 
     def _update_tracks(self, det: Detections, index: int) -> None:
         cfg = self.config

@@ -216,3 +216,65 @@ def test_assign_to_placements() -> None:
 @pytest.mark.parametrize("n, k, bound", [(56, 2, 28), (56, 3, 19), (1, 4, 1), (7, 7, 1)])
 def test_sweep_bound(n, k, bound) -> None:
     assert g.sweep_bound(n, k) == bound
+
+
+@pytest.mark.parametrize(
+    "sizes, target, levels",
+    [
+        ([20, 96, 97, 192, 193, 400, 800], 96, [0, 0, 1, 1, 2, 3, 4]),  # size / 2**level <= target, smallest level
+        ([0.5, 3000], 0, [0, 0]),  # target 0: always full resolution
+        ([], 96, []),
+    ],
+)
+def test_scale_levels(sizes, target, levels) -> None:
+    assert g.scale_levels(np.array(sizes, np.float32), target).tolist() == levels
+
+
+@pytest.mark.parametrize("scale", [1.0, 0.5, 0.25])
+def test_paste_draws_the_region_at_its_scale_into_the_canvas(scale) -> None:
+    # a colour block with an odd size and odd position; its frame box comes back within a pixel
+    # of the zoom step, and nothing outside the placement is touched
+    frame = np.zeros((300, 400, 3), np.uint8)
+    frame[100:140, 120:164] = (30, 200, 90)
+    p = g.Placement((100, 80, 196, 176), 21, 13, scale, 0)
+    canvas = np.full((120, 160, 3), 5, np.uint8)
+    g.paste(frame, p, canvas)
+    x0, y0, x1, y1 = p.dst
+    outside = canvas.copy()
+    outside[y0:y1, x0:x1] = 5
+    assert (outside == 5).all()
+    ys, xs = np.nonzero(canvas[..., 1] > 100)
+    found = np.array([[xs.min(), ys.min(), xs.max() + 1, ys.max() + 1]], np.float32)
+    np.testing.assert_allclose(p.to_frame(found)[0], [120, 100, 164, 140], atol=1.0 / scale)
+    assert tuple(canvas[(y0 + y1) // 2, (x0 + x1) // 2]) == (30, 200, 90)  # colour order kept
+
+
+def test_scale_detections_maps_boxes_and_landmarks_per_axis() -> None:
+    det = Detections(np.array([[10, 10, 20, 30]]), np.array([0.9]), np.array([0]), {"landmarks": np.array([[[15, 20]] * 5], np.float32)})
+    out = g.scale_detections(det, 6.0, 5.0)
+    assert out.xyxy.tolist() == [[60, 50, 120, 150]]
+    assert out.data["landmarks"][0, 0].tolist() == [90, 100]
+    assert det.xyxy.tolist() == [[10, 10, 20, 30]]  # the input is left alone
+
+
+def test_inside_matrix() -> None:
+    regions = np.array([[10, 10, 20, 20], [90, 90, 101, 100]])
+    covers = np.array([[0, 0, 100, 100], [5, 5, 25, 25], [80, 80, 120, 120]])
+    assert g.inside(regions, covers).tolist() == [[True, True, False], [False, False, True]]
+
+
+@pytest.mark.parametrize(
+    "regions, expected",
+    [
+        # diagonal overlap: the 20x20 union (400 px) costs more than 100 + 225 px apart
+        ([(0, 0, 10, 10), (5, 5, 20, 20)], [(0, 0, 10, 10), (5, 5, 20, 20)]),
+        # nested: the union is the larger one
+        ([(0, 0, 20, 20), (5, 5, 15, 15)], [(0, 0, 20, 20)]),
+        # side by side, mostly overlapping: 12x10 = 120 <= 100 + 100
+        ([(0, 0, 10, 10), (2, 0, 12, 10)], [(0, 0, 12, 10)]),
+    ],
+)
+def test_thrifty_merge_joins_only_where_the_union_saves_pixels(regions, expected) -> None:
+    merged, first = g.merge_regions_indexed(np.array(regions), 100, 100, thrifty=True)
+    assert [tuple(r) for r in merged.tolist()] == expected
+    assert first.tolist() == list(range(len(expected)))

@@ -19,13 +19,16 @@ class FakeBlobDetector:
 
     Boxes are in the pixels of the image it is given, exactly; a bigger blob scores higher (a
     whole object beats a part of it cut by a tile edge). `score_by_width` overrides the score
-    by blob width, so a test can make weak "proposals". Like a real model on a shrunk frame,
-    it sees nothing in images larger than its input unless `sees_large`. Records calls.
+    by blob width, so a test can make weak "proposals". Like a real model, it misses objects
+    smaller than `min_size` pixels (both sides) in the image it is given, so small squares
+    vanish from a shrunk frame; and it sees nothing in images larger than its input unless
+    `sees_large`. Records calls.
     """
 
-    def __init__(self, input_size: Tuple[int, int] = INPUT, score_by_width: Optional[dict] = None, clock=None, ms_per_image: float = 0.0, sees_large: bool = False) -> None:
+    def __init__(self, input_size: Tuple[int, int] = INPUT, score_by_width: Optional[dict] = None, clock=None, ms_per_image: float = 0.0, sees_large: bool = False, min_size: int = 4) -> None:
         self.input_size = input_size
         self.sees_large = sees_large
+        self.min_size = min_size
         self.calls: List[List[Tuple[int, int]]] = []
         self.score_by_width = score_by_width or {}
         self.clock = clock
@@ -44,7 +47,9 @@ class FakeBlobDetector:
                 continue
             mask = (img[..., 0] > 127).astype(np.uint8)
             n, _, stats, _ = cv2.connectedComponentsWithStats(mask, connectivity=8)
-            boxes = stats[1:n, :4].astype(np.float32)
+            stats = stats[1:n]
+            stats = stats[(stats[:, 2] >= self.min_size) | (stats[:, 3] >= self.min_size)]
+            boxes = stats[:, :4].astype(np.float32)
             boxes[:, 2:] += boxes[:, :2]
             widths = (boxes[:, 2] - boxes[:, 0]).astype(int)
             areas = (boxes[:, 2] - boxes[:, 0]) * (boxes[:, 3] - boxes[:, 1])
@@ -106,17 +111,20 @@ def test_full_frame_is_one_pass_with_output_threshold() -> None:
 
 
 def _scheduler(det, **cfg) -> RoiScheduler:
-    base = dict(motion=False, sweep_tiles=2, max_fine_pixels=4 * INPUT[0] * INPUT[1], roi_min_size=16, roi_margin=0.5, pack_gap=4)
+    base = dict(motion=False, sweep_tiles=2, sweep_level=0, max_fine_pixels=4 * INPUT[0] * INPUT[1], roi_min_size=16, roi_margin=0.5, pack_gap=4)
     base.update(cfg)
     return RoiScheduler(det, config=RoiConfig(**base))
 
 
+@pytest.mark.parametrize("sweep_level", [0, 1])
 @pytest.mark.parametrize("sweep_tiles", [1, 2, 3, 5])
-def test_sweep_examines_every_tile_within_its_bound(sweep_tiles) -> None:
+def test_sweep_examines_every_tile_within_its_bound(sweep_tiles, sweep_level) -> None:
     det = FakeBlobDetector()
-    sched = _scheduler(det, sweep_tiles=sweep_tiles, max_fine_pixels=sweep_tiles * INPUT[0] * INPUT[1])
+    sched = _scheduler(det, sweep_tiles=sweep_tiles, sweep_level=sweep_level, max_fine_pixels=sweep_tiles * INPUT[0] * INPUT[1])
     frame = _frame(320, 240, [])
     n_tiles = len(sched.grid(320, 240))
+    f = 2 ** sweep_level
+    assert n_tiles == len(g.slice_grid(320, 240, 64 * f, 48 * f, 0.2, 0.2))
     bound = g.sweep_bound(n_tiles, sweep_tiles)
     history = []
     for i in range(3 * bound + 1):
@@ -127,7 +135,7 @@ def test_sweep_examines_every_tile_within_its_bound(sweep_tiles) -> None:
         if len(window) == bound:
             assert set().union(*window) == set(range(n_tiles)), f"frames {i - bound + 1}..{i} left tiles unseen"
         assert (i - sched.last_examined).max() < bound or i < bound - 1
-    # every tile of the grid went to the detector at full resolution (48x64 views)
+    # every tile of the grid went to the detector as one model input (48x64, zoomed out at level 1)
     assert all(shape == (48, 64) for call in det.calls for shape in call[1:])
 
 
@@ -152,9 +160,10 @@ def test_pixel_budget_is_respected(budget_inputs, sweep_tiles) -> None:
     squares = [(x + 10, y + 10, x + 16, y + 16) for x, y, _, _ in zones]
     frame = _frame(320, 240, squares)
     for _ in range(4):
+        before = sum(len(call) for call in det.calls)
         info = sched(frame).info
         assert info["fine_pixels"] <= budget
-        assert len(det.calls[-1]) <= budget_inputs
+        assert sum(len(call) for call in det.calls) - before - 1 <= budget_inputs  # all but the coarse pass
         assert info["rois_over_budget"] > 0
         assert info["budget_used"] <= 1.0
 
@@ -235,6 +244,8 @@ def test_motion_detector_finds_what_moved() -> None:
     "data, key",
     [
         ({"sweep_tiles": -1}, "sweep_tiles"),
+        ({"sweep_level": 5}, "sweep_level"),
+        ({"fine_object_size": -1}, "fine_object_size"),
         ({"merge_method": "wbf"}, "merge_method"),
         ({"proposal_threshold": 0.6, "score_threshold": 0.5}, "proposal_threshold"),
         ({"zones": [[0, 0, 0, 10]]}, "zones"),
@@ -284,3 +295,104 @@ def test_work_per_frame_stays_bounded_when_a_model_floods_detections() -> None:
         assert info["tracks"] <= 32
         assert len(det.calls[-1]) <= 5  # fine-pass inputs, whatever the pixel budget says
         assert info["rois_over_budget"] > 0
+
+
+def test_coarse_pass_sees_the_frame_shrunk_to_the_input_and_maps_back_exactly() -> None:
+    # 320x240 shrinks by 5 to 64x48: a 40x40 square at (100, 60) is an 8x8 blob at (20, 12)
+    det = FakeBlobDetector()
+    sched = _scheduler(det, sweep_tiles=0)
+    out = sched(_frame(320, 240, [(100, 60, 140, 100)]))
+    assert det.calls[0] == [(48, 64)]
+    assert _boxes(out.detections) == [[100.0, 60.0, 140.0, 100.0]]
+
+
+@pytest.mark.parametrize("fine_object_size, scales, inputs", [(16, [0.25], 1), (0, [1.0] * 4, 4)])
+def test_large_known_objects_are_examined_zoomed_out_in_one_input(fine_object_size, scales, inputs) -> None:
+    # 640x480 shrinks by 10: a 40x40 object is a 4x4 blob in the coarse pass, a candidate. Its
+    # region (80x80 with the margin) exceeds a 64x48 input: at full resolution it takes 4 cut
+    # pieces; zoomed out to a quarter (40 px -> 10 px, at most fine_object_size) it takes one.
+    det = FakeBlobDetector()
+    sched = _scheduler(det, sweep_tiles=0, fine_object_size=fine_object_size, max_fine_pixels=8 * INPUT[0] * INPUT[1])
+    truth = (300, 200, 340, 240)
+    out = sched(_frame(640, 480, [truth]))
+    assert out.info["roi_scales"] == scales
+    assert len(det.calls[1]) == inputs
+    assert len(out.detections) == 1
+    np.testing.assert_allclose(out.detections.xyxy[0], truth, atol=4)
+
+
+def test_objects_the_coarse_pass_sees_well_get_no_fine_region() -> None:
+    # a 200x200 object is 20 px in the coarse pass, more than fine_object_size: nothing to add
+    det = FakeBlobDetector()
+    sched = _scheduler(det, sweep_tiles=0, fine_object_size=16)
+    for _ in range(3):  # as a candidate, then as a tracked object
+        out = sched(_frame(640, 480, [(200, 100, 400, 300)]))
+        assert out.info["rois"] == [] and out.info["left_to_coarse"] >= 1
+        assert len(det.calls[-1]) == 1  # the coarse pass only
+        assert _boxes(out.detections) == [[200.0, 100.0, 400.0, 300.0]]
+
+
+def test_motion_of_a_tracked_object_leaves_no_trail_of_regions() -> None:
+    # a background model that learns slowly keeps a moving object's old places "moving" for
+    # many frames; what the fine pass examined is taken into the background, so once the object
+    # is tracked, its motion asks for no further regions
+    det = FakeBlobDetector()
+    sched = _scheduler(det, sweep_tiles=1, motion=True, motion_width=320, motion_learning_rate=0.05, max_fine_pixels=3 * INPUT[0] * INPUT[1])
+    tracked_since = None
+    for i in range(30):
+        x = 40 + 5 * i
+        out = sched(_frame(320, 240, [(x, 100, x + 12, 112)]))
+        truth = Detections(np.array([[x, 100, x + 12, 112]], np.float32), [1.0], [0])
+        hit = match_detections(out.detections, truth, 0.8)["tp"] == 1
+        if tracked_since is None and out.info["roi_sources"].get("track"):
+            tracked_since = i
+        if tracked_since is not None and i > tracked_since:
+            assert hit, f"lost the object at frame {i}"
+            assert "motion" not in out.info["roi_sources"], (i, out.info["rois"])
+    assert tracked_since is not None and tracked_since <= 3
+
+
+def test_scheduler_allocates_nothing_frame_sized_per_frame() -> None:
+    import gc
+    import tracemalloc
+
+    w, h = 1280, 720
+    rng = np.random.default_rng(1)
+    squares = [(int(x), int(y), int(x) + 12, int(y) + 12) for x, y in zip(rng.integers(0, w - 12, 12), rng.integers(0, h - 12, 12))]
+    frames = [_frame(w, h, [(x0 + 3 * i, y0, x1 + 3 * i, y1) for x0, y0, x1, y1 in squares]) for i in range(12)]
+    sched = _scheduler(FakeBlobDetector(), sweep_tiles=1, motion=True, fine_object_size=16, max_fine_pixels=6 * INPUT[0] * INPUT[1])
+    for frame in frames[:4]:
+        sched(frame)
+    gc.collect()
+    tracemalloc.start()
+    try:
+        for frame in frames[4:]:
+            sched(frame)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < w * h * 3 // 8, f"peak {peak} B while a frame is {w * h * 3} B"
+
+
+def test_zoomed_out_sweep_proposes_and_the_fine_pass_confirms_at_full_resolution() -> None:
+    # sweep tiles of 128x96 zoomed out to the 64x48 input: a 12x12 square is a 6x6 blob there,
+    # a weak proposal (score 0.3 < 0.5); the fine pass examines it at full resolution, where it
+    # scores high, in the same frame, and its box comes back exact
+    det = FakeBlobDetector(score_by_width={6: 0.3})
+    sched = _scheduler(det, sweep_tiles=1, sweep_level=1, max_fine_pixels=2 * INPUT[0] * INPUT[1])
+    square = (40, 30, 52, 42)
+    out = sched(_frame(320, 240, [square]))
+    assert out.info["sweep_tiles"] == [0] and sched.grid(320, 240)[0].tolist() == [0, 0, 128, 96]
+    assert det.calls[0] == [(48, 64), (48, 64)]  # the coarse pass and the sweep tile, in one batch
+    assert out.info["roi_sources"] == {"candidate": 1} and out.info["roi_scales"] == [1.0]
+    assert _boxes(out.detections) == [list(map(float, square))]
+
+
+def test_zoomed_out_sweep_reports_what_it_finds_with_confidence() -> None:
+    # a 16x16 square: too small for the coarse pass (3 px), an 8x8 blob in the sweep tile and a
+    # confident find there; with no room left for a fine pass, the sweep's box is the result
+    det = FakeBlobDetector()
+    sched = _scheduler(det, sweep_tiles=1, sweep_level=1, max_fine_pixels=1 * INPUT[0] * INPUT[1])
+    out = sched(_frame(320, 240, [(40, 30, 56, 46)]))
+    assert out.info["rois"] == [] and out.info["rois_over_budget"] == 1
+    assert _boxes(out.detections) == [[40.0, 30.0, 56.0, 46.0]]
