@@ -119,7 +119,8 @@ def test_run_publishes_valid_telemetry_and_goes_offline(models: Path, tmp_path: 
     tel = log.on("telemetry")
     assert tel[-1]["fps"] > 0 and tel[-1]["frames"]["processed"] > 0
     assert set(tel[-1]["latency_ms"]) >= {"preprocess", "infer", "decode", "total"}
-    assert [t["seq"] for t in tel] == sorted(t["seq"] for t in tel)
+    seqs = [t["seq"] for t in tel]
+    assert seqs == list(range(seqs[0], seqs[0] + len(seqs))), "telemetry seq must be contiguous: nothing lost or repeated"
     offline = log.on("status")[-1]
     assert offline["reason"] == "test"
     # the final telemetry went out before the goodbye
