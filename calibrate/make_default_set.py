@@ -2,8 +2,9 @@
 
 Most of those photos contain no face, and CenterFace (the default model) must see faces for
 its calibration and accuracy gate to mean anything. So besides the photos themselves, this
-script makes scenes: real face crops from scikit-image's LFW subset pasted at varied sizes,
-positions and brightness onto the real photos. Deterministic (fixed seed); run with
+script makes scenes: the colour crops of real face photos shipped in edge_sdk/assets/faces.npz
+(the ones synthetic://faces uses) pasted at varied sizes, positions, brightness and white
+balance onto the real photos. Deterministic (fixed seed); run with
 
     python calibrate/make_default_set.py
 
@@ -19,13 +20,15 @@ import cv2
 import numpy as np
 from skimage import data
 
+from edge_sdk.runtime.synthetic import FaceCrops, face_crops
+
 SEED = 20240611
 OUT = Path(__file__).resolve().parent / "images"
 SIZES = [(640, 384), (640, 480), (800, 450)]  # (width, height) of the scenes
 JPEG_QUALITY = 85
 SCENES = 44
 FACES_PER_SCENE = (24, 32)  # pasted per scene (drawn uniformly); more faces per scene is cheaper than more images
-FACE_PX = (28, 80)  # side of a pasted face crop in scene pixels
+FACE_PX = (22, 64)  # height of a pasted face (its face box) in scene pixels; its crop is 1.2-1.8 times that
 
 # name in skimage.data -> short file stem
 PHOTOS = {
@@ -69,26 +72,31 @@ def background(photo: np.ndarray, size: Tuple[int, int], rng: np.random.Generato
     return np.clip(out.astype(np.float32) * gain, 0, 255).astype(np.uint8)
 
 
-def paste_faces(scene: np.ndarray, faces: np.ndarray, count: int, rng: np.random.Generator) -> int:
-    """Paste `count` LFW face crops without overlap; returns how many fitted."""
+def paste_faces(scene: np.ndarray, faces: FaceCrops, count: int, rng: np.random.Generator) -> int:
+    """Paste `count` colour face crops without overlap; returns how many fitted."""
     h, w = scene.shape[:2]
-    boxes: List[Tuple[int, int, int, int]] = []
+    boxes: List[Tuple[int, int, int]] = []
     for _ in range(count * 20):
         if len(boxes) == count:
             break
-        size = int(rng.integers(FACE_PX[0], FACE_PX[1] + 1))
+        k = int(rng.integers(0, len(faces.boxes)))
+        face_px = int(rng.integers(FACE_PX[0], FACE_PX[1] + 1))
+        size = int(round(face_px / float(faces.heights[k]) * faces.cell))  # side of the pasted crop
+        if size >= min(w, h):
+            continue
         x = int(rng.integers(0, w - size))
         y = int(rng.integers(0, h - size))
-        if any(x < bx + bs + 4 and bx < x + size + 4 and y < by + bs + 4 and by < y + size + 4 for bx, by, bs, _ in boxes):
+        if any(x < bx + bs + 4 and bx < x + size + 4 and y < by + bs + 4 and by < y + size + 4 for bx, by, bs in boxes):
             continue
-        face = faces[int(rng.integers(0, len(faces)))]
-        patch = cv2.resize(face, (size, size), interpolation=cv2.INTER_CUBIC).astype(np.float32)
-        tint = rng.uniform(0.85, 1.15, size=3).astype(np.float32)  # grey crops, slightly warm or cool
+        crop = faces.images[k][:, ::-1] if rng.random() < 0.5 else faces.images[k]
+        inter = cv2.INTER_AREA if size < faces.cell else cv2.INTER_CUBIC
+        patch = cv2.resize(crop, (size, size), interpolation=inter).astype(np.float32)
+        balance = rng.uniform(0.9, 1.1, size=3).astype(np.float32)  # a different camera's white balance
         gain = rng.uniform(0.7, 1.3)
-        patch = np.clip(patch[..., None] * tint * gain, 0, 255)
+        patch = np.clip(patch * balance * gain, 0, 255)
         # Feather the border so the crop does not sit on the scene like a sticker.
         mask = np.ones((size, size), np.float32)
-        edge = max(2, size // 10)
+        edge = max(2, size // 16)
         ramp = np.linspace(0, 1, edge, dtype=np.float32)
         mask[:edge] *= ramp[:, None]
         mask[-edge:] *= ramp[::-1, None]
@@ -96,7 +104,7 @@ def paste_faces(scene: np.ndarray, faces: np.ndarray, count: int, rng: np.random
         mask[:, -edge:] *= ramp[None, ::-1]
         region = scene[y : y + size, x : x + size].astype(np.float32)
         scene[y : y + size, x : x + size] = (region * (1 - mask[..., None]) + patch * mask[..., None]).astype(np.uint8)
-        boxes.append((x, y, size, 0))
+        boxes.append((x, y, size))
     return len(boxes)
 
 
@@ -104,9 +112,7 @@ def make(out: Path = OUT, scenes: int = SCENES, seed: int = SEED) -> List[Path]:
     rng = np.random.default_rng(seed)
     out.mkdir(parents=True, exist_ok=True)
     photos = {stem: load_photo(name) for name, stem in PHOTOS.items()}
-    faces = data.lfw_subset()[:100]  # the first 100 of the subset are faces
-    if faces.dtype != np.uint8:
-        faces = (np.clip(faces, 0, 1) * 255).astype(np.uint8)
+    faces = face_crops()
     written = []
     # The photos themselves (the astronaut photo has a real face of its own).
     for stem, photo in photos.items():

@@ -3,13 +3,16 @@
     source = SyntheticFaces.from_uri("synthetic://faces?width=3840&height=2160&fps=30&count=20&seed=0")
     frame, truth = source.read()          # BGR uint8 (H, W, 3), Detections in frame pixels
 
-The faces are the 100 LFW crops shipped in `edge_sdk/assets/faces.npz`, the background one of
-the shipped photos (see `edge_sdk/assets/README.md`). Each face keeps a size drawn
-log-uniformly from [min_size, max_size] pixels (the defaults give many small faces at 4K, the
-ones that vanish when a frame is shrunk to a 640-wide network input), a slight brightness
-change, and a constant velocity that bounces off the frame edges. Frame `i` is a pure
-function of the parameters and `i`, so `render(i)` and `ground_truth(i)` can be asked in any
-order and a seed always gives the same video.
+The faces are the 84 colour crops of real face photos shipped in `edge_sdk/assets/faces.npz`
+(each with the exact face box inside it), the background one of the shipped photos (see
+`edge_sdk/assets/README.md`), so channel order, white balance and skin tones matter as they do
+in a camera's frames; `gray=1` turns the whole scene grey (a monochrome camera). Each face keeps
+a height drawn log-uniformly from [min_size, max_size] pixels (the defaults give many small
+faces at 4K, the ones that vanish when a frame is shrunk to a 640-wide network input; the
+pasted crop around a face is 1.2-1.8 times its height), a slight brightness change, and a
+constant velocity that bounces off the frame edges. Frame `i` is a pure function of the
+parameters and `i`, so `render(i)` and `ground_truth(i)` can be asked in any order and a seed
+always gives the same video.
 
 `read()` renders into one frame buffer allocated at construction and returns it: the frame
 is valid until the next `read()`; copy it to keep it, or pass `out=` a buffer of your own.
@@ -19,7 +22,7 @@ allocation of frame-sized arrays.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Dict, Iterator, List, Optional, Tuple
+from typing import Dict, Iterator, List, NamedTuple, Optional, Tuple
 from urllib.parse import parse_qsl, urlsplit
 
 import numpy as np
@@ -33,11 +36,9 @@ BACKGROUNDS = ("coffee", "rocket")
 SCHEME = "synthetic"
 KINDS = ("faces",)
 
-# A face hidden more than this by faces drawn over it is left out of the ground truth.
+# A face hidden more than this (share of its face box) by crops drawn over it is left out of
+# the ground truth.
 MAX_OCCLUSION = 0.5
-# The face inside a pasted crop (LFW crops include some hair and ears at the sides), as insets
-# relative to the crop size: (left and right, top and bottom). Ground-truth boxes are this region.
-FACE_INSET = (0.10, 0.03)
 # Speed of a face, in frame widths per second.
 SPEED_RANGE = (0.02, 0.12)
 BRIGHTNESS_RANGE = (0.85, 1.15)
@@ -45,12 +46,16 @@ BRIGHTNESS_RANGE = (0.85, 1.15)
 _INT_PARAMS = ("width", "height", "count", "seed", "min_size", "max_size", "frames")
 _FLOAT_PARAMS = ("fps",)
 _STR_PARAMS = ("background",)
+_BOOL_PARAMS = ("gray",)
+_BOOLS = {"1": True, "true": True, "yes": True, "0": False, "false": False, "no": False}
 
 
 class SyntheticFaces:
     """A deterministic video of `count` faces moving over a background photo.
 
-    `frames=None` plays forever; otherwise `read()` returns None after `frames` frames.
+    `min_size` and `max_size` bound the height of the faces (their ground-truth boxes), in
+    frame pixels. `frames=None` plays forever; otherwise `read()` returns None after `frames`
+    frames. `gray=True` renders every pixel grey (R = G = B), faces and background alike.
     """
 
     def __init__(
@@ -64,14 +69,18 @@ class SyntheticFaces:
         max_size: int = 64,
         frames: Optional[int] = None,
         background: str = "coffee",
+        gray: bool = False,
     ) -> None:
         _check(width >= 32 and height >= 32, f"width and height must be at least 32 pixels, got {width}x{height}")
         _check(fps > 0, f"fps must be positive, got {fps}")
         _check(count >= 0, f"count must be >= 0, got {count}")
         _check(8 <= min_size <= max_size, f"need 8 <= min_size <= max_size, got min_size={min_size} max_size={max_size}")
+        faces = face_crops()
+        largest = int(np.ceil(max_size / faces.heights.min() * faces.cell))  # the crop around the tallest face
         _check(
-            max_size < min(width, height),
-            f"max_size {max_size} does not fit in a {width}x{height} frame; lower max_size",
+            largest < min(width, height),
+            f"max_size {max_size} does not fit in a {width}x{height} frame (a face of {max_size} px comes in a crop of "
+            f"up to {largest} px); lower max_size",
         )
         _check(frames is None or frames >= 0, f"frames must be >= 0 or absent, got {frames}")
         _check(background in BACKGROUNDS, f"background must be one of {list(BACKGROUNDS)}, got {background!r}")
@@ -80,22 +89,29 @@ class SyntheticFaces:
         self.min_size, self.max_size = int(min_size), int(max_size)
         self.frames = None if frames is None else int(frames)
         self.background_name = background
+        self.gray = bool(gray)
         self.index = 0  # the frame the next read() renders
 
         cv2 = _imports.cv2()
         rng = np.random.default_rng(self.seed)
-        crops = _load_faces()
-        self.face_ids = rng.choice(len(crops), size=self.count, replace=self.count > len(crops)).astype(np.int32)
+        n = len(faces.boxes)
+        self.face_ids = rng.choice(n, size=self.count, replace=self.count > n).astype(np.int32)
         log_lo, log_hi = np.log(self.min_size), np.log(self.max_size + 1)
+        # Face heights; each crop is scaled so that its face box has that height.
         self.sizes = np.minimum(np.exp(rng.uniform(log_lo, log_hi, self.count)).astype(np.int64), self.max_size)
         brightness = rng.uniform(*BRIGHTNESS_RANGE, size=self.count)
+        self.patch_sizes = np.maximum(1, np.rint(self.sizes / faces.heights[self.face_ids] * faces.cell)).astype(np.int64)
+        # The face box inside each pasted crop, in crop pixels (xyxy).
+        self._face_in_patch = (faces.boxes[self.face_ids] * (self.patch_sizes / faces.cell)[:, None]).astype(np.float32)
         self._patches: List[np.ndarray] = []
-        for face, size, gain in zip(crops[self.face_ids], self.sizes, brightness):
-            gray = cv2.resize(face, (int(size), int(size)), interpolation=cv2.INTER_LINEAR).astype(np.float32)
-            gray = np.clip(np.round(gray * gain), 0, 255).astype(np.uint8)
-            self._patches.append(np.ascontiguousarray(np.repeat(gray[:, :, None], 3, axis=2)))
+        for k, side, gain in zip(self.face_ids, self.patch_sizes, brightness):
+            crop = faces.images[k]
+            inter = cv2.INTER_AREA if side < faces.cell else cv2.INTER_LINEAR
+            patch = cv2.resize(crop, (int(side), int(side)), interpolation=inter).astype(np.float32)
+            patch = np.clip(np.round(patch * gain), 0, 255).astype(np.uint8)
+            self._patches.append(_grey(patch, cv2) if self.gray else np.ascontiguousarray(patch))
         # Motion: start anywhere, constant velocity, reflected at the edges (closed form).
-        self._span = np.stack([self.width - self.sizes, self.height - self.sizes], axis=1).astype(np.float64)
+        self._span = np.stack([self.width - self.patch_sizes, self.height - self.patch_sizes], axis=1).astype(np.float64)
         self._start = rng.uniform(0.0, 1.0, (self.count, 2)) * self._span
         angle = rng.uniform(0.0, 2.0 * np.pi, self.count)
         speed = rng.uniform(*SPEED_RANGE, size=self.count) * self.width / self.fps  # pixels per frame
@@ -105,12 +121,14 @@ class SyntheticFaces:
         if bg is None:
             raise SourceError(f"cannot read {ASSETS / (background + '.jpg')}; reinstall edge-sdk (its assets are missing)")
         self._background = cv2.resize(bg, (self.width, self.height), interpolation=cv2.INTER_LINEAR)
+        if self.gray:
+            self._background = _grey(self._background, cv2)
         self._frame = np.empty_like(self._background)
 
     # -- construction from a URI ------------------------------------------------------------------
     @classmethod
     def from_uri(cls, uri: str) -> "SyntheticFaces":
-        """`synthetic://faces?width=&height=&fps=&count=&seed=&min_size=&max_size=&frames=&background=`."""
+        """`synthetic://faces?width=&height=&fps=&count=&seed=&min_size=&max_size=&frames=&background=&gray=`."""
         parts = urlsplit(uri)
         if parts.scheme != SCHEME or parts.netloc not in KINDS:
             raise SourceError(f"not a synthetic source URI: {uri!r}; expected synthetic://faces?width=1920&height=1080")
@@ -123,8 +141,12 @@ class SyntheticFaces:
                     kwargs[key] = float(value)
                 elif key in _STR_PARAMS:
                     kwargs[key] = value
+                elif key in _BOOL_PARAMS:
+                    if value.lower() not in _BOOLS:
+                        raise SourceError(f"parameter {key}={value!r} in {uri!r} is not a switch; use {key}=1 or {key}=0")
+                    kwargs[key] = _BOOLS[value.lower()]
                 else:
-                    known = sorted(_INT_PARAMS + _FLOAT_PARAMS + _STR_PARAMS)
+                    known = sorted(_INT_PARAMS + _FLOAT_PARAMS + _STR_PARAMS + _BOOL_PARAMS)
                     raise SourceError(f"unknown parameter {key!r} in {uri!r}; known parameters: {', '.join(known)}")
             except ValueError:
                 raise SourceError(f"parameter {key}={value!r} in {uri!r} is not a number") from None
@@ -141,39 +163,44 @@ class SyntheticFaces:
     def pasted_boxes(self, i: int) -> np.ndarray:
         """The full pasted crop of every face in frame `i` (count, 4) xyxy, hidden or not."""
         pos = self.positions(i)
-        return np.concatenate([pos, pos + self.sizes[:, None]], axis=1).astype(np.float32)
+        return np.concatenate([pos, pos + self.patch_sizes[:, None]], axis=1).astype(np.float32)
+
+    def face_boxes(self, i: int) -> np.ndarray:
+        """The face box of every face in frame `i` (count, 4) xyxy, hidden or not."""
+        pos = self.positions(i).astype(np.float32)
+        return self._face_in_patch + np.concatenate([pos, pos], axis=1)
 
     def positions(self, i: int) -> np.ndarray:
-        """Top-left corner (x, y) of every face in frame `i`, integer pixels, shape (count, 2)."""
+        """Top-left corner (x, y) of every pasted crop in frame `i`, integer pixels, shape (count, 2)."""
         travel = self._start + self._velocity * float(i)
         period = 2.0 * self._span
         folded = np.mod(travel, np.where(period > 0, period, 1.0))
         pos = np.where(period > 0, self._span - np.abs(folded - self._span), 0.0)
         return np.rint(pos).astype(np.int64)
 
-    def _visible(self, boxes: np.ndarray) -> np.ndarray:
-        """Faces not hidden (beyond MAX_OCCLUSION) by faces drawn after them."""
-        lt = np.maximum(boxes[:, None, :2], boxes[None, :, :2])
-        rb = np.minimum(boxes[:, None, 2:], boxes[None, :, 2:])
+    @staticmethod
+    def _visible(faces: np.ndarray, crops: np.ndarray) -> np.ndarray:
+        """Faces whose box is not hidden (beyond MAX_OCCLUSION) by crops drawn after them."""
+        lt = np.maximum(faces[:, None, :2], crops[None, :, :2])
+        rb = np.minimum(faces[:, None, 2:], crops[None, :, 2:])
         wh = np.clip(rb - lt, 0, None)
-        inter = np.triu(wh[..., 0] * wh[..., 1], k=1)  # [i, j]: face j is drawn over face i
-        area = (boxes[:, 2] - boxes[:, 0]) * (boxes[:, 3] - boxes[:, 1])
+        inter = np.triu(wh[..., 0] * wh[..., 1], k=1)  # [i, j]: crop j is drawn over face i
+        area = (faces[:, 2] - faces[:, 0]) * (faces[:, 3] - faces[:, 1])
         return inter.sum(axis=1) <= MAX_OCCLUSION * area
 
     def ground_truth(self, i: int) -> Detections:
         """The faces visible in frame `i`: xyxy in frame pixels, confidence 1, class 0.
 
-        A box is the face region of the pasted crop (the crop minus FACE_INSET); a face more
-        than MAX_OCCLUSION hidden by faces pasted over it is left out.
+        A box is the face box of the pasted crop (drawn by hand on the source photo, moved and
+        scaled with the crop); a face is left out when the crops pasted over it overlap its box
+        by more than MAX_OCCLUSION of its area (overlaps summed).
 
         `data["track_id"]` is the face's index in this video (stable across frames) and
         `data["face_id"]` the crop it shows.
         """
-        boxes = self.pasted_boxes(i)
-        visible = self._visible(boxes)
+        faces = self.face_boxes(i)
+        visible = self._visible(faces, self.pasted_boxes(i))
         n = int(visible.sum())
-        inset = self.sizes[:, None].astype(np.float32) * np.asarray([FACE_INSET * 2], np.float32)
-        faces = boxes + inset * np.asarray([1, 1, -1, -1], np.float32)
         return Detections(
             faces[visible],
             np.ones(n, np.float32),
@@ -188,8 +215,8 @@ class SyntheticFaces:
         if frame.shape != self._background.shape or frame.dtype != np.uint8:
             raise SourceError(f"out must be a uint8 array of shape {self._background.shape}, got {frame.shape} {frame.dtype}")
         np.copyto(frame, self._background)
-        for (x, y), size, patch in zip(self.positions(i), self.sizes, self._patches):
-            frame[y : y + size, x : x + size] = patch
+        for (x, y), side, patch in zip(self.positions(i), self.patch_sizes, self._patches):
+            frame[y : y + side, x : x + side] = patch
         return frame
 
     def read(self, out: Optional[np.ndarray] = None) -> Optional[Tuple[np.ndarray, Detections]]:
@@ -229,7 +256,7 @@ class SyntheticFaces:
         return (
             f"SyntheticFaces(width={self.width}, height={self.height}, fps={self.fps:g}, count={self.count}, "
             f"seed={self.seed}, min_size={self.min_size}, max_size={self.max_size}, frames={self.frames}, "
-            f"background={self.background_name!r})"
+            f"background={self.background_name!r}, gray={self.gray})"
         )
 
 
@@ -238,18 +265,58 @@ def _check(ok: bool, message: str) -> None:
         raise SourceError(f"synthetic source: {message}")
 
 
-_FACES_CACHE: Dict[str, np.ndarray] = {}
+class FaceCrops(NamedTuple):
+    """The shipped face crops: `images` (N, cell, cell, 3) BGR uint8 and `boxes` (N, 4) float32,
+    the face box inside each crop (xyxy, crop pixels); `photo` (N,) indexes `photos`, the names
+    of the source photos (see edge_sdk/assets/README.md). Read-only arrays."""
+
+    images: np.ndarray
+    boxes: np.ndarray
+    photo: np.ndarray
+    photos: Tuple[str, ...]
+    cell: int
+
+    @property
+    def heights(self) -> np.ndarray:
+        """Face box heights, crop pixels (N,)."""
+        return self.boxes[:, 3] - self.boxes[:, 1]
 
 
-def _load_faces() -> np.ndarray:
-    """The shipped face crops, (100, 25, 25) uint8; read once per process (read-only)."""
+def _grey(bgr: np.ndarray, cv2: object) -> np.ndarray:
+    """BGR with every pixel's three channels set to its luma."""
+    luma = cv2.cvtColor(bgr, cv2.COLOR_BGR2GRAY)  # type: ignore[attr-defined]
+    return cv2.cvtColor(luma, cv2.COLOR_GRAY2BGR)  # type: ignore[attr-defined]
+
+
+_FACES_CACHE: Dict[str, FaceCrops] = {}
+
+
+def face_crops() -> FaceCrops:
+    """The colour face crops in `edge_sdk/assets/faces.npz`; read once per process."""
     if "faces" not in _FACES_CACHE:
         path = ASSETS / "faces.npz"
+        cv2 = _imports.cv2()
         try:
             with np.load(str(path)) as archive:
-                faces = np.asarray(archive["faces"], dtype=np.uint8)
-        except (OSError, KeyError, ValueError) as exc:
+                atlas = cv2.imdecode(np.asarray(archive["atlas"], np.uint8), cv2.IMREAD_COLOR)
+                cell = int(archive["cell"])
+                boxes = np.asarray(archive["boxes"], np.float32)
+                photo = np.asarray(archive["photo"], np.int16)
+                photos = tuple(str(p) for p in archive["photos"])
+        except (OSError, KeyError, ValueError, TypeError) as exc:
             raise SourceError(f"cannot read {path} ({exc}); reinstall edge-sdk (its assets are missing)") from exc
-        faces.setflags(write=False)
-        _FACES_CACHE["faces"] = faces
+        valid = (
+            atlas is not None and cell > 0 and atlas.shape[0] % cell == 0 and atlas.shape[1] % cell == 0
+            and boxes.ndim == 2 and boxes.shape[1] == 4 and 0 < len(boxes) <= (atlas.shape[0] // cell) * (atlas.shape[1] // cell)
+            and photo.shape == (len(boxes),) and bool(np.all((photo >= 0) & (photo < len(photos))))
+            and bool(np.all((boxes >= 0) & (boxes <= cell))) and bool(np.all(boxes[:, 2:] - boxes[:, :2] >= 1))
+        )
+        if not valid:
+            raise SourceError(f"{path} holds no valid face crops and boxes; reinstall edge-sdk (its assets are damaged)")
+        columns = atlas.shape[1] // cell
+        images = np.stack([atlas[(k // columns) * cell : (k // columns + 1) * cell, (k % columns) * cell : (k % columns + 1) * cell]
+                           for k in range(len(boxes))])
+        for array in (images, boxes, photo):
+            array.setflags(write=False)
+        _FACES_CACHE["faces"] = FaceCrops(images, boxes, photo, photos, cell)
     return _FACES_CACHE["faces"]

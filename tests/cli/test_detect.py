@@ -40,7 +40,9 @@ def test_video_to_jsonl_and_video(bundle: Path, tmp_path: Path) -> None:
     assert len(lines) == 9
     for i, line in enumerate(lines):
         record = json.loads(line)
-        assert list(record) == ["frame", "ts", "detections", "latency_ms"]
+        # "info" rides along only when capture reports an event (e.g. leaving SCHED_IDLE on a busy machine)
+        assert [k for k in record if k != "info"] == ["frame", "ts", "detections", "latency_ms"]
+        assert all(e["event"].startswith("capture_") for e in record.get("info", {}).get("events", [])), record
         assert record["frame"] == i and isinstance(record["ts"], float) and record["ts"] > 1.6e9
         assert set(record["latency_ms"]) == STAGE_KEYS
         assert all(isinstance(v, float) for v in record["latency_ms"].values())
@@ -49,7 +51,11 @@ def test_video_to_jsonl_and_video(bundle: Path, tmp_path: Path) -> None:
             assert len(det["xyxy"]) == 4 and 0 <= det["score"] <= 1 and det["class_id"] == 0
             x1, y1, x2, y2 = det["xyxy"]
             assert 0 <= x1 <= x2 <= 128 and 0 <= y1 <= y2 <= 96
-    assert any(json.loads(line)["detections"] for line in lines), "the bright square is never detected"
+    for i, line in enumerate(lines):
+        # scene(i) puts a 16x16 bright square at ((8i) % 112, (4i) % 80): a detection is centred in it
+        x, y = (i * 8) % (128 - 16), (i * 4) % (96 - 16)
+        centres = [((d["xyxy"][0] + d["xyxy"][2]) / 2, (d["xyxy"][1] + d["xyxy"][3]) / 2) for d in json.loads(line)["detections"]]
+        assert any(x <= cx <= x + 16 and y <= cy <= y + 16 for cx, cy in centres), (i, centres)
     cap = cv2.VideoCapture(str(video))
     assert int(cap.get(cv2.CAP_PROP_FRAME_COUNT)) == 9
     ok, frame = cap.read()
@@ -115,19 +121,6 @@ def test_bad_input_is_a_clear_error(bundle: Path, tmp_path: Path, case: str, cod
     import re
 
     assert re.search(message, result.output.replace("\n", " ")), result.output
-
-
-def test_default_bundle_is_reused(bundle: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import shutil
-
-    cached = tmp_path / "cache" / "default"
-    shutil.copytree(bundle, cached)
-
-    def no_build(*a: Any, **k: Any) -> None:
-        raise AssertionError("the default bundle was rebuilt although a valid one is cached")
-
-    monkeypatch.setattr("edge_sdk.builder.pipeline.build", no_build)
-    assert detect_cmd.ensure_default_bundle("fp32", root=cached) == cached
 
 
 def test_default_bundle_without_the_builder_says_how_to_get_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -9,7 +9,7 @@ from edge_sdk.detections import match_detections
 from edge_sdk.roi.detector import BatchDetector
 from edge_sdk.roi.strategies import RoiConfig, make_strategy
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.host]  # host: fixing the model's input size needs onnx
 
 FRAMES = 6
 
@@ -43,8 +43,8 @@ def _recall(mode: str, detector) -> Dict[str, float]:
 def test_roi_beats_full_on_small_faces_at_4k(detector) -> None:
     full = _recall("full", detector)
     roi = _recall("roi", detector)
-    # measured: full 0.0, roi ~0.7 over the first 6 frames (the sweep and motion need a few
-    # frames to find everything); the bound is generous on purpose
+    # measured on the colour scenes: full 0.0, roi 0.82 (precision 1.0) over the first 6 frames
+    # (the sweep and motion need a few frames to find everything); the bound is generous on purpose
     assert roi["recall"] >= 0.35, roi
     assert roi["recall"] >= full["recall"] + 0.25, (full, roi)
     assert roi["precision"] >= 0.8, roi
