@@ -69,6 +69,7 @@ def test_a_current_default_bundle_is_reused(tiny: Path, tmp_path: Path, fake_bui
     assert fake_build.calls == []
 
 
+@pytest.mark.host  # rebuilding needs the builder (onnx); a device only reuses
 @pytest.mark.parametrize(
     "change, said",
     [
@@ -94,6 +95,7 @@ def test_a_default_bundle_built_from_another_spec_is_rebuilt(tiny: Path, tmp_pat
     assert len(fake_build.calls) == 1
 
 
+@pytest.mark.host  # rebuilding needs the builder (onnx); a device only reuses
 def test_an_int8_default_calibrated_on_other_images_is_rebuilt(tiny: Path, tmp_path: Path, fake_build: FakeBuild,
                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     root = tmp_path / "cache" / "default"
@@ -111,8 +113,22 @@ def test_an_int8_default_calibrated_on_other_images_is_rebuilt(tiny: Path, tmp_p
     assert len(fake_build.calls) == 2
 
 
+@pytest.mark.host  # rebuilding needs the builder (onnx); a device only reuses
 def test_an_int8_default_without_a_build_record_is_rebuilt(tiny: Path, tmp_path: Path, fake_build: FakeBuild) -> None:
     """Bundles cached before the record existed cannot say what they were calibrated on."""
     cached = cached_default(tiny, tmp_path / "cache" / "default", int8=True)
     detect_cmd.ensure_default_bundle("int8", root=cached)
     assert len(fake_build.calls) == 1 and (cached / detect_cmd.BUILD_RECORD).is_file()
+
+
+def test_a_stale_default_on_a_machine_without_the_builder_is_refused_not_reused(
+        tiny: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A device (no onnx) never runs a stale default silently: it says how to get a bundle."""
+    from edge_sdk import _imports
+    from edge_sdk.errors import BundleError
+
+    real = _imports.available
+    monkeypatch.setattr(_imports, "available", lambda name: False if name == "onnx" else real(name))
+    cached = cached_default(tiny, tmp_path / "cache" / "default", input_changes={"color": "BGR"})
+    with pytest.raises(BundleError, match="host extra"):
+        detect_cmd.ensure_default_bundle("fp32", root=cached)
