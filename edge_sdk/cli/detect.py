@@ -13,8 +13,13 @@ from typing_extensions import Annotated
 from edge_sdk.cli._common import cli_errors
 
 DEFAULT_BUNDLE_NAME = "default"
-# Written next to the cached default bundle's manifest: what it was built from (see default_build_key).
-BUILD_RECORD = "default-build.json"
+
+
+def build_record(root: Path) -> Path:
+    """What the cached default bundle in `root` was built from (see default_build_key). It lies
+    beside the bundle folder, not in it: a bundle folder holds only the files its manifest lists,
+    or the next build refuses to replace it."""
+    return root.parent / f"{root.name}.build.json"
 
 
 def default_bundle_dir() -> Path:
@@ -25,9 +30,9 @@ def default_bundle_dir() -> Path:
 
 def default_calibration_folder() -> Path:
     """The images `edge-sdk build` calibrates the default model on (a source checkout's calibrate/images)."""
-    import edge_sdk
+    from edge_sdk.builder.pipeline import default_calib_dir
 
-    return Path(edge_sdk.__file__).resolve().parents[1] / "calibrate" / "images"
+    return default_calib_dir()
 
 
 def _calibration_digest(folder: Path) -> Optional[str]:
@@ -81,7 +86,7 @@ def stale_reason(bundle: Any, key: Dict[str, Any]) -> Optional[str]:
         return f"its decoder settings {bundle.decoder} differ from the default model's {key['decoder']}"
     if "int8" in bundle.variants() and key["calibration_images"] is not None:
         try:
-            record = json.loads((bundle.root / BUILD_RECORD).read_text())
+            record = json.loads(build_record(bundle.root).read_text())
         except (OSError, ValueError):
             record = None
         if not isinstance(record, dict) or record.get("calibration_images") != key["calibration_images"]:
@@ -129,9 +134,9 @@ def ensure_default_bundle(precision: str, root: Optional[Path] = None, echo: Any
         echo(f"building the default bundle (CenterFace, {precision}) into {root}; later runs reuse it")
     build(BuildConfig(model=None, target="host", out=root, precision="fp32" if precision == "fp32" else "best"))
     try:
-        atomic_write_json(root / BUILD_RECORD, key)
+        atomic_write_json(build_record(root), key)
     except OSError as exc:
-        raise BundleError(f"cannot write {root / BUILD_RECORD} ({exc}); free space or fix permissions on {root}") from exc
+        raise BundleError(f"cannot write {build_record(root)} ({exc}); free space or fix permissions on {root.parent}") from exc
     return root
 
 

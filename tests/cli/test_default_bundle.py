@@ -101,7 +101,7 @@ def test_an_int8_default_calibrated_on_other_images_is_rebuilt(tiny: Path, tmp_p
     root = tmp_path / "cache" / "default"
     detect_cmd.ensure_default_bundle("int8", root=root)  # nothing cached: built, and its record kept
     assert len(fake_build.calls) == 1
-    record = json.loads((root / detect_cmd.BUILD_RECORD).read_text())
+    record = json.loads(detect_cmd.build_record(root).read_text())
     assert record == detect_cmd.default_build_key() and record["input"]["color"] == "RGB"
     detect_cmd.ensure_default_bundle("int8", root=root)
     assert len(fake_build.calls) == 1  # same images: reused
@@ -118,7 +118,7 @@ def test_an_int8_default_without_a_build_record_is_rebuilt(tiny: Path, tmp_path:
     """Bundles cached before the record existed cannot say what they were calibrated on."""
     cached = cached_default(tiny, tmp_path / "cache" / "default", int8=True)
     detect_cmd.ensure_default_bundle("int8", root=cached)
-    assert len(fake_build.calls) == 1 and (cached / detect_cmd.BUILD_RECORD).is_file()
+    assert len(fake_build.calls) == 1 and detect_cmd.build_record(cached).is_file()
 
 
 def test_a_stale_default_on_a_machine_without_the_builder_is_refused_not_reused(
@@ -132,3 +132,15 @@ def test_a_stale_default_on_a_machine_without_the_builder_is_refused_not_reused(
     cached = cached_default(tiny, tmp_path / "cache" / "default", input_changes={"color": "BGR"})
     with pytest.raises(BundleError, match="host extra"):
         detect_cmd.ensure_default_bundle("fp32", root=cached)
+
+
+@pytest.mark.host  # rebuilding needs the builder (onnx)
+def test_the_build_record_leaves_the_bundle_folder_replaceable(tiny: Path, tmp_path: Path, fake_build: FakeBuild) -> None:
+    """The record must not sit inside the bundle: `build --out` replaces only folders that hold
+    nothing but their manifest's files, so a record inside would make every later rebuild fail."""
+    from edge_sdk.builder.bundle import check_output_dir
+
+    cached = cached_default(tiny, tmp_path / "cache" / "default", input_changes={"color": "BGR"})
+    detect_cmd.ensure_default_bundle("int8", root=cached)
+    assert detect_cmd.build_record(cached).is_file()
+    check_output_dir(cached)  # the real guard the next rebuild runs first: raises on foreign files
