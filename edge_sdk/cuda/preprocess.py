@@ -40,6 +40,7 @@ SLOT_FIELDS = ("x", "y", "w", "h", "rx", "ry", "rw", "rh", "mode")
 SLOT_DTYPE = np.dtype([(f, np.int32) for f in SLOT_FIELDS])
 
 BLOCK = (32, 8, 1)
+MAX_PLANS = 64  # plans (and their CUDA graphs) kept before starting over
 
 
 def resize_mode(src_w: int, src_h: int, dst_w: int, dst_h: int) -> int:
@@ -126,7 +127,9 @@ class GpuPreprocessor:
         kernels = (cache or KernelCache()).kernels(api, KERNEL_FILE, ("preprocess_frame", "preprocess_rois"))
         self._k_frame = kernels["preprocess_frame"]
         self._k_rois = kernels["preprocess_rois"]
-        self.graph = FrameGraph(api, self.stream, enabled=use_graphs)
+        # One graph per plan (frame size, buffer, ROI count): as many as plans are kept, so a ROI
+        # count that varies from frame to frame replays its graphs instead of re-capturing them.
+        self.graph = FrameGraph(api, self.stream, max_graphs=MAX_PLANS, enabled=use_graphs)
         self._done = api.create_event()
         self._pending = False
         self._staging: Optional[HostBuffer] = None
@@ -233,15 +236,16 @@ class GpuPreprocessor:
         for dev in (self._staging_dev, self._slots_dev, self._out):
             if dev is not None:
                 self.api.free_device(dev)
-        self._staging = self._host_out = None
-        self._staging_dev = self._slots_dev = None
+        # A second close() must not free anything twice.
+        self._staging = self._slots = self._host_out = None
+        self._staging_dev = self._slots_dev = self._out = None
 
     # -- internals ---------------------------------------------------------------------------
     def _grid(self, slots: int) -> Tuple[int, int, int]:
         return (-(-self.spec.width // BLOCK[0]), -(-self.spec.height // BLOCK[1]), slots)
 
     def _remember(self, key: Tuple[Any, ...], plan: _Plan) -> _Plan:
-        if len(self._plans) >= 64:  # frame sizes or ring buffers changing: start over
+        if len(self._plans) >= MAX_PLANS:  # frame sizes or ring buffers changing: start over
             self._plans.clear()
         self._plans[key] = plan
         return plan

@@ -232,6 +232,19 @@ def test_roi_batch_replays_its_graph_with_new_regions(fake_gpu) -> None:
     assert (pre.graph.captures, pre.graph.replays) == (1, 1)
 
 
+def test_a_varying_roi_count_replays_graphs_instead_of_recapturing(fake_gpu) -> None:
+    """ROI counts 1..12 each need their own graph; cycling through them twice must capture each
+    once (an 8-graph LRU would evict them in turn and capture on every frame)."""
+    api, cache = fake_gpu(DISCRETE)
+    pre = GpuPreprocessor(spec_for(net=(32, 32), batch=12), api, cache=cache)
+    frame = noise(64, 96, seed=5)
+    for _ in range(2):
+        for n in range(1, 13):
+            pre.fill_rois(frame, [(i, 0, i + 20, 30) for i in range(n)])
+            pre.download()
+    assert (pre.graph.captures, pre.graph.replays) == (12, 12)
+
+
 BAD_FRAMES = {
     "grey": np.zeros((10, 10), np.uint8),
     "four channels": np.zeros((10, 10, 4), np.uint8),
@@ -278,4 +291,6 @@ def test_close_frees_every_buffer(fake_gpu) -> None:
     pre.fill(noise(100, 100))
     pre.download()
     pre.close()
+    assert api.used == 0
+    pre.close()  # again (an error path plus a finally): the fake raises on a double free
     assert api.used == 0
