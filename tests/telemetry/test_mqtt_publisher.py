@@ -158,6 +158,8 @@ def test_a_refused_login_is_a_typed_error_an_alert_and_a_status(secure_broker, t
             pub.wait_connected(10)
         stats = pub.stats()
         assert stats["connected"] is False and "refused the connection" in stats["refused"]
+        # paho retries every 0.1-0.5 s: let the broker refuse several more attempts first
+        assert wait_until(lambda: broker.log.read_text().count("not authorised") >= 3, 10), broker.log.read_text()[-2000:]
         assert alerts.states("broker_refused") == [True]  # raised once, however often paho retries
         assert pub.error is None  # detection goes on; telemetry waits on disk
     finally:
@@ -367,3 +369,44 @@ def test_seq_stays_monotonic_when_the_queue_file_is_lost(broker, message_log, tm
     assert [t["fps"] for t in log.on("telemetry")] == [float(i) for i in range(10)]
     if damage == "garbage":
         assert len(list(tmp_path.glob("dev-1.sqlite3.corrupt-*"))) == 1
+
+
+class GoneBad:
+    """Stands in for the queue's connection once its file went bad under it: every statement
+    fails as SQLite fails on a corrupt file (sqlite_sequence unreadable too)."""
+
+    def __init__(self, real: sqlite3.Connection) -> None:
+        self.real = real
+        self.in_transaction = False
+
+    def execute(self, *args: Any) -> None:
+        raise sqlite3.DatabaseError("database disk image is malformed")
+
+    def close(self) -> None:
+        self.real.close()
+
+
+def test_a_queue_file_gone_bad_while_running_loses_nothing_sent_after_it(broker, message_log, tmp_path: Path) -> None:
+    log = message_log(broker.url, ["edge-sdk/+/telemetry"])
+    # acknowledgements arrive late: rows of the old file are still in flight when it goes bad
+    link = SlowLink(broker, 0.3)
+    pub = publisher(BrokerConfig(url=link.url), tmp_path)
+    try:
+        for i in range(30):  # the cursor passes 30 in the old file
+            pub.publish("telemetry", body(i))
+        assert log.wait(lambda m: len(log.on("telemetry")) >= 20, timeout=20)
+        for i in range(30, 40):
+            pub.publish("telemetry", body(i))  # in flight behind the slow link
+        assert wait_until(lambda: pub._cursor >= 40, 10)
+        pub.queue.db = GoneBad(pub.queue.db)  # the next write finds the file corrupt and starts a new one
+        for i in range(40, 80):
+            pub.publish("telemetry", body(i))
+        # neither skipped by the cursor nor deleted unsent by the late acks of old rows with the same ids
+        assert log.wait(lambda m: {t["fps"] for t in log.on("telemetry")} >= {float(i) for i in range(40, 80)},
+                        timeout=20), "telemetry queued after the replacement must all be sent"
+        pub.stop()
+    finally:
+        link.close()
+    assert pub.error is None
+    assert len(list(tmp_path.glob("dev-1.sqlite3.corrupt-*"))) == 1
+    assert on_disk(tmp_path / "dev-1.sqlite3") == []
