@@ -93,6 +93,31 @@ def test_the_preprocessed_tensor_puts_the_frame_where_the_hand_computed_letterbo
     np.testing.assert_array_equal(tensor[0], want)
 
 
+QUADRANTS = ((11, 200, 77), (90, 30, 250), (200, 120, 5), (40, 40, 160))  # TL, TR, BL, BR (B, G, R)
+
+
+@pytest.mark.parametrize("frame, content", [c for c in LETTERBOX if min(c[0]) >= 4 and min(c[1][2:]) >= 8],
+                         ids=[i for i, c in zip(IDS, LETTERBOX) if min(c[0]) >= 4 and min(c[1][2:]) >= 8])
+def test_each_frame_quadrant_lands_in_its_hand_computed_quarter(
+    frame: Tuple[int, int], content: Tuple[int, int, int, int]
+) -> None:
+    """Four colours, one per frame quadrant: a crop, a mirror or a wrong source region shows up
+    (a one-colour frame hides them). Pixels within 2 of a seam may blend and are not checked."""
+    fw, fh = frame
+    x, y, w, h = content
+    image = np.empty((fh, fw, 3), np.uint8)
+    image[: fh // 2, : fw // 2], image[: fh // 2, fw // 2 :] = QUADRANTS[0], QUADRANTS[1]
+    image[fh // 2 :, : fw // 2], image[fh // 2 :, fw // 2 :] = QUADRANTS[2], QUADRANTS[3]
+    tensor, _ = Preprocessor(InputSpec(name="x", shape=[1, 3, NET_H, NET_W], pad_value=114))(image)
+    # the seams in network pixels, from the content rectangle (fw // 2 of fw columns -> x + w * (fw // 2) / fw)
+    sx, sy = x + w * (fw // 2) / fw, y + h * (fh // 2) / fh
+    quarters = [(x, sx, y, sy), (sx, x + w, y, sy), (x, sx, sy, y + h), (sx, x + w, sy, y + h)]
+    for colour, (x0, x1, y0, y1) in zip(QUADRANTS, quarters):
+        region = tensor[0, :, int(np.ceil(y0)) + 2 : int(y1) - 2, int(np.ceil(x0)) + 2 : int(x1) - 2]
+        assert region.size > 0
+        np.testing.assert_array_equal(region, np.broadcast_to(np.array(colour, np.float32).reshape(3, 1, 1), region.shape))
+
+
 # Faces at the frame's edges in network pixels, and the same boxes in frame pixels by hand
 # (1920x1080: frame = (net - (0, 12)) * 3; 641x479: frame x = (net x - 63) * 641/514,
 # frame y = net y * 479/384; 257 and 128.5 are 1/2 and 1/4 of the 514 px content width).
