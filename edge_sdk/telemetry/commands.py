@@ -34,6 +34,7 @@ from typing import Any, Callable, Dict, Mapping, Optional, Tuple
 
 from edge_sdk.errors import ConfigError, EdgeSdkError
 from edge_sdk.telemetry import schemas
+from edge_sdk.telemetry.mqtt import _sqlite_kind
 from edge_sdk.validate import UntrustedInput, dumps, loads_untrusted
 
 log = logging.getLogger(__name__)
@@ -104,7 +105,10 @@ class ReplayWindow:
 
     A store that cannot be read (corrupt, truncated) is moved aside with a warning and a fresh
     one started; commands signed before that moment are then refused (`not_before_ms`), since
-    the ids they may have used are lost.
+    the ids they may have used are lost. Any other failure to open it (locked by another
+    process, no permission, full disk) is a ConfigError naming the file, which is left alone.
+    While running, an id that cannot be recorded (or a record that cannot be read) refuses the
+    command (fail closed); pruning that fails is logged and retried later.
     """
 
     def __init__(self, path: Optional[Path], keep_ms: int, clock: Callable[[], float] = time.time) -> None:
@@ -132,6 +136,9 @@ class ReplayWindow:
         return db
 
     def _open(self) -> None:
+        """Open (or create) the file. Only a file that is not a readable database is moved
+        aside; any other failure (locked, no permission, full disk) is a ConfigError naming the
+        file, and the file is left as it is."""
         assert self.path is not None
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -140,33 +147,69 @@ class ReplayWindow:
                               "check the folder's permissions or set [mqtt] queue_dir") from exc
         try:
             self.db = self._connect()
-        except sqlite3.DatabaseError as exc:
-            if not self.path.is_file():
-                raise ConfigError(f"cannot open the command replay file {self.path} ({exc}); "
-                                  "check the folder's permissions or set [mqtt] queue_dir") from exc
-            aside = self.path.with_name(f"{self.path.name}.corrupt-{int(self._clock())}")
+        except sqlite3.Error as exc:
+            if _sqlite_kind(exc) != "corrupt" or not self.path.is_file():
+                raise self._open_error(exc) from exc
+            aside = self._move_aside(exc)
+            self.not_before_ms = int(self._clock() * 1000)
+            log.warning("command replay file %s is unreadable (%s); moved to %s, started a fresh one and "
+                        "refusing commands signed before now", self.path, exc, aside.name)
+            try:
+                self.db = self._connect()
+            except sqlite3.Error as again:
+                raise self._open_error(again) from again
+        except OSError as exc:
+            raise self._open_error(exc) from exc
+        self._prune()
+
+    def _open_error(self, exc: BaseException) -> ConfigError:
+        if isinstance(exc, sqlite3.Error) and _sqlite_kind(exc) == "full":
+            return ConfigError(f"the disk holding the command replay file {self.path} is full ({exc}); "
+                               "free space there or set [mqtt] queue_dir to another disk")
+        return ConfigError(f"cannot open the command replay file {self.path} ({exc}); check that no other "
+                           "process holds it, the folder's permissions and free space, or set [mqtt] queue_dir")
+
+    def _move_aside(self, exc: BaseException) -> Path:
+        """Keep a corrupt file (and its write-ahead log) for inspection; ConfigError if it cannot be moved."""
+        assert self.path is not None
+        aside = self.path.with_name(f"{self.path.name}.corrupt-{int(self._clock())}")
+        n = 1
+        while aside.exists():
+            n += 1
+            aside = self.path.with_name(f"{self.path.name}.corrupt-{int(self._clock())}-{n}")
+        try:
             os.replace(self.path, aside)
             for suffix in ("-wal", "-shm"):
                 stale = Path(str(self.path) + suffix)
                 if stale.exists():
                     os.replace(stale, Path(str(aside) + suffix))
-            self.not_before_ms = int(self._clock() * 1000)
-            log.warning("command replay file %s is unreadable (%s); moved to %s, started a fresh one and "
-                        "refusing commands signed before now", self.path, exc, aside.name)
-            self.db = self._connect()
-        self._prune()
+        except OSError as err:
+            raise ConfigError(f"the command replay file {self.path} is corrupt ({exc}) and cannot be moved aside "
+                              f"({err}); delete it, check the folder's permissions or set [mqtt] queue_dir") from err
+        return aside
 
     def _prune(self) -> None:
+        """Forget ids past the window. Housekeeping: a failure (full disk) is logged, not raised —
+        the ids stay recorded, so nothing is replayable."""
         cutoff = int(self._clock() * 1000) - self.keep_ms
         if self.db is not None:
-            self.db.execute("DELETE FROM used WHERE ts < ?", (cutoff,))
+            try:
+                self.db.execute("DELETE FROM used WHERE ts < ?", (cutoff,))
+            except sqlite3.Error as exc:
+                log.warning("cannot prune the command replay file %s (%s); old ids are kept", self.path, exc)
         else:
             for cid in [c for c, ts in self._mem.items() if ts < cutoff]:
                 del self._mem[cid]
 
     def __contains__(self, cid: str) -> bool:
+        """Whether `cid` was used; CommandRejected (fail closed) when the record cannot be read."""
         if self.db is not None:
-            return self.db.execute("SELECT 1 FROM used WHERE id = ?", (cid,)).fetchone() is not None
+            try:
+                return self.db.execute("SELECT 1 FROM used WHERE id = ?", (cid,)).fetchone() is not None
+            except sqlite3.Error as exc:
+                log.error("cannot read the command replay file %s (%s); refusing signed commands", self.path, exc)
+                raise CommandRejected(f"the command replay record {self.path} cannot be read ({exc}), so the "
+                                      "command was not run") from exc
         return cid in self._mem
 
     def add(self, cid: str, ts: int) -> None:
@@ -180,12 +223,16 @@ class ReplayWindow:
         try:
             self.db.execute("INSERT OR REPLACE INTO used (id, ts) VALUES (?, ?)", (cid, ts))
         except sqlite3.Error as exc:
+            log.error("cannot record command id %r in %s (%s); the command is refused", cid, self.path, exc)
             raise CommandRejected(f"the command id could not be recorded in {self.path} ({exc}), so it was not "
                                   "run; free disk space on the device") from exc
 
     def close(self) -> None:
         if self.db is not None:
-            self.db.close()
+            try:
+                self.db.close()
+            except sqlite3.Error:
+                pass  # nothing left to save
             self.db = None
 
 

@@ -222,3 +222,108 @@ def test_token_bucket() -> None:
     assert bucket.wait_s() == pytest.approx(0.5)
     clock.t += 10
     assert [bucket.take() for _ in range(3)] == [True, True, False]  # never more than the burst
+
+
+@pytest.mark.parametrize("message", ["database is locked", "unable to open database file"])
+def test_a_replay_file_that_cannot_be_opened_is_kept_and_named_in_a_config_error(tmp_path, monkeypatch,
+                                                                                   message) -> None:
+    import sqlite3
+
+    from edge_sdk.errors import ConfigError
+
+    secret, now = b"k", 1_700_000_000.0
+    path = tmp_path / "cam.commands.sqlite3"
+    first = CommandProcessor(Device().handlers(), secret=secret, clock=lambda: now, replay_path=path)
+    assert first.handle(signed("a", secret, now))["ok"]
+    first.close()
+    before = sorted(p.name for p in tmp_path.iterdir())
+
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        raise sqlite3.OperationalError(message)
+
+    monkeypatch.setattr(sqlite3, "connect", refuse)
+    with pytest.raises(ConfigError) as info:
+        CommandProcessor(Device().handlers(), secret=secret, clock=lambda: now, replay_path=path)
+    assert str(path) in str(info.value) and "queue_dir" in str(info.value)
+    assert sorted(p.name for p in tmp_path.iterdir()) == before, "the replay record is not moved aside"
+    monkeypatch.undo()
+    again = CommandProcessor(Device().handlers(), secret=secret, clock=lambda: now, replay_path=path)
+    assert "replay" in again.handle(signed("a", secret, now))["error"], "the record survived"
+    again.close()
+
+
+def test_a_corrupt_replay_file_that_cannot_be_moved_aside_is_a_config_error(tmp_path, monkeypatch) -> None:
+    import os
+
+    from edge_sdk.errors import ConfigError
+
+    path = tmp_path / "cam.commands.sqlite3"
+    path.write_bytes(b"this is not a database" * 100)
+
+    def refuse(*args: Any, **kwargs: Any) -> None:
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(os, "replace", refuse)
+    with pytest.raises(ConfigError) as info:
+        CommandProcessor(Device().handlers(), secret=b"k", clock=lambda: 1_700_000_000.0, replay_path=path)
+    assert str(path) in str(info.value) and "corrupt" in str(info.value)
+
+
+def test_a_full_disk_refuses_signed_commands_without_raising(tmp_path, monkeypatch, caplog) -> None:
+    from tests.full_disk import FullDisk
+
+    secret, now = b"k", 1_700_000_000.0
+    path = tmp_path / "cam.commands.sqlite3"
+    disk = FullDisk(monkeypatch, tmp_path, pages=1 << 20)
+    proc = CommandProcessor(Device().handlers(), secret=secret, clock=lambda: now, replay_path=path,
+                            limits={}, answers=(0.0, 1e9))
+    assert proc.handle(signed("a", secret, now))["ok"]
+    disk.free(pages=int(proc.used.db.execute("PRAGMA page_count").fetchone()[0]))  # no page left to grow into
+    refused = []
+    for i in range(600):  # until the last page is full, and past the periodic prune too
+        response = proc.handle(signed(f"{i:04d}" + "x" * 120, secret, now))
+        assert response is not None
+        if not response["ok"]:
+            refused.append(response["error"])
+    assert len(refused) > 256, "the disk filled up early on"
+    assert all("could not be recorded" in e and str(path) in e for e in refused)
+    assert proc.accepted + len(refused) == 601 and "cannot record command id" in caplog.text
+    disk.free()
+    assert "replay" in proc.handle(signed("a", secret, now))["error"], "no id was lost"
+    assert proc.handle(signed("b", secret, now))["ok"]
+    proc.close()
+
+
+def test_a_prune_or_lookup_that_fails_is_logged_or_refused_not_raised(tmp_path, caplog) -> None:
+    import sqlite3
+
+    secret, now = b"k", 1_700_000_000.0
+    proc = CommandProcessor(Device().handlers(), secret=secret, clock=lambda: now, replay_path=tmp_path / "r.sqlite3")
+    real = proc.used.db
+
+    class Broken:
+        def execute(self, *args: Any) -> Any:
+            raise sqlite3.OperationalError("disk I/O error")
+
+        def close(self) -> None:
+            real.close()
+
+    proc.used.db = Broken()  # type: ignore[assignment]
+    proc.used._prune()
+    assert "cannot prune" in caplog.text
+    response = proc.handle(signed("a", secret, now))
+    assert response["ok"] is False and "cannot be read" in response["error"]
+    assert proc.accepted == 0
+    proc.close()
+
+
+def test_a_full_disk_at_start_is_a_config_error(tmp_path, monkeypatch) -> None:
+    from edge_sdk.errors import ConfigError
+    from tests.full_disk import FullDisk
+
+    FullDisk(monkeypatch, tmp_path, pages=1)
+    path = tmp_path / "cam.commands.sqlite3"
+    with pytest.raises(ConfigError) as info:
+        CommandProcessor(Device().handlers(), secret=b"k", clock=lambda: 1_700_000_000.0, replay_path=path)
+    assert str(path) in str(info.value) and "full" in str(info.value)
+    assert not [p for p in tmp_path.iterdir() if "corrupt" in p.name]
