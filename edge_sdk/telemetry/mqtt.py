@@ -199,6 +199,7 @@ class DiskQueue:
         self.bytes = 0
         self.overflow = 0
         self.moved_aside: Optional[Path] = None
+        self.last_id = 0  # the highest row id this queue ever held: a new file's ids start above it
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -235,6 +236,8 @@ class DiskQueue:
         size, nbytes = db.execute("SELECT COUNT(*), COALESCE(SUM(LENGTH(payload)), 0) FROM q").fetchone()
         self.size, self.bytes = int(size), int(nbytes)
         self.overflow = self._meta("overflow")
+        row = db.execute("SELECT seq FROM sqlite_sequence WHERE name = 'q'").fetchone()
+        self.last_id = max(self.last_id, int(row[0]) if row else 0)
 
     def _open_error(self, exc: BaseException) -> PublisherError:
         if _sqlite_kind(exc) == "full":
@@ -341,7 +344,8 @@ class DiskQueue:
         """Insert and trim to the bounds; returns the new (size, bytes, overflow) for after COMMIT."""
         db = self.db
         for name, payload, qos in rows:
-            db.execute("INSERT INTO q (topic, payload, qos) VALUES (?, ?, ?)", (name, payload, qos))
+            rowid = db.execute("INSERT INTO q (topic, payload, qos) VALUES (?, ?, ?)", (name, payload, qos)).lastrowid
+            self.last_id = max(self.last_id, int(rowid or 0))  # if rolled back: a gap, never a reuse
         size = self.size + len(rows)
         nbytes = self.bytes + sum(len(r[1]) for r in rows)
         overflow = self.overflow
@@ -382,19 +386,22 @@ class DiskQueue:
 
     def _replace(self, exc: BaseException) -> int:
         """The file went bad while running: move it aside, start a new one with ids that go on
-        rising (the publisher's cursor is an id). Returns the rows lost with it."""
+        rising above every id this queue ever held, read from the file where it still can be and
+        else remembered (the publisher's cursor and its in-flight rows are ids: a reused id
+        would be skipped, or deleted by the late ack of an old row). Returns the rows lost."""
         lost = self.size
-        last = 0
+        last = self.last_id
         try:
             row = self.db.execute("SELECT seq FROM sqlite_sequence WHERE name = 'q'").fetchone()
-            last = int(row[0]) if row else 0
+            last = max(last, int(row[0]) if row else 0)
         except sqlite3.Error:
-            pass  # unreadable: ids restart from the cursor the publisher keeps
+            pass  # unreadable: the id remembered in memory
         self._move_aside(exc)
         try:
             self._open()
             if last:
                 self.db.execute("INSERT INTO sqlite_sequence (name, seq) VALUES ('q', ?)", (last,))
+                self.last_id = max(self.last_id, last)
         except sqlite3.Error as again:
             raise QueueError(f"cannot start a new telemetry queue {self.path} ({again})") from again
         return lost

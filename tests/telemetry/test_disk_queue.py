@@ -206,6 +206,35 @@ def test_a_corrupt_file_is_moved_aside_and_a_new_queue_started(tmp_path: Path, k
     assert numbers(path) == [0, 1]
 
 
+class GoneBad:
+    """Stands in for the queue's connection once its file went bad under it: every statement
+    fails as SQLite fails on a corrupt file (sqlite_sequence unreadable too)."""
+
+    def __init__(self, real: sqlite3.Connection) -> None:
+        self.real = real
+        self.in_transaction = False
+
+    def execute(self, *args: object) -> None:
+        raise sqlite3.DatabaseError("database disk image is malformed")
+
+    def close(self) -> None:
+        self.real.close()
+
+
+def test_a_file_gone_bad_while_running_is_replaced_with_ids_above_every_old_one(tmp_path: Path) -> None:
+    path = tmp_path / "q.sqlite3"
+    q = DiskQueue(path, 100)
+    q.append(rows(0, 10))
+    handed = [r[0] for r in q.after(0, 100)]  # the publisher's cursor and in-flight rows: these ids
+    q.db = GoneBad(q.db)
+    assert q.append(rows(10, 3)) == 10  # the rows of the bad file are lost with it
+    assert len(list(tmp_path.glob("q.sqlite3.corrupt-*"))) == 1
+    fresh = q.after(max(handed), 100)  # the cursor finds the new rows
+    assert [json.loads(r[2])["n"] for r in fresh] == [10, 11, 12]
+    q.delete(handed)  # late acks of the old rows delete nothing new
+    assert numbers(path) == [10, 11, 12] and q.size == 3
+
+
 def test_a_file_that_cannot_be_opened_names_the_fix(tmp_path: Path) -> None:
     (tmp_path / "q.sqlite3").mkdir()  # a folder where the file should be
     with pytest.raises(PublisherError, match="queue_dir"):
