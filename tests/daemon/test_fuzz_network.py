@@ -1,22 +1,31 @@
 """Fuzz every topic the daemon and `edge-sdk monitor` read, through a real Mosquitto broker:
 random bytes, deep nesting, huge numbers, NaN/Infinity literals and wrong types. Afterwards the
 daemon's pipeline still produces frames (its telemetry says so), nothing it runs changed, and
-the monitor still takes a valid message. Seeded and bounded: a few hundred messages, seconds."""
+the monitor still takes a valid message. Then every fuzzed command that parses to an object, and
+a list of hostile `set` arguments, is sent again properly signed, so it passes the signature
+check and reaches the handlers: each is answered, and the settings change exactly when the
+response says ok and the value is valid. Seeded and bounded: a few hundred messages, seconds."""
 from __future__ import annotations
 
+import functools
+import hashlib
+import hmac
 import io
 import json
+import math
 import random
 import subprocess
 import sys
+import time
 import urllib.request
 from pathlib import Path
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import pytest
 
 from edge_sdk.daemon import Daemon
 from edge_sdk.telemetry import schemas
+from edge_sdk.telemetry.commands import LIMITS, MAX_DEPTH, MAX_PAYLOAD, CommandProcessor, sign
 from edge_sdk.telemetry.fleet import Fleet, prometheus_collector
 from edge_sdk.validate import UntrustedInput, loads_untrusted
 
@@ -79,6 +88,75 @@ HOSTILE_LITERALS = ["NaN", "Infinity", "-Infinity", "1e400", "-1e400", "1" + "0"
 WRONG_TYPES: List[Any] = [[], [1, 2], {}, {"x": 1}, "30", "", None, True, -1, 2 ** 70, 1.5]
 
 
+SECRET = b"s3cret"
+# the `set` arguments (cmd.json) and where each lands in the test's state() tuple
+SET_NUMBERS = {"telemetry_interval": (0.1, 3600.0), "score_threshold": (0.0, 1.0), "nms_iou": (0.0, 1.0),
+               "target_fps": (0.0, 10000.0)}
+SET_ENUMS = {"detections": ("off", "summary", "frame"), "mode": ("full", "tiles", "roi")}
+STATE_INDEX = {"telemetry_interval": 0, "detections": 1, "target_fps": 2, "score_threshold": 3, "nms_iou": 4, "mode": 6}
+MISSING = object()
+HOSTILE_VALUES: List[Any] = ["NaN", "nan", "Infinity", "-Infinity", "1e400", 1e308, -1e308, 2 ** 63 - 1, -1, -0.5,
+                             1.0000001, [0.5], {"v": 0.5}, True, False, "0.5", "", None]
+# hostile `set` args (MISSING: no args at all); the last few are valid, so the check below has cases
+# that must change something
+TARGETED_SET_ARGS: List[Any] = (
+    [{key: value} for key in SET_NUMBERS for value in HOSTILE_VALUES]
+    + [{"telemetry_interval": 0.05}, {"telemetry_interval": 0}, {"target_fps": 10000.5}, {"score_threshold": 2 ** 64},
+       {"detections": "all"}, {"detections": 1}, {"detections": ["frame"]}, {"detections": None},
+       {"mode": "fast"}, {"mode": None}, {"mode": ["full"]},
+       {"telemetry_intervall": 1}, {"__proto__": {"score_threshold": 0.1}}, {"score_threshold": 0.3, "unknown": 1},
+       {"telemetry_interval": 0.5, "score_threshold": 2}, {"nms_iou": 0.3, "target_fps": "fast"},
+       MISSING, {}, [], "telemetry_interval=1", 1, True, None]
+    + [{"telemetry_interval": 0.5, "score_threshold": 0.4}, {"nms_iou": 0.3}, {"score_threshold": 0},
+       {"score_threshold": 1}, {"target_fps": 15}, {"telemetry_interval": 0.1}, {"detections": "summary"}]
+)
+
+
+def signed_copy(payload: bytes, cid: str) -> Optional[bytes]:
+    """`payload` signed with a fresh id and timestamp, as an authorised sender would sign it;
+    None when it does not parse to a JSON object."""
+    try:
+        body = json.loads(payload)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(body, dict):
+        return None
+    body = dict(body, id=cid, ts=int(time.time() * 1000))
+    try:
+        return json.dumps(sign(body, SECRET)).encode()
+    except ValueError:  # NaN or an infinity: the product's canonical form refuses them, so sign by hand
+        body.pop("hmac", None)
+        canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+        body["hmac"] = hmac.new(SECRET, canonical, hashlib.sha256).hexdigest()
+        return json.dumps(body).encode()
+
+
+def valid_set(payload: bytes) -> Optional[Dict[str, Any]]:
+    """The settings a signed `payload` must apply when it is a valid `set` command, else None.
+    Written from cmd.json independently of the product: finite numbers (not booleans) within
+    range, known enums, no unknown keys."""
+    try:
+        body = json.loads(payload)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(body, dict) or set(body) - {"schema", "id", "cmd", "args", "ts", "hmac"}:
+        return None
+    args = body.get("args")
+    if body.get("schema") != "edge-sdk/cmd/1" or body.get("cmd") != "set" or not isinstance(args, dict) or not args:
+        return None
+    for key, value in args.items():
+        if key in SET_NUMBERS:
+            low, high = SET_NUMBERS[key]
+            if type(value) not in (int, float) or not low <= value <= high or not math.isfinite(value):
+                return None
+        elif key in SET_ENUMS:
+            if value not in SET_ENUMS[key]:
+                return None
+        else:
+            return None
+    return args
+
+
 def hostile(rng: random.Random, template: Dict[str, Any]) -> bytes:
     kind = rng.randrange(5)
     if kind == 0:  # random bytes
@@ -136,12 +214,16 @@ def test_corpus_renders_in_the_fleet_table_and_exporter() -> None:
 
 
 def test_fuzz_every_topic_through_the_broker(models: Path, tmp_path: Path, broker, tolerant_log, monkeypatch) -> None:
-    monkeypatch.setenv("EDGE_TEST_SECRET", "s3cret")  # so no fuzzed command can be valid
+    monkeypatch.setenv("EDGE_TEST_SECRET", SECRET.decode())  # so no unsigned fuzzed command can be valid
+    # the signed phase sends ~150 commands in a few seconds: lift the per-kind rate limits and the
+    # answer budget, so that every signed command is run (or refused by its checks) and answered
+    monkeypatch.setattr("edge_sdk.daemon.CommandProcessor", functools.partial(
+        CommandProcessor, limits={kind: (1e6, 1e6) for kind in LIMITS}, answers=(1e6, 1e6)))
     cfg = config(models, tmp_path, broker.url, device={"hmac_secret_env": "EDGE_TEST_SECRET"})
     cfg.pipeline.source.uri = SOURCE.replace("fps=30", "fps=300")  # commands are served between frames
     daemon = Daemon(cfg)
     running = Running(daemon)
-    log = tolerant_log(broker.url, ["edge-sdk/cam-1/telemetry", "edge-sdk/cam-1/status"])
+    log = tolerant_log(broker.url, ["edge-sdk/cam-1/telemetry", "edge-sdk/cam-1/status", "edge-sdk/cam-1/cmd/response"])
     record, port = tmp_path / "fleet.jsonl", free_port()
     code = "import sys; from edge_sdk.cli import main; sys.argv[0] = 'edge-sdk'; main()"
     monitor = subprocess.Popen([sys.executable, "-c", code, "monitor", "--broker", broker.url, "--json", "--record",
@@ -169,6 +251,56 @@ def test_fuzz_every_topic_through_the_broker(models: Path, tmp_path: Path, broke
         assert wait_until(lambda: processor.rejected + processor.dropped + daemon.commands_dropped == len(cmds), 30), \
             (processor.counters(), daemon.commands_dropped, len(cmds))
         assert processor.accepted == 0 and state() == before
+
+        # the same commands signed, and hostile `set` arguments: each passes the signature check, reaches the
+        # handlers, is answered, and changes the settings exactly when it is a valid `set`
+        signed = [signed_copy(p, f"sg-{i}") for i, p in enumerate(cmds)]
+        targeted = [{"schema": "edge-sdk/cmd/1", "cmd": "set"} if args is MISSING
+                    else {"schema": "edge-sdk/cmd/1", "cmd": "set", "args": args} for args in TARGETED_SET_ARGS]
+        signed += [signed_copy(json.dumps(body).encode(), f"st-{i}") for i, body in enumerate(targeted)]
+        sent = [p for p in signed if p is not None]
+        assert len(sent) > len(TARGETED_SET_ARGS) + 20  # most fuzzed commands parse
+        answers = lambda: log.on("cmd/response")  # noqa: E731
+        # (with the answer budget lifted, every refused fuzzed command was answered: wait for the last)
+        assert processor.unanswered == 0 and wait_until(lambda: len(answers()) == processor.rejected + processor.dropped)
+        # sent in order, in batches that end at each valid `set` (at most 16: under the inbox's 64):
+        # the commands before it must change nothing, and it must change exactly what it sets
+        batches: List[List[bytes]] = [[]]
+        for payload in sent:
+            if len(batches[-1]) == 16:
+                batches.append([])
+            batches[-1].append(payload)
+            if valid_set(payload) is not None:
+                batches.append([])
+        frames, changed, accepted = daemon.frames, 0, processor.accepted
+        for batch in filter(None, batches):
+            seen, prev = len(answers()), state()
+            for payload in batch:
+                log.client.publish(schemas.topic("cam-1", "cmd"), payload, qos=1).wait_for_publish(5)
+            assert log.wait(lambda m: len(answers()) >= seen + len(batch), timeout=10), \
+                f"{seen + len(batch) - len(answers())} signed commands not answered in {batch!r}"[:2000]
+            want = list(prev)
+            for payload, response in zip(batch, answers()[seen:]):
+                if response["id"] is None:  # refused before its id could be read: NaN, infinities, beyond int64
+                    with pytest.raises(UntrustedInput):
+                        loads_untrusted(payload, MAX_PAYLOAD, MAX_DEPTH)
+                else:
+                    assert response["id"] == json.loads(payload)["id"], (payload[:300], response)
+                args = valid_set(payload)
+                assert response["ok"] is (args is not None), (payload[:300], response)
+                for key, value in (args or {}).items():
+                    want[STATE_INDEX[key]] = value
+                assert args is None or set(response["result"]["applied"]) == set(args), (payload, response)
+            now = state()
+            assert now == tuple(want), (batch, answers()[seen:], prev, now)
+            changed += now != prev
+        assert changed >= 5 and processor.accepted - accepted == sum(valid_set(p) is not None for p in sent)
+        assert daemon.frames > frames, "the frame loop stopped during the signed commands"
+        restore = dict(zip(("telemetry_interval", "detections", "target_fps", "score_threshold", "nms_iou"), before))
+        payload = signed_copy(json.dumps({"schema": "edge-sdk/cmd/1", "cmd": "set", "args": restore}).encode(), "restore")
+        log.client.publish(schemas.topic("cam-1", "cmd"), payload, qos=1).wait_for_publish(5)
+        assert log.wait(lambda m: answers()[-1].get("id") == "restore", timeout=10) and answers()[-1]["ok"] is True
+        assert state() == before
 
         # the pipeline still produces frames: two telemetry messages after the fuzz, frames rising
         seen = len(log.on("telemetry"))
