@@ -40,7 +40,7 @@ def main() -> None:
 
     from edge_sdk.builder.bundle import file_sizes
     from edge_sdk.builder.calibration import collect_ranges
-    from edge_sdk.builder.pipeline import default_calib_dir, list_images, preprocess_images
+    from edge_sdk.builder.images import default_calib_dir, list_images, preprocess_images
     from edge_sdk.manifest import Bundle
 
     bundle = Bundle.load(args.bundle)

@@ -179,7 +179,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"{label:<18}{row['images_per_s']:>10.2f}{row['ratio_to_fp32']:>13.1f}")
 
     if args.accuracy:
-        from edge_sdk.builder.pipeline import default_calib_dir, list_images, split_images
+        from edge_sdk.builder.images import default_calib_dir, list_images, split_images
         from edge_sdk.preprocess import load_image
 
         split = split_images(list_images(default_calib_dir()), 0.25, 4, 8)

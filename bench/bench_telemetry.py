@@ -107,12 +107,14 @@ class Broker:
 
 
 def run_loop(model: Any, seconds: float, telemetry: Optional[Dict[str, Any]]) -> Dict[str, float]:
+    from edge_sdk.decoders import make_decoder
     from edge_sdk.preprocess import Preprocessor
     from edge_sdk.runtime.synthetic import SyntheticFaces
     from edge_sdk.runtime.types import FrameResult, PipelineStats
 
     source = SyntheticFaces(width=640, height=360, fps=30, count=6, seed=0, min_size=16, max_size=48)
     pre = Preprocessor(model.input_spec)
+    decoder = make_decoder(model.decoder_spec, model.input_spec)
     stats = PipelineStats()
     reporter = None
     if telemetry is not None:
@@ -140,7 +142,7 @@ def run_loop(model: Any, seconds: float, telemetry: Optional[Dict[str, Any]]) ->
         f1 = time.perf_counter()
         outputs = model.backend.infer({feed_name: tensor})
         f2 = time.perf_counter()
-        dets = model.decoder(outputs, [transform])[0]
+        dets = decoder(outputs, [transform])[0]
         f3 = time.perf_counter()
         stats.frames_captured += 1
         stats.frames_processed += 1
@@ -190,12 +192,12 @@ def main() -> None:
     ap.add_argument("--bundle", type=Path, default=None, help="a bundle from `edge-sdk build` (default: a tiny model)")
     args = ap.parse_args()
 
-    from edge_sdk.telemetry.reload import ModelFromBundle
+    from edge_sdk.runtime.model import load_model
 
     work = Path(tempfile.mkdtemp(prefix="bench-telemetry-"))
     try:
         bundle = args.bundle or build_model(work / "bundle")
-        model = ModelFromBundle("onnxruntime-cpu", threads=args.threads)(bundle)
+        model = load_model(bundle, backend="onnxruntime-cpu", precision="fp32", threads=args.threads)
         broker = Broker(work)
         broker.start()
         results: Dict[str, List[Dict[str, float]]] = {"off": [], "broker": [], "down": []}

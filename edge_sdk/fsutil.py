@@ -301,3 +301,20 @@ def read_toml(path: Any) -> Dict[str, Any]:
     except (UnicodeDecodeError, toml.TOMLDecodeError) as exc:
         raise ConfigError(f"{path}: not valid TOML ({exc})") from exc
     return require_finite(data, str(path), ConfigError)
+
+
+SQLITE_CORRUPT, SQLITE_FULL, SQLITE_NOTADB = 11, 13, 26  # SQLite primary result codes
+
+
+def sqlite_error_kind(exc: BaseException) -> str:
+    """"full", "corrupt" or "other" for an sqlite3 error (Python 3.8 has no error codes: the text)."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    if isinstance(code, int):
+        code &= 0xFF  # the primary result code of an extended one
+        if code == SQLITE_FULL:
+            return "full"
+        return "corrupt" if code in (SQLITE_CORRUPT, SQLITE_NOTADB) else "other"
+    text = str(exc)
+    if "disk is full" in text:
+        return "full"
+    return "corrupt" if ("malformed" in text or "not a database" in text) else "other"

@@ -20,6 +20,7 @@ from typing import Any, Dict, List, NamedTuple, Optional
 
 from edge_sdk.errors import BundleError
 from edge_sdk.fsutil import PathLike, sha256_file
+from edge_sdk.precision import PRECISIONS
 from edge_sdk.preprocess import InputSpec
 from edge_sdk.validate import UntrustedInput, loads_untrusted
 
@@ -27,15 +28,13 @@ SCHEMA_VERSION = 2  # 2: `files` entries are {"sha256", "size"}; 1: plain sha256
 MANIFEST = "manifest.json"
 MANIFEST_MAX_BYTES = 8 * 1024 * 1024
 
-VARIANT_FILES = {
-    "fp32": "model.onnx",
-    "fp16": "model.fp16.onnx",
-    "int8": "model.int8.qdq.onnx",
-}
+# The file of each model variant, in edge_sdk.precision.PRECISIONS order (fp32, fp16, int8).
+VARIANT_FILES: Dict[str, str] = dict(zip(PRECISIONS, ("model.onnx", "model.fp16.onnx", "model.int8.qdq.onnx")))
 CALIB_CACHE = "calib.cache"
 CALIB_DIR = "calib"
 
 _SHA256 = re.compile(r"[0-9a-f]{64}\Z")
+_GATE_METRICS = ("f1_vs_fp32", "cosine")  # what builder.evaluate.gate measures
 
 
 class FileEntry(NamedTuple):
@@ -94,8 +93,13 @@ def file_entries(manifest: Dict[str, Any], origin: str) -> Dict[str, FileEntry]:
         raise BundleError(
             f"{origin} lists no model file ({', '.join(VARIANT_FILES.values())}) in `files`; rebuild the bundle"
         )
-    named = [VARIANT_FILES[v] for v in manifest.get("variants") or [] if v in VARIANT_FILES]
+    variants = manifest.get("variants")
+    if variants is not None and (not isinstance(variants, list) or not all(isinstance(v, str) for v in variants)):
+        raise BundleError(f"{origin}: variants must be a list of variant names, got {variants!r:.80}; rebuild the bundle")
     precision = manifest.get("precision")
+    if precision is not None and not isinstance(precision, str):
+        raise BundleError(f"{origin}: precision must be a variant name, got {precision!r:.80}; rebuild the bundle")
+    named = [VARIANT_FILES[v] for v in variants or [] if v in VARIANT_FILES]
     if precision in VARIANT_FILES:
         named.append(VARIANT_FILES[precision])
     unlisted = sorted({f for f in named if f not in entries})
@@ -237,5 +241,35 @@ class Bundle:
             )
         return path
 
+    @property
+    def gated_precision(self) -> Optional[str]:
+        """The variant the builder chose for the device (manifest `precision`): INT8 when it passed
+        the accuracy gate, else FP16, or what `--precision` asked for. None when the manifest names
+        none or a variant the bundle does not hold."""
+        choice = self.manifest.get("precision")
+        return choice if isinstance(choice, str) and choice in self.variants() else None
+
+    def accuracy_note(self, variant: str) -> str:
+        """What the manifest says of a variant's accuracy against FP32, for humans:
+        "f1_vs_fp32 0.9815 >= 0.97 on the gate images" (the gate's verdict where there was one),
+        "f1_vs_fp32 1.0000" otherwise; "" when it records nothing usable."""
+        accuracy = self.manifest.get("accuracy")
+        entry = accuracy.get(variant) if isinstance(accuracy, dict) else None
+        if not isinstance(entry, dict):
+            return ""
+        gate = entry.get("gate")
+        if isinstance(gate, dict) and gate.get("metric") in _GATE_METRICS and isinstance(gate.get("passed"), bool) \
+                and _is_number(gate.get("value")) and _is_number(gate.get("threshold")):
+            sign = ">=" if gate["passed"] else "<"
+            return f"{gate['metric']} {gate['value']:.4f} {sign} {gate['threshold']:g} on the gate images"
+        for metric in _GATE_METRICS:
+            if _is_number(entry.get(metric)):
+                return f"{metric} {entry[metric]:.4f}"
+        return ""
+
     def get(self, key: str, default: Optional[Any] = None) -> Any:
         return self.manifest.get(key, default)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)

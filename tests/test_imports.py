@@ -13,6 +13,8 @@ PROBES = {
     "import": "import edge_sdk, edge_sdk.detections, edge_sdk.manifest, edge_sdk.targets",
     # The CUDA layer imports its bindings only when a device is opened.
     "cuda": "import edge_sdk.cuda, edge_sdk.cuda.compiler, edge_sdk.cuda.graph, edge_sdk.cuda.preprocess",
+    # The runtime config imports the backend names; the backends themselves load on selection.
+    "config": "import edge_sdk.precision, edge_sdk.runtime.config, edge_sdk.runtime.backends",
     "help": (
         "import sys\n"
         "from edge_sdk.cli import app\n"

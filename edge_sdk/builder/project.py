@@ -34,10 +34,10 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from edge_sdk.errors import ConfigError
 from edge_sdk.fsutil import read_toml
+from edge_sdk.precision import BEST, BUILD_PRECISIONS
 from edge_sdk.preprocess import COLORS
 
 PROJECT_FILE = "edge.toml"
-PRECISIONS = ("fp32", "fp16", "int8", "best")
 CALIB_METHODS = ("entropy", "minmax", "percentile")
 FALLBACK_MODES = ("auto", "off")
 DEFAULT_CALIB_METHOD = "minmax"  # measured: bench/bench_calibration.py --accuracy
@@ -84,8 +84,8 @@ class BuildConfig:
 
     def validate(self) -> None:
         where = f" (from {self.source})" if self.source != "command line" else ""
-        if self.precision not in PRECISIONS:
-            raise ConfigError(f"precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}{where}")
+        if self.precision not in BUILD_PRECISIONS:
+            raise ConfigError(f"precision must be one of {', '.join(BUILD_PRECISIONS)}, got {self.precision!r}{where}")
         if self.calib_method not in CALIB_METHODS:
             raise ConfigError(f"calib_method must be one of {', '.join(CALIB_METHODS)}, got {self.calib_method!r}{where}")
         if self.int8_fallback not in FALLBACK_MODES:
@@ -112,7 +112,7 @@ class BuildConfig:
 
     @property
     def needs_int8(self) -> bool:
-        return self.precision in ("int8", "best")
+        return self.precision in ("int8", BEST)
 
 
 def parse_size(value: Any, key: str = "input size", source: str = "command line") -> Tuple[int, int]:

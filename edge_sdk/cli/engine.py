@@ -13,22 +13,19 @@ from typing import Optional
 import typer
 
 from edge_sdk.cli._common import cli_errors
+from edge_sdk.precision import BEST, BUILD_PRECISIONS, PRECISIONS
 
-
-class Precision(str, Enum):
-    fp32 = "fp32"
-    fp16 = "fp16"
-    int8 = "int8"
-    best = "best"
+# Typer takes a choice of values as an Enum: one member per build precision, named as its value.
+Precision = Enum("Precision", [(p, p) for p in BUILD_PRECISIONS], type=str)  # type: ignore[misc]
 
 
 @cli_errors
 def engine(
     bundle: Path = typer.Argument(..., help="Bundle folder made by `edge-sdk build` (verified before use)."),
     precision: Precision = typer.Option(
-        Precision.best,
+        Precision(BEST),
         "--precision",
-        help="fp32, fp16, int8, or best (FP16+INT8). INT8 on TensorRT 8.x uses the bundle's calibration "
+        help=f"{', '.join(PRECISIONS)}, or {BEST} (FP16+INT8). INT8 on TensorRT 8.x uses the bundle's calibration "
         "cache; on TensorRT >= 10 the bundle's Q/DQ model.",
     ),
     dla_core: Optional[int] = typer.Option(

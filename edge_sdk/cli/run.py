@@ -51,7 +51,7 @@ def run(
         overrides.setdefault("telemetry", {})["interval_s"] = telemetry_interval
     cfg = load_daemon_config(config, overrides)
     if not cfg.pipeline.bundle:
-        from edge_sdk.cli.detect import ensure_default_bundle
+        from edge_sdk.default_bundle import ensure_default_bundle
 
         cfg.pipeline.bundle = str(ensure_default_bundle(cfg.pipeline.precision, echo=lambda m: typer.echo(m, err=True)))
     code = Daemon(cfg, config_path=config, overrides=overrides).run()

@@ -102,8 +102,11 @@ class GpuPreprocessor:
     `fill(frame, index)` and `fill_rois(frame, regions)` only queue work: the tensor is ready
     for whatever runs next on `stream` (the backend), and `download()` waits for it. Frames
     that lie in a mapped buffer from `api.alloc_host(..., mapped=True)` are read in place (no
-    copy); other frames are copied once into a page-locked staging buffer (mapped on an
-    integrated GPU; pinned plus one async copy to device memory on a discrete one).
+    copy); a frame already in device memory is read there when its address is given
+    (`device_ptr=`, e.g. what the capture ring's `upload(slot, stream)` returns for pinned
+    memory, queued on this same stream); other frames are copied once into a page-locked staging
+    buffer (mapped on an integrated GPU; pinned plus one async copy to device memory on a
+    discrete one).
     """
 
     def __init__(self, spec: InputSpec, api: CudaApi, batch: Optional[int] = None, stream: Any = None,
@@ -143,19 +146,22 @@ class GpuPreprocessor:
                         + [ctypes.c_float(v) for v in spec.mean] + [ctypes.c_float(v) for v in spec.scale])
         self.zero_copy_frames = 0
         self.staged_frames = 0
+        self.device_frames = 0  # read where the caller put them (device_ptr=)
 
     # -- the Preprocessor contract -----------------------------------------------------------
     def __call__(self, frame: np.ndarray) -> Tuple[DeviceTensor, Transform]:
         transform = self.fill(frame, 0)
         return self.tensor[:1], transform
 
-    def fill(self, frame: np.ndarray, index: int = 0) -> Transform:
-        """Queue `frame` -> slot `index`; returns the Transform (known before the GPU runs)."""
+    def fill(self, frame: np.ndarray, index: int = 0, device_ptr: Optional[int] = None) -> Transform:
+        """Queue `frame` -> slot `index`; returns the Transform (known before the GPU runs).
+        `device_ptr`: the frame's pixels are at this device address already (same layout as
+        `frame`), written by work queued earlier on this preprocessor's stream."""
         check_frame(frame)
         if not 0 <= index < self.batch:
             raise IndexError(f"slot {index} is outside the batch of {self.batch}")
         h, w = frame.shape[:2]
-        src, pitch, staged = self._source(frame)
+        src, pitch, staged = self._source(frame, device_ptr)
         key = ("frame", w, h, pitch, src, index, staged)
         plan = self._plans.get(key)
         if plan is None:
@@ -170,9 +176,11 @@ class GpuPreprocessor:
         self._run(key, plan)
         return plan.transforms[0]
 
-    def fill_rois(self, frame: np.ndarray, regions: Sequence[Sequence[int]], first: int = 0) -> List[Transform]:
+    def fill_rois(self, frame: np.ndarray, regions: Sequence[Sequence[int]], first: int = 0,
+                  device_ptr: Optional[int] = None) -> List[Transform]:
         """Queue crops `frame[y0:y1, x0:x1]` for each (x0, y0, x1, y1) -> slots first, first + 1, ...
-        in one launch; each slot as `fill(frame[y0:y1, x0:x1], slot)` would make it."""
+        in one launch; each slot as `fill(frame[y0:y1, x0:x1], slot)` would make it. `device_ptr`
+        as for :meth:`fill`."""
         check_frame(frame)
         n = len(regions)
         if n == 0:
@@ -187,7 +195,7 @@ class GpuPreprocessor:
                 raise SourceError(f"region {tuple(r)} is empty or outside the {w}x{h} frame; clip regions to the frame")
             crops.append((x0, y0, x1 - x0, y1 - y0))
         self._wait()  # the slot table and the staging buffer are about to be rewritten
-        src, pitch, staged = self._source(frame)
+        src, pitch, staged = self._source(frame, device_ptr)
         transforms = []
         for i, crop in enumerate(crops):
             transform, slot = plan_slot(crop, self.spec)
@@ -255,8 +263,14 @@ class GpuPreprocessor:
             self.api.event_synchronize(self._done)
             self._pending = False
 
-    def _source(self, frame: np.ndarray) -> Tuple[int, int, bool]:
+    def _source(self, frame: np.ndarray, device_ptr: Optional[int] = None) -> Tuple[int, int, bool]:
         """(device address, row pitch, staged?) of the frame the kernel reads."""
+        if device_ptr is not None:
+            if not _kernel_ready(frame):
+                raise SourceError("a frame given with device_ptr must have contiguous pixels in each row (the layout "
+                                  "the device copy has); pass the capture buffer itself, not a view of it")
+            self.device_frames += 1
+            return int(device_ptr), int(frame.strides[0]), False
         if self._mapped and _kernel_ready(frame):
             ptr = self.api.device_pointer_of(frame)
             if ptr is not None:

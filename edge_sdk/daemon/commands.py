@@ -23,7 +23,6 @@ of garbage is not echoed back as a flood of responses. Nothing a payload holds m
 """
 from __future__ import annotations
 
-import hashlib
 import hmac as _hmac
 import logging
 import os
@@ -34,8 +33,12 @@ from typing import Any, Callable, Dict, Mapping, Optional, Tuple
 
 from edge_sdk.errors import ConfigError, EdgeSdkError
 from edge_sdk.telemetry import schemas
-from edge_sdk.telemetry.mqtt import _sqlite_kind
-from edge_sdk.validate import UntrustedInput, dumps, loads_untrusted
+from edge_sdk.fsutil import sqlite_error_kind
+from edge_sdk.telemetry.signing import canonical, sign, signature
+from edge_sdk.validate import UntrustedInput, loads_untrusted
+
+__all__ = ["ALLOWED", "LIMITS", "MAX_DEPTH", "MAX_PAYLOAD", "CommandProcessor", "CommandRejected", "RateLimited",
+           "ReplayWindow", "TokenBucket", "canonical", "sign"]
 
 log = logging.getLogger(__name__)
 
@@ -58,20 +61,6 @@ class CommandRejected(EdgeSdkError, ValueError):
 
 class RateLimited(CommandRejected):
     """An authenticated command over its kind's rate limit: dropped, counted, and answered."""
-
-
-def canonical(command: Mapping[str, Any]) -> bytes:
-    body = {k: v for k, v in command.items() if k != "hmac"}
-    return dumps(body, sort_keys=True, ensure_ascii=False).encode("utf-8")
-
-
-def sign(command: Mapping[str, Any], secret: bytes) -> Dict[str, Any]:
-    """Return `command` with `ts` (if missing) and its `hmac` set."""
-    out = dict(command)
-    out.setdefault("ts", int(time.time() * 1000))
-    out.pop("hmac", None)
-    out["hmac"] = _hmac.new(secret, canonical(out), hashlib.sha256).hexdigest()
-    return out
 
 
 class TokenBucket:
@@ -148,7 +137,7 @@ class ReplayWindow:
         try:
             self.db = self._connect()
         except sqlite3.Error as exc:
-            if _sqlite_kind(exc) != "corrupt" or not self.path.is_file():
+            if sqlite_error_kind(exc) != "corrupt" or not self.path.is_file():
                 raise self._open_error(exc) from exc
             aside = self._move_aside(exc)
             self.not_before_ms = int(self._clock() * 1000)
@@ -163,7 +152,7 @@ class ReplayWindow:
         self._prune()
 
     def _open_error(self, exc: BaseException) -> ConfigError:
-        if isinstance(exc, sqlite3.Error) and _sqlite_kind(exc) == "full":
+        if isinstance(exc, sqlite3.Error) and sqlite_error_kind(exc) == "full":
             return ConfigError(f"the disk holding the command replay file {self.path} is full ({exc}); "
                                "free space there or set [mqtt] queue_dir to another disk")
         return ConfigError(f"cannot open the command replay file {self.path} ({exc}); check that no other "
@@ -301,8 +290,7 @@ class CommandProcessor:
             given = command.get("hmac")
             if not isinstance(given, str):
                 raise CommandRejected("this device requires signed commands: add ts and hmac")
-            expected = _hmac.new(self.secret, canonical(command), hashlib.sha256).hexdigest()
-            if not _hmac.compare_digest(given, expected):
+            if not _hmac.compare_digest(given, signature(command, self.secret)):
                 raise CommandRejected("bad hmac: the command was not signed with this device's secret")
             ts = command.get("ts")
             if not isinstance(ts, int) or abs(self._clock() * 1000 - ts) > self.max_skew_s * 1000:

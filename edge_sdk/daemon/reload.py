@@ -1,92 +1,28 @@
 """Hot model reload: verify, load and warm a new bundle beside the running one, then swap.
 
-    reloader = HotReloader(models_dir, loader=ModelFromBundle(backend="onnxruntime-cpu"))
+    reloader = HotReloader(models_dir, loader=running.load)   # edge_sdk.daemon.model.RunningModel
     reloader.request("faces-v2")          # returns at once; a worker thread does the work
     ...
     new = reloader.poll()                 # frame loop, between two frames
-    if new is not None:                   # swap it in; free the old model once unused
-        pipeline.swap_detector(FullFrameDetector(new.backend, new.decoder, new.input_spec))
+    if new is not None:
+        running.swap(new)                 # the new detector from the next frame; the old model retired
 
 Every step that can fail (path outside the model folder, sha256, schema, backend, decoder,
-warm-up inference) fails before the swap: the old model keeps running and the failure is
-reported through `on_result` (the daemon raises an alert).
+warm-up inference: edge_sdk.runtime.model.load_model) fails on the worker, before any swap:
+the old model keeps running and the failure is reported through `on_result` (the daemon
+raises an alert).
 """
 from __future__ import annotations
 
 import logging
 import threading
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Dict, Optional
-
-import numpy as np
+from typing import Callable, Optional
 
 from edge_sdk.errors import BundleError, ConfigError
-from edge_sdk.manifest import Bundle
-from edge_sdk.preprocess import InputSpec
+from edge_sdk.runtime.model import Model
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class Model:
-    """A loaded, activated model: what a pipeline needs to run a frame."""
-
-    bundle: Bundle
-    backend: Any  # an activated edge_sdk.runtime.backends.Backend
-    decoder: Any  # edge_sdk.decoders.Decoder
-    input_spec: InputSpec
-    precision: str = "fp32"
-
-    def describe(self) -> Dict[str, Any]:
-        backend = self.backend.describe() if hasattr(self.backend, "describe") else {}
-        return {"bundle_hash": self.bundle.hash, "backend": str(backend.get("backend", type(self.backend).__name__)),
-                "precision": self.precision}
-
-    def close(self) -> None:
-        self.backend.deactivate()
-
-
-class ModelFromBundle:
-    """Loader: bundle folder -> activated, warmed Model (Polygraphy-style callable)."""
-
-    def __init__(self, backend: str = "auto", precision: str = "fp32", threads: int = 0) -> None:
-        self.backend = backend
-        self.precision = precision
-        self.threads = threads
-
-    def __call__(self, folder: Path, precision: Optional[str] = None) -> Model:
-        from edge_sdk.decoders import make_decoder
-        from edge_sdk.runtime.backends import select_backend
-
-        precision = precision or self.precision
-        bundle = Bundle.load(folder, verify=True)
-        specs = bundle.inputs
-        if len(specs) != 1:
-            raise BundleError(f"bundle {folder} has {len(specs)} inputs; the runtime runs single-input models")
-        decoder = make_decoder(bundle.decoder, specs[0])
-        backend = select_backend(self.backend, bundle=bundle, precision=precision, threads=self.threads)
-        backend.activate()
-        model = Model(bundle, backend, decoder, specs[0], precision)
-        try:
-            warm(model)
-        except BaseException:
-            backend.deactivate()
-            raise
-        return model
-
-
-def warm(model: Model, runs: int = 2) -> None:
-    """Run the model on a blank input and decode it, so the first real frame pays no set-up cost
-    and a model whose outputs do not fit its decoder fails here, before any swap."""
-    from edge_sdk.preprocess import Transform
-
-    spec = model.input_spec
-    tensor = np.zeros(spec.shape, dtype=np.dtype(spec.dtype))
-    transform = Transform(1.0, 1.0, 0.0, 0.0, spec.width, spec.height)
-    for _ in range(runs):
-        outputs = model.backend.infer({spec.name: tensor})
-        model.decoder(outputs, [transform] * spec.batch)
 
 
 def resolve_in(models_dir: Path, name: str) -> Path:
@@ -102,7 +38,12 @@ def resolve_in(models_dir: Path, name: str) -> Path:
 
 
 class HotReloader:
-    """Loads a new model on a worker thread and hands it to the frame loop once it is ready."""
+    """Loads a new model on a worker thread and hands it to the frame loop once it is ready.
+
+    `loader(path, precision) -> Model` does the loading (RunningModel.load); `on_result(model,
+    error, path)` hears of every failure on the worker (the model is None then). Counting
+    reloads and failures is the running model's (RunningModel.describe).
+    """
 
     def __init__(
         self,
@@ -117,8 +58,6 @@ class HotReloader:
         self._worker: Optional[threading.Thread] = None
         self._ready: Optional[Model] = None
         self._tag: Optional[str] = None
-        self.reloads = 0
-        self.failures = 0  # every failed reload, counted (telemetry: model.reload_failures)
 
     @property
     def busy(self) -> bool:
@@ -153,7 +92,6 @@ class HotReloader:
             model = self.loader(path, precision)
         except Exception as exc:  # noqa: BLE001 - any failure is the result: reported, alert raised
             # (ONNX Runtime and TensorRT raise their own exception types for a broken model)
-            self.failures += 1
             log.error("reload of %s refused: %s", path, exc)
             if self.on_result is not None:
                 try:

@@ -2,13 +2,17 @@
 
 - :mod:`edge_sdk.roi.geometry`: slicing, crops, packing and mapping boxes back (pure geometry);
 - :mod:`edge_sdk.roi.merge`: NMS, NMM and greedy NMM with IoU or IoS, one `merge()` entry point;
-- :mod:`edge_sdk.roi.strategies`: `FullFrame`, `Tiles`, `RoiScheduler` around a detector callback;
-- :mod:`edge_sdk.roi.detector`: the callback built from a backend, the preprocessor and a decoder;
-- :mod:`edge_sdk.roi.runtime`: the adapter the pipeline uses for `--mode tiles|roi`.
+- :mod:`edge_sdk.roi.config`: `RoiConfig`, the parameters of modes tiles and roi;
+- :mod:`edge_sdk.roi.strategies`: `FullFrame`, `Tiles`, `RoiScheduler` around a detector callback.
+
+The package is pure strategy and geometry: it imports nothing from :mod:`edge_sdk.runtime`.
+The runtime plugs a model in (:mod:`edge_sdk.runtime.detector`: `BatchDetector` is the
+callback, `StrategyDetector` the per-frame detector of modes tiles and roi).
 """
 from __future__ import annotations
 
 from edge_sdk.roi.merge import merge
-from edge_sdk.roi.strategies import FullFrame, RoiConfig, RoiScheduler, StrategyResult, Tiles, make_strategy
+from edge_sdk.roi.config import RoiConfig
+from edge_sdk.roi.strategies import FullFrame, RoiScheduler, StrategyResult, Tiles, make_strategy
 
 __all__ = ["FullFrame", "RoiConfig", "RoiScheduler", "StrategyResult", "Tiles", "make_strategy", "merge"]

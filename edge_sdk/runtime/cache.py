@@ -33,20 +33,32 @@ class PredictionCache:
         self.last_difference = float("nan")
         self._cv2 = _imports.cv2()
 
-    def _thumbnail(self, frame: np.ndarray) -> np.ndarray:
-        cv2 = self._cv2
-        cv2.resize(frame, self.size, dst=self._small, interpolation=cv2.INTER_AREA)
-        cv2.cvtColor(self._small, cv2.COLOR_BGR2GRAY, dst=self._gray)
-        return self._gray
+    def thumbnail_buffers(self) -> Tuple[np.ndarray, np.ndarray]:
+        """(colour scratch, grey thumbnail) buffers for :meth:`thumbnail` on another thread."""
+        w, h = self.size
+        return np.empty((h, w, 3), np.uint8), np.empty((h, w), np.uint8)
 
-    def lookup(self, frame: np.ndarray) -> Optional[Any]:
+    def thumbnail(self, frame: np.ndarray, small: np.ndarray, gray: np.ndarray) -> np.ndarray:
+        """The grey thumbnail of `frame`, written into `gray` (`small` is scratch). Thread-safe
+        with its own buffers: the pipeline computes it on the capture thread."""
+        cv2 = self._cv2
+        cv2.resize(frame, self.size, dst=small, interpolation=cv2.INTER_AREA)
+        cv2.cvtColor(small, cv2.COLOR_BGR2GRAY, dst=gray)
+        return gray
+
+    def lookup(self, frame: np.ndarray, thumbnail: Optional[np.ndarray] = None) -> Optional[Any]:
         """The cached value when `frame` matches the last stored frame, else None (a miss).
 
+        `thumbnail` is the frame's thumbnail when it was computed already (:meth:`thumbnail`).
         After a miss, call `store(value)` with the new result for this same frame.
         """
         if not self.enabled:
             return None
-        gray = self._thumbnail(frame)
+        if thumbnail is not None:
+            np.copyto(self._gray, thumbnail)
+            gray = self._gray
+        else:
+            gray = self.thumbnail(frame, self._small, self._gray)
         if self._has_ref:
             self.last_difference = self._cv2.norm(gray, self._ref, self._cv2.NORM_INF)
             if self.last_difference < self.threshold:

@@ -13,6 +13,8 @@ One thread reads the source into free slots of a fixed pool and publishes them i
   backoff; each loss and each recovery is reported as an event attached to the next frame
   (and counted in PipelineStats). Waits use `Event.wait`, so `stop()` is immediate.
 - An exception in the thread is never swallowed: the consumer's next `get()` raises it.
+- `prepare(slot)`, when given, runs on this thread for each captured frame before it is
+  published: the pipeline's preprocess stage when it runs beside capture.
 - The thread can run at a lower priority (`nice`), so that on a small CPU it decodes in the
   gaps inference leaves rather than competing with the inference threads. With `idle=True`
   (the pipeline's choice when inference runs on the CPU) it goes further where Linux allows:
@@ -25,33 +27,48 @@ One thread reads the source into free slots of a fixed pool and publishes them i
   CAP_SYS_NICE, RLIMIT_NICE too low) does not put it there; live and rate-paced sources,
   which make the consumer wait by design, never use the idle class.
 
-Buffers are allocated once per frame size; a size change mid-stream reallocates the slots
-that see it and is reported once as a `frame_size_changed` event.
+Buffers come from a :class:`~edge_sdk.cuda.frames.FrameMemory` (`memory`), once per slot and
+frame size: ordinary numpy arrays by default, page-locked memory mapped into the GPU (zero-copy,
+an integrated GPU) or pinned memory with one device copy per slot (a discrete GPU) when a CUDA
+device is used. The source decodes straight into the slot's buffer where it can (OpenCV's
+`read(image=buf)`); other frames (grey, BGRA, another size) are converted into it. The first
+frame sizes every slot. A size change mid-stream resizes the free slots at once and the others
+as they come back (each old buffer released first), and is reported once as a
+`frame_size_changed` event. `stop()` releases every buffer.
 """
 from __future__ import annotations
 
 import collections
+import logging
 import os
 import threading
 import time
-from typing import Any, Deque, Dict, List, Optional
+from typing import Any, Callable, Deque, Dict, List, Optional
 
 import numpy as np
 
+from edge_sdk.cuda.frames import FrameBuffer, FrameMemory, HostMemory
 from edge_sdk.errors import SourceError
 from edge_sdk.runtime.config import ReconnectConfig
 from edge_sdk.runtime.sources import Source, to_bgr
 from edge_sdk.runtime.types import PipelineStats
 
+logger = logging.getLogger(__name__)
+
 
 class FrameSlot:
     """One preallocated frame buffer and what is known about the frame in it."""
 
-    __slots__ = ("slot_id", "buffer", "index", "timestamp", "t_capture", "events", "ground_truth")
+    __slots__ = ("slot_id", "buffer", "device_ptr", "allocation", "index", "timestamp", "t_capture", "events",
+                 "ground_truth")
 
     def __init__(self, slot_id: int) -> None:
         self.slot_id = slot_id
         self.buffer: Optional[np.ndarray] = None  # BGR uint8 (H, W, 3)
+        # Where a kernel reads the frame: the mapping of `buffer` (mapped memory), the slot's
+        # device buffer once Capture.upload has queued the copy (pinned memory), else None.
+        self.device_ptr: Optional[int] = None
+        self.allocation: Optional[FrameBuffer] = None  # what `buffer` came from (the capture's memory)
         self.index = -1  # frame number in the stream
         self.timestamp = 0.0  # wall clock at capture (time.time())
         self.t_capture = 0.0  # monotonic clock at capture (time.perf_counter())
@@ -115,7 +132,13 @@ class Pacer:
 
 
 class Capture:
-    """Runs `source` on a thread into a pool of `pool_size` slots. Use `get()` / `release()`."""
+    """Runs `source` on a thread into a pool of `pool_size` slots. Use `get()` / `release()`.
+
+    `memory` allocates the slots' frame buffers (default: ordinary host memory); see
+    :func:`edge_sdk.cuda.frames.frame_memory` for the choice between host, mapped and pinned.
+    """
+
+    STOP_WAIT_S = 5.0  # how long stop() waits for a live source's thread blocked in its driver
 
     def __init__(
         self,
@@ -128,16 +151,20 @@ class Capture:
         idle: bool = False,
         starved_after_s: float = 0.02,
         read_ahead: Optional[int] = None,
+        prepare: Optional[Callable[[FrameSlot], None]] = None,
+        memory: Optional[FrameMemory] = None,
     ) -> None:
         if pool_size < 3:
             raise ValueError("the frame pool needs at least 3 slots (writer, ready, consumer)")
         self.source = source
+        self.memory = memory if memory is not None else HostMemory(reason="no frame memory was chosen")
         self.live = bool(source.live)
         self.reconnect = reconnect or ReconnectConfig()
         self.stats = stats if stats is not None else PipelineStats()
         self.nice = int(nice)
         self.idle = bool(idle)
         self.starved_after_s = float(starved_after_s)
+        self.prepare = prepare  # a stage run on this thread for each frame before it is published
         self.read_ahead = max(1, pool_size - 2) if read_ahead is None else int(read_ahead)
         if not 1 <= self.read_ahead <= pool_size - 2:
             raise ValueError(f"read_ahead must be between 1 and pool_size - 2 ({pool_size - 2}), got {read_ahead}")
@@ -190,22 +217,62 @@ class Capture:
             return None
 
     def release(self, slot: FrameSlot) -> None:
-        """Give a slot back to the pool once its frame is no longer needed."""
+        """Give a slot back to the pool once its frame is no longer needed, by the CPU or by
+        GPU work: the capture thread may write the next frame into it at once, so work queued
+        on a stream that reads it (a kernel, the copy `upload` queues) must have completed."""
         with self._cond:
             slot.events = []
             self._free.append(slot)
             self._cond.notify_all()
 
     def stop(self) -> None:
+        """Stop the thread, close the source and release the frame buffers. A frame the caller
+        still holds stays readable (its memory goes when the last array referring to it does),
+        but it is no longer the capture's."""
         self._stop.set()
         with self._cond:
             self._cond.notify_all()
-        if self._thread is not None and self._thread is not threading.current_thread():
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
             # A live source can block inside its driver (a dead RTSP server); the thread is a
             # daemon and is left behind after a bounded wait rather than hanging the caller.
-            self._thread.join(timeout=5.0 if self.live else None)
+            thread.join(timeout=self.STOP_WAIT_S if self.live else None)
         self._thread = None
         self.source.close()
+        if thread is not None and thread.is_alive():
+            # It may still be writing into a slot: its buffers stay allocated.
+            logger.warning("capture thread of %s did not stop within %.1f s; its %d frame buffers are not released",
+                           self.source.name, self.STOP_WAIT_S, sum(s.allocation is not None for s in self._slots))
+            return
+        self._release_buffers()
+
+    def _release_buffers(self) -> None:
+        for slot in self._slots:
+            allocation = slot.allocation
+            slot.buffer = None
+            slot.device_ptr = None
+            slot.allocation = None
+            if allocation is not None:
+                self.memory.release(allocation)
+
+    def upload(self, slot: FrameSlot, stream: Any) -> Optional[int]:
+        """Make `slot`'s frame readable by the next work on `stream` (one async copy for pinned
+        memory, nothing for mapped memory) and return the device address to read it from;
+        None for host memory. Release the slot only after that work has completed."""
+        if slot.allocation is None:
+            raise SourceError(f"slot {slot.slot_id} holds no frame; upload a slot that get() has just returned")
+        return self.memory.upload(slot.allocation, stream)
+
+    def describe(self) -> Dict[str, Any]:
+        """The source, the pool and the frame memory path (`frame_memory.path`: "mapped (zero-copy,
+        integrated GPU)", "pinned + async copy (discrete GPU)" or "host") with the reason for it."""
+        return {
+            "source": self.source.name,
+            "live": self.live,
+            "pool_size": len(self._slots),
+            "read_ahead": self.read_ahead,
+            "frame_memory": self.memory.describe(),
+        }
 
     def wait_captured(self, count: int, timeout: float = 5.0) -> bool:
         """Block until the thread has captured `count` frames (or the stream ended): for tests."""
@@ -275,6 +342,8 @@ class Capture:
                     if not self._recover():
                         break
                     continue
+                if self.prepare is not None:
+                    self.prepare(slot)  # raising ends the thread: the consumer's get() raises it
                 self._publish(slot)
         except BaseException as exc:  # surfaced to the consumer by get()
             with self._cond:
@@ -321,8 +390,9 @@ class Capture:
         timestamp = time.time()
         h, w = raw.shape[:2]
         if slot.buffer is None or slot.buffer.shape[:2] != (h, w):
-            slot.buffer = np.empty((h, w, 3), np.uint8)
-        to_bgr(raw, slot.buffer)
+            self._allocate(slot, (h, w, 3))
+            assert slot.buffer is not None
+        to_bgr(raw, slot.buffer)  # nothing to do when the source decoded into the buffer
         if self._shape != (h, w):
             if self._shape is not None:
                 self._post({"event": "frame_size_changed", "from": [self._shape[1], self._shape[0]], "to": [w, h]})
@@ -332,6 +402,30 @@ class Capture:
         slot.ground_truth = getattr(self.source, "ground_truth", None)
         self._failures = 0
         return True
+
+    def _allocate(self, slot: FrameSlot, shape: tuple) -> None:
+        """(Capture thread.) Buffers of `shape` for `slot` and for every free slot, so that a
+        new frame size allocates once, up front, and later frames decode into the slots
+        instead of allocating when a slot is first used. Only this thread writes into free
+        slots; those the consumer holds or has yet to take change size when they come back."""
+        self._reallocate(slot, shape)
+        with self._cond:
+            idle = [s for s in self._free if s.buffer is None or s.buffer.shape != shape]
+        for other in idle:
+            self._reallocate(other, shape)
+
+    def _reallocate(self, slot: FrameSlot, shape: tuple) -> None:
+        """A buffer of `shape` for `slot`, its old one released first."""
+        old = slot.allocation
+        slot.buffer = None
+        slot.device_ptr = None
+        slot.allocation = None
+        if old is not None:
+            self.memory.release(old)
+        allocation = self.memory.allocate(shape)
+        slot.allocation = allocation
+        slot.buffer = allocation.array
+        slot.device_ptr = allocation.device_ptr
 
     def _publish(self, slot: FrameSlot) -> None:
         with self._cond:

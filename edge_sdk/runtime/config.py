@@ -2,7 +2,7 @@
 
 ```toml
 bundle = "bundle"          # folder written by `edge-sdk build`
-precision = "fp32"         # fp32 | fp16 | int8
+precision = "auto"         # auto (TensorRT: the bundle's gated choice; ONNX Runtime CPU: fp32) | fp32 | fp16 | int8
 backend = "auto"           # auto | onnxruntime | onnxruntime-cpu | onnxruntime-cuda | onnxruntime-tensorrt | tensorrt
 threads = 2                # ONNX Runtime intra-op threads (0 = ONNX Runtime's default)
 max_frames = 0             # 0 = until the source ends
@@ -41,12 +41,12 @@ from typing import Any, Dict, Mapping, Optional, Tuple
 
 from edge_sdk.errors import ConfigError
 from edge_sdk.fsutil import read_toml
-from edge_sdk.roi.strategies import RoiConfig
+from edge_sdk.precision import AUTO, RUNTIME_PRECISIONS
+from edge_sdk.roi.config import MODES, RoiConfig
+from edge_sdk.runtime.backends import BACKEND_NAMES
 from edge_sdk.validate import require_finite
 
-PRECISIONS = ("fp32", "fp16", "int8")
-BACKENDS = ("auto", "onnxruntime", "onnxruntime-cpu", "onnxruntime-cuda", "onnxruntime-tensorrt", "tensorrt")
-MODES = ("full", "tiles", "roi")
+PREPROCESS_PLACEMENTS = ("auto", "capture", "inline")
 
 
 @dataclass
@@ -76,11 +76,15 @@ class ReconnectConfig:
 class PipelineConfig:
     source: SourceConfig = field(default_factory=SourceConfig)
     bundle: Optional[str] = None
-    precision: str = "fp32"
+    precision: str = AUTO  # a bundle variant, or auto: the backend picks (choose_precision)
     backend: str = "auto"
     threads: int = 0  # 0 = backend default
     max_frames: int = 0  # 0 = no limit
     mode: str = "full"
+    score_threshold: Optional[float] = None  # output threshold in every mode; None: the bundle decoder's
+    nms_iou: Optional[float] = None  # NMS IoU of the decoder; None: the bundle decoder's
+    preprocess: str = "auto"  # where CPU preprocessing runs: auto | capture (beside capture) | inline (inference thread)
+    frame_memory: str = "auto"  # capture ring: auto (mapped on Jetson, pinned on a discrete GPU, else host) | host | mapped | pinned
     pool_size: int = 4  # preallocated frame buffers (>= 3)
     capture_nice: int = 10  # the capture thread's priority below the process (0..19; 0 = same)
     cache: CacheConfig = field(default_factory=CacheConfig)
@@ -97,10 +101,10 @@ class PipelineConfig:
         def bad(key: str, msg: str) -> ConfigError:
             return ConfigError(f"{origin}: {key} {msg}")
 
-        if self.precision not in PRECISIONS:
-            raise bad("precision", f"must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
-        if self.backend not in BACKENDS:
-            raise bad("backend", f"must be one of {', '.join(BACKENDS)}, got {self.backend!r}")
+        if self.precision not in RUNTIME_PRECISIONS:
+            raise bad("precision", f"must be one of {', '.join(RUNTIME_PRECISIONS)}, got {self.precision!r}")
+        if self.backend not in BACKEND_NAMES:
+            raise bad("backend", f"must be one of {', '.join(BACKEND_NAMES)}, got {self.backend!r}")
         if self.mode not in MODES:
             raise bad("mode", f"must be one of {', '.join(MODES)}, got {self.mode!r}")
         for key, value, low in (
@@ -125,6 +129,16 @@ class PipelineConfig:
         for key, value in (("source.loop", self.source.loop), ("cache.enabled", self.cache.enabled)):
             if not isinstance(value, bool):
                 raise bad(key, f"must be true or false, got {value!r}")
+        for key in ("score_threshold", "nms_iou"):
+            value = getattr(self, key)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0):
+                raise bad(key, f"must be a number in [0, 1] (or absent: the bundle decoder's), got {value!r}")
+        from edge_sdk.cuda.frames import CHOICES as FRAME_MEMORY  # the one list; importing it loads no CUDA
+
+        if self.frame_memory not in FRAME_MEMORY:
+            raise bad("frame_memory", f"must be one of {', '.join(FRAME_MEMORY)}, got {self.frame_memory!r}")
+        if self.preprocess not in PREPROCESS_PLACEMENTS:
+            raise bad("preprocess", f"must be one of {', '.join(PREPROCESS_PLACEMENTS)}, got {self.preprocess!r}")
         if self.capture_nice > 19:
             raise bad("capture_nice", f"must be between 0 and 19, got {self.capture_nice}")
         if not isinstance(self.source.uri, str):
@@ -154,6 +168,11 @@ def config_from_dict(data: Mapping[str, Any], origin: str = "config") -> Pipelin
     for key, value in data.items():
         if key not in top_fields:
             raise ConfigError(f"{origin}: unknown key {key!r}; known keys: {', '.join(sorted(top_fields))}")
+        if key == "roi" and isinstance(value, Mapping) and "score_threshold" in value:
+            raise ConfigError(
+                f"{origin}: roi.score_threshold is not a key any more: the output threshold is one value for every "
+                "mode; set the top-level score_threshold (default: the bundle decoder's) instead"
+            )
         if key in _SECTIONS:
             kwargs[key] = _section(_SECTIONS[key], value, key, origin)
         else:
@@ -177,18 +196,19 @@ def _section(cls: Any, value: Any, name: str, origin: str) -> Any:
 def load_config(path: Any, overrides: Optional[Mapping[str, Any]] = None) -> PipelineConfig:
     """Read a TOML config file; `overrides` (same layout, e.g. from CLI flags) win over the file."""
     path = Path(path)
-    merged = _merge(read_toml(path), overrides or {})
+    merged = merge_tables(read_toml(path), overrides or {})
     cfg = config_from_dict(merged, origin=str(path))
     if cfg.bundle and not Path(cfg.bundle).is_absolute():
         cfg.bundle = str((path.parent / cfg.bundle))
     return cfg
 
 
-def _merge(base: Mapping[str, Any], extra: Mapping[str, Any]) -> Dict[str, Any]:
+def merge_tables(base: Mapping[str, Any], extra: Mapping[str, Any]) -> Dict[str, Any]:
+    """`extra` laid over `base`, table by table (nested tables merge, other values replace)."""
     out: Dict[str, Any] = dict(base)
     for key, value in extra.items():
         if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
-            out[key] = _merge(out[key], value)
+            out[key] = merge_tables(out[key], value)
         else:
             out[key] = value
     return out

@@ -1,35 +1,46 @@
-"""The frame pipeline: source → preprocess → backend → decode → merge, one FrameResult per frame.
+"""The frame pipeline: a chain of stages, one FrameResult per frame.
 
     config = PipelineConfig(source=SourceConfig("clip.mp4"), bundle="bundle")
     with Pipeline(config) as pipeline:
-        for result in pipeline:
+        for result in pipeline:                   # the sinks stage: whatever the caller does
             print(result.index, len(result.detections), result.latency_ms["total"])
-        print(pipeline.stats)
+        print(pipeline.describe()["stages"], pipeline.stats)
 
-The capture thread (edge_sdk.runtime.capture) reads frames (from files, a few ahead) into a
-fixed pool of buffers while the consumer runs the per-frame *detector*, so decoding video overlaps
-inference (ONNX Runtime and OpenCV release the GIL). When inference runs on the CPU (the
-backend's `cpu_bound`), the capture thread is put in Linux's idle scheduling class: it decodes
-on cores the inference threads leave idle and never delays them (with `capture_nice` 0 it
-stays at the consumer's priority). The detector is a swappable strategy:
-`FullFrameDetector` runs the whole frame through the network once; tiled or ROI strategies
-plug in through `Pipeline(detector=...)` with the same `detect(frame, latency, info)` method.
+The stages and where each runs:
+
+| stage | runs on | buffers it fills |
+|---|---|---|
+| capture | the capture thread (edge_sdk.runtime.capture) | a fixed ring of frame buffers (`pool_size`) |
+| preprocess | the capture thread, right after capture (`beside capture`), or the inference thread (`inline`) | one network input per frame buffer (PreparedInput), plus the prediction cache's thumbnail |
+| infer | the inference thread (the one iterating the pipeline) | the backend's bound output buffers |
+| decode / merge | the inference thread, after infer | the frame's Detections |
+| sinks | the caller's loop body | — |
+
+Where preprocessing runs is a property of the backend and the preprocessor (`placement()`):
+a CPU preprocessor runs beside capture whenever the detector takes a prepared input (mode
+`full`), so inference never waits for it; `preprocess = "inline"` in the config keeps it on the
+inference thread. A GPU preprocessor (edge_sdk.cuda) is enqueued on the inference stream
+instead. The tiles and roi strategies preprocess their own crops as part of their pass.
+
+Back-pressure and drops are the capture ring's (edge_sdk.runtime.capture): a file is never
+dropped from, a live source keeps the newest frame. With inference on the CPU (the backend's
+`cpu_bound`) the capture thread runs in Linux's idle scheduling class, on cores inference
+leaves idle. Nothing is allocated per frame in the steady state: frame buffers, network
+inputs and thumbnails are allocated once per frame size (tests/runtime/test_alloc.py).
 Everything is owned by the Pipeline instance: nothing global.
 """
 from __future__ import annotations
 
+import os
 import threading
-from typing import Any, Callable, Dict, Iterator, List, Optional
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
-import numpy as np
-
-from edge_sdk.detections import Detections
 from edge_sdk.errors import ConfigError
-from edge_sdk.preprocess import InputSpec, Preprocessor
-from edge_sdk.runtime.backends import Backend, select_backend
 from edge_sdk.runtime.cache import PredictionCache
 from edge_sdk.runtime.capture import Capture, FrameSlot
 from edge_sdk.runtime.config import PipelineConfig
+from edge_sdk.runtime.detector import Detector, PreparedInput, make_detector
+from edge_sdk.runtime.model import Model, load_model
 from edge_sdk.runtime.sources import Source, open_source
 from edge_sdk.runtime.timing import LatencyWindow, clock
 from edge_sdk.runtime.types import FrameResult, PipelineStats
@@ -37,140 +48,123 @@ from edge_sdk.runtime.types import FrameResult, PipelineStats
 EventCallback = Callable[[Dict[str, Any]], None]
 
 
-class Detector:
-    """A per-frame detection strategy: BGR frame → Detections in frame pixels.
-
-    `detect` adds its stage latencies (ms) to `latency` (keys from
-    edge_sdk.runtime.types.STAGES: preprocess, infer, decode, merge) and may add a report to
-    `info` (it ends up in FrameResult.info).
-    """
-
-    def detect(self, frame: np.ndarray, latency: Dict[str, float], info: Dict[str, Any]) -> Detections:
-        raise NotImplementedError
+def available_cores() -> int:
+    """CPU cores this process may run on (its affinity mask where the system has one)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
 
 
-class FullFrameDetector(Detector):
-    """The whole frame, letterboxed into the network input, one inference, decode, no merge.
+class _Prepare:
+    """The preprocess stage's buffers for one detector: per frame buffer (slot id) a network
+    input and a thumbnail for the prediction cache, filled on the capture thread."""
 
-    The preprocessor's tensor is created once and fed to the backend on every frame, so the
-    backend binds it once and the steady state allocates no frame-sized array.
-    """
+    def __init__(self, detector: Detector, pool_size: int, cache: Optional[PredictionCache]) -> None:
+        spec = detector.prepared_spec
+        self.spec = spec
+        self.inputs: List[Optional[PreparedInput]] = [PreparedInput(spec) if spec is not None else None
+                                                      for _ in range(pool_size)]
+        self.cache = cache if cache is not None and cache.enabled else None
+        self.thumbs = [cache.thumbnail_buffers() for _ in range(pool_size)] if self.cache is not None else []
+        self.stamps = [float("nan")] * pool_size  # t_capture of the frame each slot's input holds
 
-    def __init__(self, backend: Backend, decoder: Callable[..., List[Detections]], input_spec: InputSpec) -> None:
-        self.backend = backend
-        self.decoder = decoder
-        self.input_spec = input_spec
-        self.preprocessor = Preprocessor(input_spec)
-        self.input_name = input_spec.name
-        self._feed: Dict[str, np.ndarray] = {}
+    def __call__(self, slot: FrameSlot) -> None:
+        i = slot.slot_id
+        self.stamps[i] = float("nan")
+        if self.cache is not None:
+            small, gray = self.thumbs[i]
+            self.cache.thumbnail(slot.frame, small, gray)
+        prepared = self.inputs[i]
+        if prepared is not None:
+            prepared.fill(slot.frame)
+        self.stamps[i] = slot.t_capture
 
-    def detect(self, frame: np.ndarray, latency: Dict[str, float], info: Dict[str, Any]) -> Detections:
-        t0 = clock()
-        transform = self.preprocessor.fill(frame, 0)
-        t1 = clock()
-        feed = self._feed
-        if not feed:
-            names = self.backend.input_names
-            if names and self.input_name not in names:
-                raise ConfigError(
-                    f"the bundle's input {self.input_name!r} is not an input of the model (its inputs: {names}); rebuild the bundle"
-                )
-            feed[self.input_name] = self.preprocessor.tensor
-        outputs = self.backend.infer(feed)
-        t2 = clock()
-        detections = self.decoder(outputs, [transform] * len(self.preprocessor.tensor))[0]
-        t3 = clock()
-        # A single full-frame pass has nothing to merge; the stage is kept so every strategy
-        # reports the same stages.
-        t4 = clock()
-        latency["preprocess"] = (t1 - t0) * 1000.0
-        latency["infer"] = (t2 - t1) * 1000.0
-        latency["decode"] = (t3 - t2) * 1000.0
-        latency["merge"] = (t4 - t3) * 1000.0
-        return detections
-
-
-def make_detector(mode: str, backend: Backend, decoder_spec: Dict[str, Any], input_spec: InputSpec, roi: Any = None) -> Detector:
-    """The per-frame detector for `mode` ("full", "tiles" or "roi") over an active backend.
-
-    One factory for the pipeline, hot reload and the daemon's `set mode` command. `roi` is the
-    RoiConfig of the tiles and roi modes (defaults when None).
-    """
-    if mode == "full":
-        from edge_sdk.decoders import make_decoder
-
-        return FullFrameDetector(backend, make_decoder(decoder_spec, input_spec), input_spec)
-    from edge_sdk.roi.runtime import strategy_detector  # imports this module: loaded on demand
-
-    return strategy_detector(mode, backend, decoder_spec, input_spec, roi)
+    def take(self, slot: FrameSlot) -> Any:
+        """(prepared input or None, thumbnail or None) for the frame now in `slot`."""
+        i = slot.slot_id
+        if self.stamps[i] != slot.t_capture:
+            return None, None  # prepared for another detector, or not at all
+        return self.inputs[i], (self.thumbs[i][1] if self.thumbs else None)
 
 
 class Pipeline:
     """Frames in, FrameResults out. Iterate it; use it as a context manager.
 
-    Anything not injected is built from `config`: the source from `config.source`, the backend
-    and decoder from the bundle at `config.bundle` (precision and backend choice from the
-    config), the detector from `config.mode`.
+    Anything not injected is built from `config`: the source from `config.source`, the model
+    from the bundle at `config.bundle` (backend, precision and threads from the config; the
+    pipeline owns and closes it), the detector from `config.mode`. An injected `model` or
+    `detector` stays its caller's to close.
     """
 
     def __init__(
         self,
         config: PipelineConfig,
-        backend: Optional[Backend] = None,
+        model: Optional[Model] = None,
         source: Optional[Source] = None,
-        decoder: Optional[Callable[..., List[Detections]]] = None,
         detector: Optional[Detector] = None,
-        input_spec: Optional[InputSpec] = None,
         on_event: Optional[EventCallback] = None,
     ) -> None:
         self.config = config.validate()
         self.stats = PipelineStats()
         self.latency = LatencyWindow()
         self.on_event = on_event
-        self.bundle: Any = None
-        self._backend = backend
+        self._model = model
+        self._owns_model = False
         self._source = source
-        self._decoder = decoder
         self._detector = detector
-        self._input_spec = input_spec
-        self._owned_backends: List[Backend] = []
         self._capture: Optional[Capture] = None
         self._cache: Optional[PredictionCache] = None
+        self._prepare: Optional[_Prepare] = None
         self._swap_lock = threading.Lock()
         self._pending: Optional[Detector] = None
         self._swapped: Optional[threading.Event] = None
         self._iterating = False
         self._closed = False
+        self._prepare_failed = False
+        self.failed_stage: Optional[str] = None  # the stage whose exception ended the iteration
 
     # -- assembly ------------------------------------------------------------------------------
-    def _load_bundle(self) -> Any:
-        if self.bundle is None:
-            if not self.config.bundle:
+    @property
+    def bundle(self) -> Any:
+        return self._model.bundle if self._model is not None else None
+
+    def _load_model(self) -> Model:
+        if self._model is None:
+            cfg = self.config
+            if not cfg.bundle:
                 raise ConfigError("no bundle: set `bundle` in the config (or --bundle DIR); build one with `edge-sdk build`")
-            from edge_sdk.manifest import Bundle
+            self._model = load_model(cfg.bundle, backend=cfg.backend, precision=cfg.precision, threads=cfg.threads,
+                                     warm_runs=1)
+            self._owns_model = True
+        return self._model
 
-            self.bundle = Bundle.load(self.config.bundle)
-        return self.bundle
+    def placement(self, detector: Optional[Detector] = None) -> str:
+        """Where the preprocess stage runs for `detector`: "capture" (beside capture, on the
+        capture thread), "inline" (on the inference thread), "stream" (a GPU preprocessor,
+        enqueued on the inference stream) or "strategy" (the tiles and roi strategies
+        preprocess their own crops)."""
+        return self._placement(detector or self._detector)[0]
 
-    def _build_detector(self) -> Detector:
-        cfg = self.config
-        input_spec = self._input_spec
-        if input_spec is None:
-            inputs = self._load_bundle().inputs
-            if not inputs:
-                raise ConfigError(f"bundle {self.config.bundle} lists no inputs in its manifest; rebuild it")
-            input_spec = inputs[0]
-        backend = self._backend
-        if backend is None:
-            bundle = self._load_bundle()
-            backend = select_backend(cfg.backend, bundle=bundle, precision=cfg.precision, threads=cfg.threads)
-        if not backend.is_active:
-            backend.activate()
-            self._owned_backends.append(backend)
-        self._backend = backend
-        if cfg.mode == "full" and self._decoder is not None:
-            return FullFrameDetector(backend, self._decoder, input_spec)
-        return make_detector(cfg.mode, backend, self._load_bundle().decoder, input_spec, cfg.roi)
+    def _placement(self, detector: Optional[Detector]) -> Tuple[str, str]:
+        """(placement, why)."""
+        if detector is not None and getattr(detector, "preprocess_device", "cpu") == "gpu":
+            return "stream", "a GPU preprocessor queues its kernels before inference"
+        if detector is None or detector.prepared_spec is None:
+            return "strategy", "the strategy preprocesses its own crops"
+        choice = self.config.preprocess
+        if choice != "auto":
+            return choice, f"preprocess = {choice!r} in the config"
+        backend = detector.backend
+        cores = available_cores()
+        if getattr(backend, "cpu_bound", False):
+            threads = int(getattr(backend, "threads", 0) or 0) or cores  # 0: the runtime's default, every core
+            if threads >= cores:
+                # measured (bench/bench_pipeline.py, 2 cores, 2 threads): on the capture thread it
+                # only runs in the gaps inference leaves, and frames wait for it
+                return "inline", f"inference uses all {cores} cores: preprocessing runs between inferences"
+            return "capture", f"inference uses {threads} of {cores} cores: preprocessing runs on a free one"
+        return "capture", "inference runs off the CPU"
 
     def open(self) -> "Pipeline":
         """Build what was not injected, open the source and start capturing. Idempotent."""
@@ -179,30 +173,56 @@ class Pipeline:
         if self._closed:
             raise RuntimeError("this pipeline was closed; create a new one")
         try:
-            if self._detector is None:
-                self._detector = self._build_detector()
             cfg = self.config
+            if self._detector is None:
+                thresholds = {"score_threshold": cfg.score_threshold, "nms_iou": cfg.nms_iou}
+                self._detector = make_detector(cfg.mode, self._load_model(), cfg.roi, thresholds)
             if self._source is None:
                 self._source = open_source(cfg.source.uri, loop=cfg.source.loop, **cfg.source.options)
             self._cache = PredictionCache(cfg.cache.threshold, (cfg.cache.width, cfg.cache.height), enabled=cfg.cache_enabled)
+            self._prepare = self._make_prepare(self._detector)
             # With inference on the CPU, capture runs only on cores inference leaves idle.
-            idle = cfg.capture_nice > 0 and bool(getattr(self._backend, "cpu_bound", False))
+            idle = cfg.capture_nice > 0 and bool(getattr(self.backend, "cpu_bound", False))
+            from edge_sdk.cuda.frames import frame_memory
+
+            # the backend's CUDA implementation when it has one, so that its kernels read the ring
+            memory = frame_memory(cfg.frame_memory, cuda=getattr(self.backend, "cuda", None))
             capture = Capture(self._source, cfg.pool_size, fps=cfg.source.fps, reconnect=cfg.reconnect, stats=self.stats,
-                              nice=cfg.capture_nice, idle=idle)
+                              nice=cfg.capture_nice, idle=idle, prepare=self._run_prepare, memory=memory)
             capture.start()
             self._capture = capture
         except BaseException:
-            self._release_backends()
+            self._release_model()
             raise
         return self
+
+    def _make_prepare(self, detector: Detector) -> Optional[_Prepare]:
+        if self.placement(detector) != "capture":
+            return None
+        return _Prepare(detector, self.config.pool_size, self._cache)
+
+    def _run_prepare(self, slot: FrameSlot) -> None:
+        prepare = self._prepare  # one read: a swap replaces the whole stage
+        if prepare is not None:
+            try:
+                prepare(slot)
+            except BaseException:
+                self._prepare_failed = True  # surfaces through the capture thread's error
+                raise
 
     @property
     def source(self) -> Optional[Source]:
         return self._source
 
     @property
-    def backend(self) -> Optional[Backend]:
-        return self._backend
+    def model(self) -> Optional[Model]:
+        return self._model
+
+    @property
+    def backend(self) -> Any:
+        if self._detector is not None and self._detector.backend is not None:
+            return self._detector.backend
+        return self._model.backend if self._model is not None else None
 
     @property
     def detector(self) -> Optional[Detector]:
@@ -212,10 +232,37 @@ class Pipeline:
     def capture(self) -> Optional[Capture]:
         return self._capture
 
+    def describe(self) -> Dict[str, Any]:
+        """The stages and where each runs, the model and the mode, for logs and summaries."""
+        detector = self._detector
+        placement = self.placement(detector)
+        why = self._placement(detector)[1]
+        stages = [
+            {"stage": "capture", "runs_on": "capture thread"},
+            {"stage": "preprocess", "runs_on": {"capture": "capture thread", "inline": "inference thread",
+                                                "stream": "inference stream (GPU)",
+                                                "strategy": "inference thread (per crop, in the strategy)"}[placement],
+             "why": why},
+            {"stage": "infer", "runs_on": "inference thread"},
+            {"stage": "decode/merge", "runs_on": "inference thread"},
+            {"stage": "sinks", "runs_on": "caller"},
+        ]
+        out: Dict[str, Any] = {"mode": getattr(detector, "mode", self.config.mode), "stages": stages,
+                               "pool_size": self.config.pool_size}
+        if self._capture is not None:
+            out["frame_memory"] = self._capture.memory.describe()
+        if self._model is not None:
+            out["model"] = self._model.describe()
+        elif self.backend is not None and hasattr(self.backend, "describe"):
+            out["model"] = {"backend": str(self.backend.describe().get("backend"))}
+        if detector is not None:
+            out["thresholds"] = detector.thresholds
+        return out
+
     def swap_detector(self, detector: Detector) -> threading.Event:
-        """Replace the detector between two frames (hot reload). The returned Event is set once
-        the new detector is in use; the prediction cache is cleared at the same moment. The
-        caller owns the old detector (and its backend) from then on."""
+        """Replace the detector between two frames (hot reload, `set mode`). The returned Event
+        is set once the new detector is in use; the prediction cache is cleared at the same
+        moment. The caller owns the old detector (and its model) from then on."""
         done = threading.Event()
         with self._swap_lock:
             self._pending = detector
@@ -231,9 +278,13 @@ class Pipeline:
         if pending is None:
             return
         self._detector = pending
+        self.config.mode = pending.mode or self.config.mode
         if self._cache is not None:
             self._cache.clear()
             self._cache.enabled = self.config.cache_enabled
+        if self._capture is not None:
+            # buffers for the new detector's input (allocated once per swap, not per frame)
+            self._prepare = self._make_prepare(pending)
         if done is not None:
             done.set()
 
@@ -249,7 +300,11 @@ class Pipeline:
         try:
             while not limit or self.stats.frames_processed < limit:
                 t_wait = clock()
-                slot = capture.get()
+                try:
+                    slot = capture.get()
+                except BaseException:
+                    self.failed_stage = "preprocess" if self._prepare_failed else "capture"
+                    raise
                 if slot is None:
                     return
                 latency: Dict[str, float] = {"capture_wait": (clock() - t_wait) * 1000.0}
@@ -262,11 +317,21 @@ class Pipeline:
                         for event in slot.events:
                             self.on_event(event)
                 frame = slot.frame
-                detections = cache.lookup(frame)
+                prepare = self._prepare
+                prepared, thumbnail = prepare.take(slot) if prepare is not None else (None, None)
+                detections = cache.lookup(frame, thumbnail)
                 cached = detections is not None
                 if detections is None:
-                    assert self._detector is not None
-                    detections = self._detector.detect(frame, latency, info)
+                    detector = self._detector
+                    assert detector is not None
+                    try:
+                        if prepared is None:
+                            detections = detector.detect(frame, latency, info)
+                        else:
+                            detections = detector.detect(frame, latency, info, prepared)
+                    except BaseException:
+                        self.failed_stage = detector.stage
+                        raise
                     cache.store(detections)
                 else:
                     self.stats.cache_hits += 1
@@ -301,14 +366,13 @@ class Pipeline:
         return self.stats
 
     # -- lifetime ------------------------------------------------------------------------------
-    def _release_backends(self) -> None:
-        while self._owned_backends:
-            backend = self._owned_backends.pop()
-            if backend.is_active:
-                backend.deactivate()
+    def _release_model(self) -> None:
+        if self._owns_model and self._model is not None:
+            self._model.close()
+        self._owns_model = False
 
     def close(self) -> None:
-        """Stop capturing, close the source and deactivate backends this pipeline activated."""
+        """Stop capturing, close the source and close the model this pipeline loaded."""
         if self._closed:
             return
         self._closed = True
@@ -318,7 +382,7 @@ class Pipeline:
             elif self._source is not None:
                 self._source.close()
         finally:
-            self._release_backends()
+            self._release_model()
 
     def __enter__(self) -> "Pipeline":
         return self.open()

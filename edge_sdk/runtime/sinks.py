@@ -4,7 +4,6 @@ A sink has `write(result)` and `close()` and is a context manager; the CLI chain
 """
 from __future__ import annotations
 
-import json
 import logging
 import sys
 from pathlib import Path

@@ -220,6 +220,9 @@ class VideoCaptureSource(Source):
             self._pending = first
 
     def read(self, out: Optional[np.ndarray] = None) -> Optional[np.ndarray]:
+        """The next frame. OpenCV decodes it straight into `out` (`VideoCapture.read(image=out)`)
+        when `out` is a contiguous uint8 array of the frame's shape, and returns `out`; a frame of
+        another shape or channel count comes back in an array of its own."""
         if self._cap is None:
             raise SourceError(f"{self.name} is not open")
         if self._pending is not None:
@@ -269,7 +272,9 @@ class VideoCaptureSource(Source):
 class ImageFolderSource(Source):
     """Images of a folder in name order (or a single image file), read by
     :func:`edge_sdk.images.read_image`: grey or BGR uint8 (16-bit images reduced to 8 bits),
-    size-capped, a truncated file refused with its name."""
+    size-capped, a truncated file refused with its name. Each image is decoded into an array
+    of its own (OpenCV's Python `imdecode` takes no output array), which the capture thread
+    copies into its slot."""
 
     def __init__(self, path: str, loop: bool = False) -> None:
         self.path = Path(path)
@@ -400,6 +405,14 @@ def open_source(uri: str, loop: bool = False, **options: Any) -> Source:
     return VideoCaptureSource(parsed.uri, cv2.CAP_FFMPEG, parsed.uri, live=True)
 
 
+def _same_memory(a: np.ndarray, b: np.ndarray) -> bool:
+    """True when `a` and `b` are the same pixels: the same array, or views of one layout."""
+    if a is b:
+        return True
+    return (a.shape == b.shape and a.strides == b.strides and a.dtype == b.dtype
+            and a.__array_interface__["data"][0] == b.__array_interface__["data"][0])
+
+
 def to_bgr(frame: np.ndarray, out: np.ndarray) -> np.ndarray:
     """Convert a grey, BGR or BGRA uint8 frame into `out` (HxWx3, same H and W) and return it."""
     cv2 = _imports.cv2()
@@ -410,7 +423,7 @@ def to_bgr(frame: np.ndarray, out: np.ndarray) -> np.ndarray:
     elif frame.ndim == 3 and frame.shape[2] == 4:
         cv2.cvtColor(frame, cv2.COLOR_BGRA2BGR, dst=out)
     elif frame.ndim == 3 and frame.shape[2] == 3:
-        if frame is not out:
+        if not _same_memory(frame, out):  # a source that decoded into `out` needs no copy
             np.copyto(out, frame)
     else:
         raise SourceError(f"unsupported frame shape {frame.shape}: expected HxW, HxWx3 or HxWx4")

@@ -17,7 +17,7 @@ import threading
 import uuid
 from typing import Any, Dict, Optional
 
-from edge_sdk.telemetry.commands import sign
+from edge_sdk.telemetry.signing import sign
 from edge_sdk.telemetry.guard import CallbackGuard
 from edge_sdk.telemetry.mqtt import BrokerConfig, make_client
 from edge_sdk.telemetry.schemas import topic

@@ -35,6 +35,7 @@ from urllib.parse import unquote, urlsplit
 
 from edge_sdk import _imports
 from edge_sdk.errors import ConfigError, EdgeSdkError
+from edge_sdk.fsutil import sqlite_error_kind
 from edge_sdk.telemetry.guard import CallbackGuard
 from edge_sdk.telemetry.schemas import TOPICS, now_ms, topic
 from edge_sdk.validate import dumps_outgoing
@@ -59,7 +60,6 @@ class BrokerRefusedError(PublisherError):
 
 
 DEFAULT_QUEUE_BYTES = 64 * 1024 * 1024
-_SQLITE_CORRUPT, _SQLITE_FULL, _SQLITE_NOTADB = 11, 13, 26
 _AUTH_REFUSALS = (134, 135, 140)  # bad user name or password, not authorized, bad authentication method
 _NO_ROW, _STATUS = 0, -1  # in-flight markers: a message from memory, the retained status
 
@@ -164,20 +164,6 @@ def make_client(cfg: BrokerConfig, client_id: str, mqtt: Any = None) -> Any:
     return client
 
 
-def _sqlite_kind(exc: BaseException) -> str:
-    """"full", "corrupt" or "other" for an sqlite3 error (Python 3.8 has no error codes: the text)."""
-    code = getattr(exc, "sqlite_errorcode", None)
-    if isinstance(code, int):
-        code &= 0xFF  # the primary result code of an extended one
-        if code == _SQLITE_FULL:
-            return "full"
-        return "corrupt" if code in (_SQLITE_CORRUPT, _SQLITE_NOTADB) else "other"
-    text = str(exc)
-    if "disk is full" in text:
-        return "full"
-    return "corrupt" if ("malformed" in text or "not a database" in text) else "other"
-
-
 class DiskQueue:
     """A bounded FIFO of durable (topic, payload, qos) rows in SQLite, oldest first.
 
@@ -209,7 +195,7 @@ class DiskQueue:
         try:
             self._open()
         except sqlite3.DatabaseError as exc:
-            if _sqlite_kind(exc) != "corrupt":
+            if sqlite_error_kind(exc) != "corrupt":
                 raise self._open_error(exc) from exc
             self._move_aside(exc)
             try:
@@ -240,7 +226,7 @@ class DiskQueue:
         self.last_id = max(self.last_id, int(row[0]) if row else 0)
 
     def _open_error(self, exc: BaseException) -> PublisherError:
-        if _sqlite_kind(exc) == "full":
+        if sqlite_error_kind(exc) == "full":
             return QueueError(f"the disk holding the telemetry queue {self.path} is full ({exc}); "
                               "free space there or set [mqtt] queue_dir to another disk")
         return PublisherError(f"cannot open the telemetry queue {self.path} ({exc}); "
@@ -322,7 +308,7 @@ class DiskQueue:
                 self.size, self.bytes, self.overflow = self._write(lambda: self._insert(pending))
                 return dropped
             except sqlite3.Error as exc:
-                kind = _sqlite_kind(exc)
+                kind = sqlite_error_kind(exc)
                 if kind == "corrupt" and not replaced:
                     replaced = True
                     dropped += self._replace(exc)

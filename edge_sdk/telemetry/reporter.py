@@ -149,6 +149,10 @@ class Reporter:
 
     # -- thread ----------------------------------------------------------------------------------
     def start(self) -> "Reporter":
+        """Start reporting. The figures cover the time from here on, not the set-up between
+        construction and start (loading a model, opening a source)."""
+        self.metrics = RollingMetrics(window_s=self.metrics.window_s, clock=self._clock)
+        self.interval = IntervalCounters(clock=self._clock)
         self._thread = threading.Thread(target=self._run, name="telemetry-reporter", daemon=True)
         self._thread.start()
         return self

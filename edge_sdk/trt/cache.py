@@ -19,7 +19,6 @@ from typing import Any, Dict, Optional, Tuple
 from edge_sdk.fsutil import PathLike, atomic_write_bytes, atomic_write_json, sha256_file
 
 CACHE_ENV = "EDGE_SDK_ENGINE_CACHE"
-PRECISIONS = ("fp32", "fp16", "int8", "best")
 _UNSAFE = re.compile(r"[^A-Za-z0-9.]+")
 
 
@@ -44,7 +43,7 @@ class EngineKey:
     bundle_hash: str
     tensorrt: str  # full TensorRT version, e.g. "8.5.2.2"
     sm: str  # compute capability, e.g. "7.2"
-    precision: str  # fp32 | fp16 | int8 | best
+    precision: str  # one of edge_sdk.precision.BUILD_PRECISIONS
     dla_core: Optional[int] = None  # None: GPU only
 
     @property

@@ -31,8 +31,9 @@ from edge_sdk import _imports
 from edge_sdk.errors import BackendError, BundleError, CalibrationError, ConfigError, ModelError, TargetError
 from edge_sdk.fsutil import PathLike, atomic_write_bytes
 from edge_sdk.manifest import VARIANT_FILES, Bundle
+from edge_sdk.precision import BUILD_PRECISIONS
 from edge_sdk.targets import Target, get_target
-from edge_sdk.trt.cache import PRECISIONS, EngineCache, EngineKey
+from edge_sdk.trt.cache import EngineCache, EngineKey
 from edge_sdk.trt.calibrator import (
     CALIB_CACHE,
     CalibrationFeed,
@@ -349,8 +350,8 @@ def _int8_section(manifest: Dict[str, Any]) -> Tuple[List[str], Dict[str, str]]:
 
 
 def plan_build(bundle: Bundle, api: TrtApi, precision: str, dla_core: Optional[int] = None) -> BuildPlan:
-    if precision not in PRECISIONS:
-        raise ConfigError(f"--precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+    if precision not in BUILD_PRECISIONS:
+        raise ConfigError(f"--precision must be one of {', '.join(BUILD_PRECISIONS)}, got {precision!r}")
     if dla_core is not None and precision == "fp32":
         raise ConfigError("the DLA runs FP16 and INT8 only: use --precision fp16, int8 or best with --dla-core")
     wants_int8 = precision in ("int8", "best")

@@ -1,94 +1,125 @@
-"""Pipeline helpers: the deterministic calibration split and input-spec resolution."""
+"""The build as a whole, called as a library: the manifest a searched INT8 build writes, key by
+key (the contract the runtime and `edge-sdk engine` read), and the progress it reports."""
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
+from typing import ContextManager, List, Tuple
 
 import pytest
-from detector_factory import make_detector
+from detector_factory import TINY_DECODER, TINY_HW, make_detector, write_images
 
-from edge_sdk.builder.pipeline import list_images, resolve_input_spec, split_images
+import edge_sdk
+from edge_sdk.builder import pipeline
+from edge_sdk.builder.progress import BuildProgress
 from edge_sdk.builder.project import BuildConfig
-from edge_sdk.errors import CalibrationError, ConfigError
-from edge_sdk.preprocess import InputSpec
+from edge_sdk.manifest import Bundle
 
 pytestmark = pytest.mark.host
+onnx = pytest.importorskip("onnx")
 
 
-def names(n: int):
-    return [Path(f"{i:03d}.jpg") for i in range(n)]
+class RecordingProgress(BuildProgress):
+    """A quiet BuildProgress that keeps every message and task it is given, in order."""
+
+    def __init__(self) -> None:
+        super().__init__(quiet=True)
+        self.said: List[Tuple[str, str]] = []
+        self.tasks: List[Tuple[str, int]] = []
+
+    def info(self, message: str) -> None:
+        self.said.append(("info", message))
+
+    def warn(self, message: str) -> None:
+        self.said.append(("warn", message))
+        super().warn(message)
+
+    def task(self, description: str, total: int) -> ContextManager:
+        self.tasks.append((description, total))
+        return super().task(description, total)
 
 
-@pytest.mark.parametrize(
-    "n, search, sizes",
-    [
-        # n images, with a search part?, (calibration, search, gate)
-        (56, True, (28, 14, 14)),
-        (48, True, (24, 12, 12)),
-        (16, True, (8, 4, 4)),
-        (17, True, (8, 4, 5)),
-        (16, False, (12, 0, 4)),
-        (12, False, (8, 0, 4)),
-        (13, False, (9, 0, 4)),
-    ],
-)
-def test_split_is_deterministic_and_disjoint(n: int, search: bool, sizes) -> None:
-    s1 = split_images(names(n), 0.25, 4, 8, search=search)
-    s2 = split_images(list(reversed(names(n))), 0.25, 4, 8, search=search)  # order given does not matter
-    assert (s1.calibration, s1.search, s1.gate) == (s2.calibration, s2.search, s2.gate)
-    assert (len(s1.calibration), len(s1.search), len(s1.gate)) == sizes
-    parts = [set(s1.calibration), set(s1.search), set(s1.gate)]
-    assert not (parts[0] & parts[1] or parts[0] & parts[2] or parts[1] & parts[2])
-    assert set.union(*parts) == set(names(n))
-    k = s1.stride
-    assert k == (3 if n == 12 else 4)  # 12 images: stride 3 keeps 4 for the gate
-    assert s1.gate[0] == Path("000.jpg") and all(int(p.stem) % k == 0 for p in s1.gate)  # every k-th by name
-    assert all(int(p.stem) % k == k // 2 for p in s1.search)
+@pytest.fixture(scope="module")
+def searched(tmp_path_factory: pytest.TempPathFactory) -> Tuple[Path, Path, Bundle, pipeline.BuildResult, RecordingProgress]:
+    """The tiny detector built to INT8 on images whose calibration part is black: INT8 misses the
+    squares of the search and gate images, so the FP32-fallback search keeps both convolutions
+    that see the input's range (feat_conv, heat_conv) in FP32."""
+    root = tmp_path_factory.mktemp("searched")
+    model = root / "detector.onnx"
+    onnx.save(make_detector(), str(model))
+    calib = write_images(root / "calib", 16, black_except_every=2)
+    config = BuildConfig(model=model, out=root / "bundle", precision="int8", calib=calib, calib_method="minmax",
+                         input_size=(TINY_HW[1], TINY_HW[0]), decoder=dict(TINY_DECODER))
+    progress = RecordingProgress()
+    result = pipeline.build(config, progress)
+    return model, calib, result.bundle, result, progress
 
 
-def test_split_shrinks_the_stride_to_keep_enough_gate_images() -> None:
-    split = split_images(names(20), 0.1, 4, 8)
-    assert split.stride == 5 and (len(split.calibration), len(split.search), len(split.gate)) == (12, 4, 4)
-    assert split.describe() == "image i in name order: i % 5 == 0 → gate, i % 5 == 2 → search, the rest → calibration"
+def test_manifest_of_a_searched_int8_build(searched) -> None:
+    model, calib, bundle, result, _ = searched
+    m = bundle.manifest
+    assert list(m) == ["schema_version", "model", "target", "inputs", "outputs", "decoder", "precision",
+                       "requested_precision", "variants", "graph", "accuracy", "preprocess_probe", "engine", "builder",
+                       "calibration", "int8", "files"]
+    assert m["model"] == {"name": "detector", "source_sha256": hashlib.sha256(model.read_bytes()).hexdigest(),
+                          "source": "detector.onnx"}
+    assert m["inputs"][0]["name"] == "input.1" and m["inputs"][0]["shape"] == [1, 3, TINY_HW[0], TINY_HW[1]]
+    h, w = TINY_HW[0] // 4, TINY_HW[1] // 4
+    assert m["outputs"] == [{"name": name, "shape": [1, c, h, w], "dtype": "float32"}
+                            for name, c in (("537", 1), ("538", 2), ("539", 2), ("540", 10))]
+    assert m["decoder"] == TINY_DECODER
+    assert (m["precision"], m["requested_precision"], m["variants"]) == ("int8", "int8", ["fp32", "fp16", "int8"])
+    assert list(m["graph"]) == ["source", "optimized", "optimizer"]
+    assert list(m["accuracy"]) == ["fp32", "fp16", "int8"] and m["accuracy"]["int8"]["gate"]["passed"] is True
+    assert m["engine"] == {"dla_core": None, "workspace_mib": 2048}
+    assert m["builder"]["edge_sdk"] == edge_sdk.__version__ and m["builder"]["seconds"] >= 0
+
+    cal = m["calibration"]
+    assert list(cal) == ["algorithm", "trt_calibrator", "percentile", "samples", "held_back", "folder", "split",
+                         "tensors_kept", "tensors", "coverage"]
+    assert (cal["algorithm"], cal["percentile"], cal["folder"]) == ("minmax", None, str(calib))
+    # 16 images, every 4th by name to the gate, the ones 2 after them to the search, 8 calibrate
+    assert (cal["samples"], cal["held_back"], cal["tensors_kept"], cal["tensors"]["count"]) == (8, 4, 8, 8)
+    split = cal["split"]
+    assert [split[k]["images"] for k in ("calibration", "search", "gate")] == [8, 4, 4]
+    assert split["search"]["reference_detections"] >= 8 and split["gate"]["reference_detections"] >= 8
+    assert split["gate"]["reference_detections"] == m["accuracy"]["int8"]["reference_detections"]
+    assert list(cal["coverage"]) == ["clipped_fraction", "warn_above"]
+
+    int8 = m["int8"]
+    assert list(int8) == ["fp32_layers", "layer_precisions", "search", "search_target", "search_f1"]
+    assert int8["fp32_layers"] == ["feat_conv", "heat_conv"]
+    assert {k for k, v in int8["layer_precisions"].items() if v == "fp32"} == {"feat_conv", "heat_conv"}
+    assert [s["fp32_layers"] for s in int8["search"]] == [0, 1, 2] and int8["search"][-1]["score"] == 1.0
+    assert (int8["search_target"], int8["search_f1"]) == (0.98, 1.0)
+    assert {"calib.cache", "ranges.json", "model.onnx", "model.fp16.onnx", "model.int8.qdq.onnx"} <= set(m["files"])
+    assert sorted(f for f in m["files"] if f.startswith("calib/")) == [f"calib/{i:04d}.npz" for i in range(8)]
+    assert result.summary["fp32_layers"] == int8["fp32_layers"] and result.summary["split"] == split
 
 
-def test_split_caps_the_calibration_part() -> None:
-    split = split_images(names(48), 0.25, 4, 8, max_calib=10)
-    assert (len(split.calibration), len(split.search), len(split.gate)) == (10, 12, 12)
+def test_progress_follows_the_steps_in_order(searched) -> None:
+    *_, result, progress = searched
+    assert [d for d, _ in progress.tasks] == [
+        "preprocess", "preprocessing probe", "evaluate fp32 (gate images)", "evaluate fp16",
+        "evaluate fp32 (search images)", "calibrate (minmax)", "evaluate int8 (search images)",
+        "rank layers by INT8 sensitivity", "evaluate int8 (gate images)", "coverage",
+    ]
+    infos = [m.split(":")[0] for kind, m in progress.said if kind == "info"]
+    assert infos == ["model", "graph", "images", "preprocessing probe", "int8 scores 0.0000 on the search images < 0.98 (gate 0.97 + margin 0.01)",
+                     "int8 fallback", "int8 gate"]
+    warnings = [m for kind, m in progress.said if kind == "warn"]
+    assert warnings == result.warnings == result.summary["warnings"]
 
 
-@pytest.mark.parametrize(
-    "n, search, message",
-    [
-        (15, True, "too few calibration images: 15; need at least 16 \\(8 to calibrate, 4 for the FP32-fallback search, 4 for"),
-        (11, False, "too few calibration images: 11; need at least 12 \\(8 to calibrate, 4 for the accuracy gate\\)"),
-    ],
-)
-def test_too_few_images(n: int, search: bool, message: str) -> None:
-    with pytest.raises(CalibrationError, match=message):
-        split_images(names(n), 0.25, 4, 8, search=search)
-
-
-def test_list_images_ignores_other_files(tmp_path: Path) -> None:
-    for name in ("b.png", "a.JPG", "notes.txt", "c.jpeg"):
-        (tmp_path / name).write_bytes(b"x")
-    assert [p.name for p in list_images(tmp_path)] == ["a.JPG", "b.png", "c.jpeg"]
-
-
-def test_default_spec_with_overrides() -> None:
-    default = InputSpec(name="input.1", shape=[1, 3, 384, 640])
-    spec = resolve_input_spec(BuildConfig(input_size=(320, 192), color="RGB", mean=[1.0] * 3), make_detector(), default)
-    assert (spec.name, spec.shape, spec.color, spec.mean, spec.scale) == ("input.1", [1, 3, 192, 320], "RGB", [1.0] * 3, [1.0] * 3)
-
-
-def test_dummy_dims_are_used_when_nothing_else_is_given() -> None:
-    spec = resolve_input_spec(BuildConfig(), make_detector(dummy_dims=(1, 3, 64, 96)), None)
-    assert spec.shape == [1, 3, 64, 96]
-
-
-def test_dynamic_dims_need_an_input_size() -> None:
-    model = make_detector()
-    dim = model.graph.input[0].type.tensor_type.shape.dim[2]
-    dim.Clear()
-    dim.dim_param = "height"
-    with pytest.raises(ConfigError, match="--input-size"):
-        resolve_input_spec(BuildConfig(), model, None)
+def test_build_progress_keeps_warnings_and_prints_keys_literally(capsys: pytest.CaptureFixture) -> None:
+    loud, quiet = BuildProgress(), BuildProgress(quiet=True)
+    for progress in (loud, quiet):
+        progress.info("set [input] color = RGB")
+        progress.warn("[build] probe is off")
+        with progress.task("work", 2) as advance:
+            advance(2)
+    err = capsys.readouterr().err
+    assert "set [input] color = RGB" in err and "warning: [build] probe is off" in err  # once: the quiet one prints nothing
+    assert err.count("[input] color") == 1
+    assert loud.warnings == quiet.warnings == ["[build] probe is off"]
+    assert not hasattr(pipeline, "Reporter")  # edge_sdk.telemetry.reporter.Reporter is the only Reporter

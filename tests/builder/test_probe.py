@@ -180,7 +180,7 @@ def centerface_probe(centerface_384x640_path):
     """probe(spec) on the search images the default build uses (8 of them)."""
     from edge_sdk.builder.default_model import CENTERFACE
     from edge_sdk.builder.graph import model_from_path
-    from edge_sdk.builder.pipeline import default_calib_dir, list_images, split_images
+    from edge_sdk.builder.images import default_calib_dir, list_images, split_images
 
     folder = default_calib_dir()
     if not folder.is_dir():

@@ -10,7 +10,7 @@ from typing import Any, Dict, List, Optional
 import pytest
 
 from edge_sdk.builder.default_model import DEFAULT_MODEL
-from edge_sdk.cli import detect as detect_cmd
+from edge_sdk import default_bundle
 from edge_sdk.preprocess import InputSpec
 from runtime_factories import CENTERFACE_DECODER, tiny_centerface_model, write_bundle
 
@@ -59,13 +59,13 @@ def fake_build(tiny: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> F
     calib = tmp_path / "calib"
     calib.mkdir()
     (calib / "a.jpg").write_bytes(b"first calibration image")
-    monkeypatch.setattr(detect_cmd, "default_calibration_folder", lambda: calib)
+    monkeypatch.setattr(default_bundle, "default_calibration_folder", lambda: calib)
     return fake
 
 
 def test_a_current_default_bundle_is_reused(tiny: Path, tmp_path: Path, fake_build: FakeBuild) -> None:
     cached = cached_default(tiny, tmp_path / "cache" / "default")
-    assert detect_cmd.ensure_default_bundle("fp32", root=cached) == cached
+    assert default_bundle.ensure_default_bundle("fp32", root=cached) == cached
     assert fake_build.calls == []
 
 
@@ -86,12 +86,12 @@ def test_a_default_bundle_built_from_another_spec_is_rebuilt(tiny: Path, tmp_pat
 
     cached = cached_default(tiny, tmp_path / "cache" / "default", **change)
     messages: List[str] = []
-    assert detect_cmd.ensure_default_bundle("fp32", root=cached, echo=messages.append) == cached
+    assert default_bundle.ensure_default_bundle("fp32", root=cached, echo=messages.append) == cached
     assert len(fake_build.calls) == 1 and fake_build.calls[0].model is None and Path(fake_build.calls[0].out) == cached
     assert re.search(f"out of date.*{said}", messages[0]), messages
     assert json.loads((cached / "manifest.json").read_text())["inputs"][0]["color"] == "RGB"
     # and the rebuilt one is current: the next run reuses it
-    assert detect_cmd.ensure_default_bundle("fp32", root=cached) == cached
+    assert default_bundle.ensure_default_bundle("fp32", root=cached) == cached
     assert len(fake_build.calls) == 1
 
 
@@ -99,17 +99,17 @@ def test_a_default_bundle_built_from_another_spec_is_rebuilt(tiny: Path, tmp_pat
 def test_an_int8_default_calibrated_on_other_images_is_rebuilt(tiny: Path, tmp_path: Path, fake_build: FakeBuild,
                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     root = tmp_path / "cache" / "default"
-    detect_cmd.ensure_default_bundle("int8", root=root)  # nothing cached: built, and its record kept
+    default_bundle.ensure_default_bundle("int8", root=root)  # nothing cached: built, and its record kept
     assert len(fake_build.calls) == 1
-    record = json.loads(detect_cmd.build_record(root).read_text())
-    assert record == detect_cmd.default_build_key() and record["input"]["color"] == "RGB"
-    detect_cmd.ensure_default_bundle("int8", root=root)
+    record = json.loads(default_bundle.build_record(root).read_text())
+    assert record == default_bundle.default_build_key() and record["input"]["color"] == "RGB"
+    default_bundle.ensure_default_bundle("int8", root=root)
     assert len(fake_build.calls) == 1  # same images: reused
-    (detect_cmd.default_calibration_folder() / "a.jpg").write_bytes(b"another calibration image")
+    (default_bundle.default_calibration_folder() / "a.jpg").write_bytes(b"another calibration image")
     messages: List[str] = []
-    detect_cmd.ensure_default_bundle("int8", root=root, echo=messages.append)
+    default_bundle.ensure_default_bundle("int8", root=root, echo=messages.append)
     assert len(fake_build.calls) == 2 and "calibrated on other images" in messages[0]
-    detect_cmd.ensure_default_bundle("fp32", root=root)  # FP32 does not depend on the images
+    default_bundle.ensure_default_bundle("fp32", root=root)  # FP32 does not depend on the images
     assert len(fake_build.calls) == 2
 
 
@@ -117,8 +117,8 @@ def test_an_int8_default_calibrated_on_other_images_is_rebuilt(tiny: Path, tmp_p
 def test_an_int8_default_without_a_build_record_is_rebuilt(tiny: Path, tmp_path: Path, fake_build: FakeBuild) -> None:
     """Bundles cached before the record existed cannot say what they were calibrated on."""
     cached = cached_default(tiny, tmp_path / "cache" / "default", int8=True)
-    detect_cmd.ensure_default_bundle("int8", root=cached)
-    assert len(fake_build.calls) == 1 and detect_cmd.build_record(cached).is_file()
+    default_bundle.ensure_default_bundle("int8", root=cached)
+    assert len(fake_build.calls) == 1 and default_bundle.build_record(cached).is_file()
 
 
 def test_a_stale_default_on_a_machine_without_the_builder_is_refused_not_reused(
@@ -131,7 +131,7 @@ def test_a_stale_default_on_a_machine_without_the_builder_is_refused_not_reused(
     monkeypatch.setattr(_imports, "available", lambda name: False if name == "onnx" else real(name))
     cached = cached_default(tiny, tmp_path / "cache" / "default", input_changes={"color": "BGR"})
     with pytest.raises(BundleError, match="host extra"):
-        detect_cmd.ensure_default_bundle("fp32", root=cached)
+        default_bundle.ensure_default_bundle("fp32", root=cached)
 
 
 @pytest.mark.host  # rebuilding needs the builder (onnx)
@@ -141,6 +141,25 @@ def test_the_build_record_leaves_the_bundle_folder_replaceable(tiny: Path, tmp_p
     from edge_sdk.builder.bundle import check_output_dir
 
     cached = cached_default(tiny, tmp_path / "cache" / "default", input_changes={"color": "BGR"})
-    detect_cmd.ensure_default_bundle("int8", root=cached)
-    assert detect_cmd.build_record(cached).is_file()
+    default_bundle.ensure_default_bundle("int8", root=cached)
+    assert default_bundle.build_record(cached).is_file()
     check_output_dir(cached)  # the real guard the next rebuild runs first: raises on foreign files
+
+
+def test_auto_reuses_a_current_default_whatever_variants_it_holds(tiny: Path, tmp_path: Path, fake_build: FakeBuild) -> None:
+    """Precision auto picks among the variants the bundle holds (choose_precision), so any
+    current default serves it: an FP32-only one is not rebuilt."""
+    cached = cached_default(tiny, tmp_path / "cache" / "default")
+    assert default_bundle.ensure_default_bundle("auto", root=cached) == cached
+    assert fake_build.calls == []
+
+
+@pytest.mark.host  # building needs the builder (onnx)
+def test_auto_builds_every_variant_once(tiny: Path, tmp_path: Path, fake_build: FakeBuild) -> None:
+    root = tmp_path / "cache" / "default"
+    messages: List[str] = []
+    assert default_bundle.ensure_default_bundle("auto", root=root, echo=messages.append) == root
+    assert [c.precision for c in fake_build.calls] == ["best"] and "building the default bundle" in messages[0]
+    default_bundle.ensure_default_bundle("auto", root=root)
+    default_bundle.ensure_default_bundle("int8", root=root)  # the "best" build holds int8 too
+    assert len(fake_build.calls) == 1

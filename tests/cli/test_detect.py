@@ -9,7 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from edge_sdk.cli import app
-from edge_sdk.cli import detect as detect_cmd
+from edge_sdk import default_bundle
 from edge_sdk.errors import BundleError
 from edge_sdk.preprocess import InputSpec
 from runtime_factories import CENTERFACE_DECODER, tiny_centerface_model, write_bundle, write_video
@@ -129,4 +129,4 @@ def test_default_bundle_without_the_builder_says_how_to_get_one(tmp_path: Path, 
     real = _imports.available
     monkeypatch.setattr(_imports, "available", lambda name: False if name == "onnx" else real(name))
     with pytest.raises(BundleError, match=r'pip install "edge-sdk\[host\]".*--bundle'):
-        detect_cmd.ensure_default_bundle("fp32", root=tmp_path / "default")
+        default_bundle.ensure_default_bundle("fp32", root=tmp_path / "default")

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from edge_sdk.telemetry.commands import CommandProcessor, CommandRejected, canonical, sign
+from edge_sdk.daemon.commands import CommandProcessor, CommandRejected, canonical, sign
 
 pytest.importorskip("jsonschema")
 
@@ -214,7 +214,7 @@ def test_a_corrupt_replay_file_is_moved_aside_and_older_commands_refused(tmp_pat
 
 
 def test_token_bucket() -> None:
-    from edge_sdk.telemetry.commands import TokenBucket
+    from edge_sdk.daemon.commands import TokenBucket
 
     clock = Clock()
     bucket = TokenBucket(2.0, 2.0, clock)

@@ -3,9 +3,7 @@ tiny CenterFace-shaped model) and a real Mosquitto broker."""
 from __future__ import annotations
 
 import json
-import shutil
 import threading
-import time
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional
 
@@ -15,7 +13,7 @@ from edge_sdk.daemon import Daemon, DaemonConfig, daemon_config_from_dict
 from edge_sdk.errors import ConfigError
 from edge_sdk.manifest import Bundle
 from edge_sdk.telemetry import schemas
-from edge_sdk.telemetry.commands import sign
+from edge_sdk.daemon.commands import sign
 
 from tiny_bundle import make_tiny_bundle
 from polling import wait_until
@@ -61,7 +59,7 @@ class Recording:
         self.indices: List[int] = []
         self.pipeline: Any = None
 
-    def __call__(self, cfg: Any) -> Any:
+    def __call__(self, cfg: Any, **injected: Any) -> Any:
         from edge_sdk.runtime.pipeline import Pipeline
 
         outer = self
@@ -72,7 +70,7 @@ class Recording:
                     outer.indices.append(result.index)
                     yield result
 
-        self.pipeline = Recorded(cfg)
+        self.pipeline = Recorded(cfg, **injected)
         return self.pipeline
 
 
@@ -306,7 +304,7 @@ def _wait(predicate, timeout: float = 20.0) -> bool:
 
 
 def test_set_mode_switches_the_detector_between_frames(models: Path, tmp_path: Path, broker, message_log) -> None:
-    from edge_sdk.roi.runtime import StrategyDetector
+    from edge_sdk.runtime.detector import StrategyDetector
 
     log = message_log(broker.url, ["edge-sdk/cam-1/cmd/response"])
     daemon = Daemon(config(models, tmp_path, broker.url))
@@ -328,4 +326,32 @@ def test_set_mode_switches_the_detector_between_frames(models: Path, tmp_path: P
     assert isinstance(daemon.pipeline.detector, StrategyDetector)
     assert daemon.pipeline.detector.backend is full_backend  # same model, new strategy
     assert "sweep_tiles" in last.info  # the roi scheduler's per-frame report
-    assert daemon.config.pipeline.mode == "roi"
+    assert daemon.model.mode == "roi" and daemon.model.detector is daemon.pipeline.detector
+
+
+def test_a_dying_pipeline_says_which_stage_failed(models: Path, tmp_path: Path, broker, message_log, caplog) -> None:
+    import logging
+
+    from edge_sdk.errors import SourceError
+    from edge_sdk.runtime.pipeline import Pipeline
+
+    from runtime_factories import ListSource, scene
+
+    frames: List[Any] = [scene(i, 96, 64) for i in range(5)] + [SourceError("camera unplugged")]
+
+    def factory(cfg: Any, **injected: Any) -> Any:
+        return Pipeline(cfg, source=ListSource(frames), **injected)
+
+    caplog.set_level(logging.ERROR, logger="edge_sdk.daemon")
+    log = message_log(broker.url, ["edge-sdk/cam-1/#"])
+    daemon = Daemon(config(models, tmp_path, broker.url), pipeline_factory=factory)
+    assert daemon.run() == SourceError.exit_code
+    assert log.wait(lambda m: any(s["state"] == "offline" for s in log.on("status")), timeout=10)
+    expected = "pipeline stopped: capture: SourceError: camera unplugged"
+    alerts = [a for a in log.on("alerts") if a["alert"] == "pipeline_stopped"]
+    assert [(a["state"], a["severity"], a["message"]) for a in alerts] == [("raised", "critical", expected)]
+    assert log.on("status")[-1]["reason"] == "error: capture: SourceError: camera unplugged"
+    assert expected in caplog.text
+    assert "pipeline_stopped" in log.on("telemetry")[-1]["alerts_open"]  # the final telemetry says so too
+    for message in alerts + log.on("status"):
+        assert schemas.errors(message) == []

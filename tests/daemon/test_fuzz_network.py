@@ -25,7 +25,7 @@ import pytest
 
 from edge_sdk.daemon import Daemon
 from edge_sdk.telemetry import schemas
-from edge_sdk.telemetry.commands import LIMITS, MAX_DEPTH, MAX_PAYLOAD, CommandProcessor, sign
+from edge_sdk.daemon.commands import LIMITS, MAX_DEPTH, MAX_PAYLOAD, CommandProcessor, sign
 from edge_sdk.telemetry.fleet import Fleet, prometheus_collector
 from edge_sdk.validate import UntrustedInput, loads_untrusted
 
@@ -217,7 +217,7 @@ def test_fuzz_every_topic_through_the_broker(models: Path, tmp_path: Path, broke
     monkeypatch.setenv("EDGE_TEST_SECRET", SECRET.decode())  # so no unsigned fuzzed command can be valid
     # the signed phase sends ~150 commands in a few seconds: lift the per-kind rate limits and the
     # answer budget, so that every signed command is run (or refused by its checks) and answered
-    monkeypatch.setattr("edge_sdk.daemon.CommandProcessor", functools.partial(
+    monkeypatch.setattr("edge_sdk.daemon.service.CommandProcessor", functools.partial(
         CommandProcessor, limits={kind: (1e6, 1e6) for kind in LIMITS}, answers=(1e6, 1e6)))
     cfg = config(models, tmp_path, broker.url, device={"hmac_secret_env": "EDGE_TEST_SECRET"})
     cfg.pipeline.source.uri = SOURCE.replace("fps=30", "fps=300")  # commands are served between frames
@@ -236,9 +236,10 @@ def test_fuzz_every_topic_through_the_broker(models: Path, tmp_path: Path, broke
             "the monitor never subscribed"
 
         def state() -> tuple:
-            d = daemon.pipeline.detector.decoder
+            model = daemon.model.describe()  # the running model's one owner: thresholds and mode in every mode
             return (daemon.reporter.interval_s, daemon.reporter.detections, daemon.reporter.target_fps,
-                    d.score_threshold, d.nms_iou, daemon.status()["bundle_hash"], daemon.config.pipeline.mode)
+                    model["thresholds"]["score_threshold"], model["thresholds"]["nms_iou"], model["bundle_hash"],
+                    model["mode"])
 
         before = state()
         for topic, payload, retain in messages:

@@ -15,7 +15,7 @@ import pytest
 
 from edge_sdk.daemon import Daemon
 from edge_sdk.telemetry import schemas
-from edge_sdk.telemetry.commands import sign
+from edge_sdk.daemon.commands import sign
 from edge_sdk.validate import UntrustedInput, loads_untrusted
 
 from mqtt_broker import MessageLog
@@ -151,6 +151,10 @@ def test_a_signed_command_is_not_replayed_after_a_restart(models: Path, tmp_path
     second = Daemon(cfg())  # a restart: same config, same state folder
     running = Running(second)
     try:
+        # its online status follows its `cmd` subscription on the same connection: once it is
+        # here, a command cannot arrive before the daemon listens
+        assert log.wait(lambda m: any(s["state"] == "online" and s.get("instance_id") == second.instance_id
+                                      for s in log.on("status")))
         assert wait_until(lambda: second.frames > 0)
         command(log, CMD, captured)  # the attacker replays what it captured
         command(log, CMD, sign(ping("fresh"), b"s3cret"))

@@ -7,7 +7,8 @@ tuple whose first item is the error code (`cudaError_t` / `CUresult`), then the 
 Device memory is host memory; kernels named by `cuModuleGetFunction` run through the host shim
 launcher given to `install()`; work is run when it is issued (one stream, in order), except
 between cudaStreamBeginCapture and cudaStreamEndCapture, where it is recorded into the graph.
-`calls` lists every call by name, in order.
+`calls` lists every call by name, in order; `copies` every cudaMemcpyAsync as
+(dst, src, count, kind, stream).
 """
 from __future__ import annotations
 
@@ -70,7 +71,7 @@ class _Stream:
 def install(monkeypatch: Any, device: FakeDevice, launcher: Optional[Callable[..., None]] = None) -> types.SimpleNamespace:
     """Put fake `cuda.bindings.runtime` / `.driver` into sys.modules; returns (rt, drv, state)."""
     state = types.SimpleNamespace(calls=[], blocks={}, used=0, mapped=set(), flags={}, graphs=[], launches=[],
-                                  capture_modes=[], loads=0)
+                                  capture_modes=[], loads=0, copies=[])
     rt = types.ModuleType("cuda.bindings.runtime")
     drv = types.ModuleType("cuda.bindings.driver")
     ok = cudaError_t.cudaSuccess
@@ -175,6 +176,7 @@ def install(monkeypatch: Any, device: FakeDevice, launcher: Optional[Callable[..
         return (ok,)
 
     def cudaMemcpyAsync(dst, src, count, kind, stream):
+        state.copies.append((int(dst), int(src), count, kind, stream))
         issue(stream, lambda: ctypes.memmove(int(dst), int(src), count))
         return (ok,)
 

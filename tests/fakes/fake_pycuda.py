@@ -52,7 +52,8 @@ class FakePycudaDevice:
 
 
 def install(monkeypatch: Any, device: FakePycudaDevice, launcher: Optional[Callable[..., None]] = None) -> types.SimpleNamespace:
-    state = types.SimpleNamespace(used=0, blocks={}, pushes=[], compiles=[], launches=[], calls=[])
+    # copies: every memcpy_htod_async as (dest, source address, nbytes, stream)
+    state = types.SimpleNamespace(used=0, blocks={}, pushes=[], compiles=[], launches=[], calls=[], copies=[])
     drv = types.ModuleType("pycuda.driver")
     drv.Error, drv.LogicError, drv.MemoryError, drv.CompileError = Error, LogicError, MemoryError, CompileError
 
@@ -180,6 +181,7 @@ def install(monkeypatch: Any, device: FakePycudaDevice, launcher: Optional[Calla
             return Function(name, match.group(1).count(b",") + 1)
 
     def memcpy_htod_async(dest, src, stream=None):
+        state.copies.append((int(dest), src.ctypes.data, src.nbytes, stream))
         ctypes.memmove(int(dest), src.ctypes.data, src.nbytes)
 
     def memcpy_dtoh_async(dest, src, stream=None):

@@ -6,7 +6,7 @@ from typing import Dict
 import pytest
 
 from edge_sdk.detections import match_detections
-from edge_sdk.roi.detector import BatchDetector
+from edge_sdk.runtime.detector import BatchDetector
 from edge_sdk.roi.strategies import RoiConfig, make_strategy
 
 # ROI mode on 4 frames of the seed-2 colour 4K scene finds at least this share of the faces.
@@ -59,19 +59,20 @@ def test_pipeline_in_roi_mode_reports_per_frame(centerface_384x640_path) -> None
 
     pytest.importorskip("onnxruntime")
     from edge_sdk.builder.default_model import CENTERFACE
-    from edge_sdk.roi.runtime import strategy_detector
     from edge_sdk.runtime.backends.onnxruntime import OnnxRuntimeBackend
     from edge_sdk.runtime.config import CacheConfig, PipelineConfig, SourceConfig
+    from edge_sdk.runtime.detector import make_detector
+    from edge_sdk.runtime.model import Model
     from edge_sdk.runtime.pipeline import Pipeline
 
     backend = OnnxRuntimeBackend(centerface_384x640_path, provider="cpu", threads=2)
     backend.activate()
-    detector = strategy_detector("roi", backend, CENTERFACE.decoder, CENTERFACE.input_spec, RoiConfig())
+    detector = make_detector("roi", Model(backend, CENTERFACE.input_spec, dict(CENTERFACE.decoder)), RoiConfig())
     config = PipelineConfig(
         source=SourceConfig("synthetic://faces?width=3840&height=2160&frames=4&seed=2"), mode="roi", cache=CacheConfig(enabled=False)
     )
     try:
-        with Pipeline(config, backend=backend, detector=detector) as pipeline:
+        with Pipeline(config, detector=detector) as pipeline:
             lines = [json.loads(json.dumps(r.to_json())) for r in pipeline]
     finally:
         backend.deactivate()

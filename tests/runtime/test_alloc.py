@@ -22,7 +22,8 @@ from edge_sdk.detections import Detections
 from edge_sdk.preprocess import InputSpec, Transform
 from edge_sdk.runtime.backends.onnxruntime import OnnxRuntimeBackend
 from edge_sdk.runtime.config import CacheConfig, PipelineConfig, SourceConfig
-from edge_sdk.runtime.pipeline import FullFrameDetector, Pipeline
+from edge_sdk.runtime.detector import FullFrameDetector
+from edge_sdk.runtime.pipeline import Pipeline
 from runtime_factories import CENTERFACE_DECODER, tiny_centerface_model
 
 FRAME_BYTES = 384 * 640 * 3  # one frame: 737 kB; the input tensor is 4x that
@@ -96,3 +97,55 @@ def test_real_model_and_decoder_only_small_transients(centerface_384x640_path: P
     current, peak = measure(Path(centerface_384x640_path), decoder, cache=True, warmup=5, measured=40)
     assert peak < FRAME_BYTES // 4, f"peak {peak} B"
     assert current < 32 * 1024, f"{current} B still held after 40 frames"
+
+
+def capture_allocations(source: Any, memory: Any, warmup: int = WARMUP, measured: int = MEASURED) -> Tuple[int, int]:
+    """(bytes still held, peak) over `measured` frames of a capture thread alone."""
+    from edge_sdk.runtime.capture import Capture
+
+    capture = Capture(source, pool_size=4, memory=memory).start()
+    try:
+        for _ in range(warmup):
+            capture.release(capture.get(timeout=10))
+        gc.collect()
+        tracemalloc.start(32)
+        try:
+            before = tracemalloc.take_snapshot()
+            for _ in range(measured):
+                capture.release(capture.get(timeout=10))
+            gc.collect()
+            _, peak = tracemalloc.get_traced_memory()
+            after = tracemalloc.take_snapshot()
+        finally:
+            tracemalloc.stop()
+        ours = [tracemalloc.Filter(False, tracemalloc.__file__)]
+        current = sum(stat.size_diff for stat in after.filter_traces(ours).compare_to(before.filter_traces(ours), "filename"))
+    finally:
+        capture.stop()
+    return current, peak
+
+
+@pytest.mark.parametrize("kind", ["synthetic", "video"])
+def test_capture_into_mapped_frame_memory_allocates_nothing_per_frame(kind: str, tmp_path: Path) -> None:
+    """The ring in (fake) mapped page-locked memory: the source decodes or renders into the
+    slots; buffers are allocated once per slot, never per frame."""
+    from edge_sdk.cuda.frames import MappedMemory
+    from edge_sdk.runtime.sources import open_source
+    from fakes.fake_cuda_host import FakeHostCuda
+    from runtime_factories import write_video
+
+    frames = WARMUP + MEASURED
+    if kind == "video":
+        uri = str(write_video(tmp_path / "clip.avi", frames, width=320, height=192))
+    else:
+        uri = f"synthetic://faces?width=640&height=384&count=6&min_size=24&max_size=48&frames={frames}"
+
+    def no_kernels(*args: Any) -> None:
+        raise AssertionError("no kernel runs here")
+
+    api = FakeHostCuda(no_kernels)
+    memory = MappedMemory(api)
+    current, peak = capture_allocations(open_source(uri), memory)
+    assert memory.allocations <= 4 and api.used == 0
+    assert peak < 64 * 1024, f"peak {peak} B over {MEASURED} frames"
+    assert current < 16 * 1024, f"{current} B still held after {MEASURED} frames"

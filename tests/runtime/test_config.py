@@ -50,7 +50,10 @@ def test_overrides_win(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     "text, message",
     [
-        ('precision = "fp8"', r"precision must be one of fp32, fp16, int8, got 'fp8'"),
+        ('precision = "fp8"', r"precision must be one of auto, fp32, fp16, int8, got 'fp8'"),
+        ('precision = "best"', r"precision must be one of auto, fp32, fp16, int8, got 'best'"),  # a build choice only
+        ('backend = "cuda"', r"backend must be one of auto, onnxruntime, onnxruntime-cpu, onnxruntime-cuda, "
+                             r"onnxruntime-tensorrt, tensorrt, got 'cuda'"),
         ("threads = -1", r"threads must be an integer >= 0"),
         ("thread = 2", r"unknown key 'thread'"),
         ("[cache]\nthreshhold = 2", r"unknown key cache.threshhold"),
@@ -68,6 +71,17 @@ def test_errors_name_the_key_and_the_file(tmp_path: Path, text: str, message: st
     with pytest.raises(ConfigError, match=message) as info:
         load_config(path)
     assert str(path) in str(info.value)
+
+
+def test_precision_defaults_to_auto(tmp_path: Path) -> None:
+    """Unset, the backend picks the variant (choose_precision); in code, from a file, and from
+    the command line alike."""
+    path = tmp_path / "edge.toml"
+    path.write_text('bundle = "b"\n')
+    assert PipelineConfig().precision == "auto"
+    assert load_config(path).precision == "auto"
+    assert config_from_dict({}, origin="command line").precision == "auto"
+    assert config_from_dict({"precision": "auto"}).precision == "auto"
 
 
 def test_missing_file(tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""The pipeline adapter: thresholds, stage latencies and the report, with a fake backend."""
+"""The runtime's detectors: thresholds, stage latencies and the report, with a fake backend."""
 from __future__ import annotations
 
 from typing import Dict, List
@@ -7,8 +7,10 @@ import numpy as np
 import pytest
 
 from edge_sdk.preprocess import InputSpec
-from edge_sdk.roi.runtime import StrategyDetector, strategy_detector
-from edge_sdk.roi.strategies import RoiConfig
+from edge_sdk.errors import ConfigError
+from edge_sdk.roi.config import RoiConfig
+from edge_sdk.runtime.detector import FullFrameDetector, StrategyDetector, make_detector
+from edge_sdk.runtime.model import Model
 
 SPEC = InputSpec(name="input.1", shape=[1, 3, 48, 64])
 
@@ -33,28 +35,81 @@ class FakeCenterFaceBackend:
         return [heat, scale, np.zeros((n, 2, h, w), np.float32), np.zeros((n, 10, h, w), np.float32)]
 
 
+def model(peak: float, **decoder: float) -> Model:
+    return Model(FakeCenterFaceBackend(peak), SPEC, dict({"type": "centerface", "score_threshold": 0.5}, **decoder))
+
+
+ROI = RoiConfig(motion=False, sweep_tiles=1, max_fine_pixels=2 * 64 * 48)
+
+
 @pytest.mark.parametrize(
     "mode, peak, expect_found",
     [
         ("full", 0.9, 1),
         ("full", 0.3, 0),
+        ("tiles", 0.9, 1),
+        ("tiles", 0.3, 0),
         ("roi", 0.3, 0),  # a proposal only: examined, not reported
         ("roi", 0.9, 1),
     ],
 )
-def test_strategy_detector_keeps_the_bundle_threshold_for_output(mode, peak, expect_found) -> None:
-    backend = FakeCenterFaceBackend(peak)
-    det = strategy_detector(mode, backend, {"type": "centerface", "score_threshold": 0.5}, SPEC, RoiConfig(motion=False, sweep_tiles=1, max_fine_pixels=2 * 64 * 48))
-    assert isinstance(det, StrategyDetector)
+def test_detector_keeps_the_bundle_threshold_for_output(mode, peak, expect_found) -> None:
+    m = model(peak)
+    det = make_detector(mode, m, ROI)
+    assert isinstance(det, FullFrameDetector if mode == "full" else StrategyDetector)
     latency: Dict[str, float] = {}
     info: Dict[str, object] = {}
     found = det.detect(np.zeros((96, 128, 3), np.uint8), latency, info)
     assert len(found) >= expect_found and (expect_found or len(found) == 0)
     assert set(latency) == {"preprocess", "infer", "decode", "merge"}
     assert all(v >= 0 for v in latency.values())
-    assert info["mode"] == mode
+    assert det.thresholds["score_threshold"] == 0.5
+    if mode != "full":
+        assert info["mode"] == mode
     if mode == "roi":
         # the coarse pass and the sweep tile (the whole frame, zoomed out) each propose the
         # 0.3 peak: both used the proposal threshold (0.05 < 0.3), not the output one
         assert info["candidates"] == 2
-        assert len(backend.feeds) == info["images"]
+        assert len(m.backend.feeds) == info["images"]
+
+
+@pytest.mark.parametrize("mode", ["full", "tiles", "roi"])
+def test_score_threshold_can_be_set_in_every_mode(mode) -> None:
+    """A face of score 0.3 is not reported at the bundle's 0.5; after set_thresholds(0.2) it is,
+    and after 0.6 again it is not (the roi proposal threshold follows it down, never up)."""
+    det = make_detector(mode, model(0.3), ROI)
+    frame = np.zeros((96, 128, 3), np.uint8)
+    assert len(det.detect(frame, {}, {})) == 0
+    assert det.set_thresholds(score_threshold=0.2)["score_threshold"] == 0.2
+    assert len(det.detect(frame, {}, {})) >= 1
+    det.set_thresholds(score_threshold=0.6)
+    assert len(det.detect(frame, {}, {})) == 0
+    if mode == "roi":
+        assert det.config.proposal_threshold == ROI.proposal_threshold  # 0.05, not raised to 0.6
+
+
+@pytest.mark.parametrize("mode", ["full", "tiles", "roi"])
+def test_nms_iou_can_be_set_in_every_mode(mode) -> None:
+    det = make_detector(mode, model(0.9, nms_iou=0.3), ROI)
+    assert det.thresholds["nms_iou"] == 0.3
+    assert det.set_thresholds(nms_iou=0.6)["nms_iou"] == 0.6
+    assert det.decoder.nms_iou == 0.6
+
+
+@pytest.mark.parametrize("mode", ["full", "roi"])
+@pytest.mark.parametrize("changes", [{"score_threshold": 1.5}, {"nms_iou": -0.1}, {"score_threshold": True},
+                                     {"score_threshold": "0.4"}, {"iou": 0.5}])
+def test_bad_thresholds_are_refused_and_change_nothing(mode, changes) -> None:
+    det = make_detector(mode, model(0.9, nms_iou=0.3), ROI)
+    before = dict(det.thresholds)
+    with pytest.raises(ConfigError):
+        det.set_thresholds(**changes)
+    assert det.thresholds == before
+
+
+def test_pipeline_thresholds_override_the_bundle_decoder() -> None:
+    det = make_detector("roi", model(0.3), ROI, {"score_threshold": 0.25, "nms_iou": None})
+    assert det.thresholds["score_threshold"] == 0.25
+    assert len(det.detect(np.zeros((96, 128, 3), np.uint8), {}, {})) >= 1
+    with pytest.raises(ConfigError, match="mode must be one of"):
+        make_detector("sahi", model(0.3), ROI)

@@ -134,7 +134,7 @@ def test_injected_detector_and_hot_swap() -> None:
 
 
 def test_tiles_mode_plugs_in_the_roi_strategy(tiny_bundle: Path) -> None:
-    from edge_sdk.runtime.pipeline import FullFrameDetector
+    from edge_sdk.runtime.detector import FullFrameDetector
 
     cfg = config("synthetic://faces?width=256&height=128&count=2&min_size=16&max_size=24", tiny_bundle, mode="tiles", max_frames=2)
     with Pipeline(cfg) as pipeline:

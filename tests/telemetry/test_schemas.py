@@ -92,3 +92,29 @@ def test_system_stats_off_jetson_has_no_jetson_fields() -> None:
     out = SystemStats(use_jtop=False).read()
     assert "memory_percent" in out and "process_rss_mb" in out
     assert not {"gpu_percent", "temperature_c", "power_mw", "nvpmodel"} & set(out)
+
+
+MODEL_BLOCK = {"bundle_hash": "abc", "target": "host", "backend": "onnxruntime", "precision": "fp32",
+               "precision_reason": "ONNX Runtime on a CPU runs fp32 best", "mode": "roi",
+               "thresholds": {"score_threshold": 0.6, "nms_iou": 0.45}, "reloads": 1, "reload_failures": 0}
+TELEMETRY = {"schema": "edge-sdk/telemetry/1", "device_id": "d", "ts": 1, "seq": 1, "window_s": 10, "fps": 1.0,
+             "latency_ms": {}, "frames": {"captured": 1, "processed": 1, "dropped": 0, "cached": 0},
+             "interval": {"seconds": 1, "captured": 1, "processed": 1, "dropped": 0, "drop_ratio": 0.0}}
+STATUS = {"schema": "edge-sdk/status/1", "device_id": "d", "ts": 1, "seq": 1, "state": "online"}
+
+
+@pytest.mark.parametrize("change,valid", [
+    ({}, True),
+    ({"mode": "fast"}, False),
+    ({"thresholds": {"score_threshold": 1.5, "nms_iou": 0.45}}, False),
+    ({"thresholds": {"score_threshold": 0.5, "iou": 0.45}}, False),
+    ({"precision_reason": None, "target": None, "bundle_hash": None}, True),
+])
+def test_the_model_block_of_telemetry_and_status(change: Dict[str, Any], valid: bool) -> None:
+    """The running model's block (the daemon's RunningModel.describe()) in telemetry, and its
+    fields in the retained status: mode and thresholds are checked, not only passed through."""
+    block = dict(MODEL_BLOCK, **change)
+    status = dict(STATUS, **{k: v for k, v in block.items() if k not in ("reloads", "reload_failures")})
+    assert (schemas.errors(dict(TELEMETRY, model=block)) == []) is valid
+    assert (schemas.errors(status) == []) is valid
+

@@ -13,20 +13,35 @@ runner, so a test or the daemon can inject them.
 | `onnxruntime` | ONNX Runtime, CUDA execution provider when available, else CPU | — |
 | `onnxruntime-cpu` / `-cuda` / `-tensorrt` | ONNX Runtime with exactly that execution provider | BackendError, never a silent fallback |
 | `tensorrt` | the native TensorRT backend (`edge_sdk.runtime.backends.tensorrt`) | BackendError naming what is missing |
+
+Which of the bundle's variants runs is decided once, by `choose_precision` (precision `auto`
+asks it to pick for the backend); the created backend says which and why in its `precision`
+and `precision_reason` attributes and in `describe()`.
 """
 from __future__ import annotations
 
 import importlib
 from pathlib import Path
-from typing import Any, Dict, List, Optional
-
-import numpy as np
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
 from edge_sdk import _imports
-from edge_sdk.errors import BackendError, MissingDependencyError
+from edge_sdk.errors import BackendError, ConfigError, MissingDependencyError
+from edge_sdk.precision import AUTO, PRECISIONS, RUNTIME_PRECISIONS
 
+if TYPE_CHECKING:  # numpy only for annotations: runtime.config imports the names below, and stays light
+    import numpy as np
+
+# "auto" and "onnxruntime" pick one of the others when the backend is created (select_backend).
 BACKEND_NAMES = ("auto", "onnxruntime", "onnxruntime-cpu", "onnxruntime-cuda", "onnxruntime-tensorrt", "tensorrt")
 TENSORRT_MODULE = "edge_sdk.runtime.backends.tensorrt"
+
+# Measured side by side in one run (`python bench/bench_build.py BUNDLE --threads 1`, the default
+# CenterFace bundle at 640x384, ONNX Runtime 1.32 on an AMD EPYC without VNNI): median FP32 46.2 ms,
+# FP16 46.6 ms (1.01x), INT8 Q/DQ 119.7 ms (2.59x).
+CPU_REASON = (
+    "FP32 is fastest on ONNX Runtime's CPU provider (measured: INT8 Q/DQ 2.6x slower without VNNI, "
+    "FP16 no faster)"
+)
 
 
 class Backend:
@@ -38,6 +53,8 @@ class Backend:
         self.input_names: List[str] = []
         self.output_names: List[str] = []
         self.is_active = False
+        self.precision: Optional[str] = None  # the bundle variant that runs (None: a model file given directly)
+        self.precision_reason = ""  # why that variant: see choose_precision
 
     def activate(self) -> None:
         raise NotImplementedError
@@ -51,8 +68,9 @@ class Backend:
         raise NotImplementedError
 
     def describe(self) -> Dict[str, Any]:
-        """What is running, for logs and telemetry (name, provider, threads, model...)."""
-        return {"backend": self.name}
+        """What is running, for logs and telemetry: the backend's name, the variant and why it was
+        chosen, and what the backend adds (providers, threads, model...)."""
+        return {"backend": self.name, "precision": self.precision, "precision_reason": self.precision_reason}
 
     @property
     def cpu_bound(self) -> bool:
@@ -96,44 +114,103 @@ def available_backends() -> List[str]:
     return names
 
 
+def choose_precision(requested: str, bundle: Any, backend: str) -> Tuple[str, str]:
+    """(variant, why) for a bundle on a concrete backend (`tensorrt`, `onnxruntime-tensorrt`,
+    `onnxruntime-cuda` or `onnxruntime-cpu`). The one place this choice is made.
+
+    * `fp32`, `fp16`, `int8`: that variant (a bundle without it fails when the backend loads it).
+    * `auto` on TensorRT (native or ONNX Runtime's execution provider): the bundle's gated choice
+      (INT8 when it passed the builder's accuracy gate), else its most reduced variant.
+    * `auto` on ONNX Runtime's CUDA provider: FP16 when the gated choice is a reduced precision
+      (the provider has FP16 kernels but runs an INT8 Q/DQ model's layers in float), else FP32.
+    * `auto` on ONNX Runtime's CPU provider: FP32 (see CPU_REASON).
+    """
+    check_precision(requested)
+    if requested != AUTO:
+        return requested, "requested"
+    held = bundle.variants()
+    if not held:
+        raise BackendError(f"bundle {bundle.root} holds no model variant; rebuild it")
+    gated = bundle.gated_precision
+    if backend in ("tensorrt", "onnxruntime-tensorrt"):
+        if gated is not None:
+            note = bundle.accuracy_note(gated)
+            return gated, "the bundle's gated choice" + (f" ({note})" if note else "")
+        reduced = held[-1]  # VARIANT_FILES order: most exact first
+        return reduced, f"the bundle records no gated choice; {reduced} is its most reduced variant"
+    if backend == "onnxruntime-cuda":
+        if gated in ("fp16", "int8") and "fp16" in held:
+            note = bundle.accuracy_note("fp16")
+            return "fp16", (
+                "ONNX Runtime's CUDA provider has FP16 kernels but runs INT8 Q/DQ layers in float"
+                + (f" (fp16: {note})" if note else "")
+            )
+        return _most_exact(held), "the bundle's gated choice is full precision"
+    return _most_exact(held), CPU_REASON
+
+
+def check_precision(value: Any) -> None:
+    """ConfigError naming the allowed values unless `value` is one of RUNTIME_PRECISIONS."""
+    if value not in RUNTIME_PRECISIONS:
+        raise ConfigError(f"precision must be one of {', '.join(RUNTIME_PRECISIONS)}, got {value!r}")
+
+
+def _most_exact(held: List[str]) -> str:
+    return next(p for p in PRECISIONS if p in held)
+
+
 def select_backend(
     name: str = "auto",
     model_path: Optional[Path] = None,
     *,
     bundle: Any = None,
-    precision: str = "fp32",
+    precision: str = AUTO,
     threads: int = 0,
     **options: Any,
 ) -> Backend:
-    """Create (not activate) the backend `name` for a bundle's precision variant or a model path."""
+    """Create (not activate) the backend `name` for a bundle's precision variant or a model path.
+
+    With a bundle, the variant comes from `choose_precision(precision, bundle, <the backend that
+    runs>)`; the backend's `precision` and `precision_reason` say which and why."""
     if name not in BACKEND_NAMES:
         raise BackendError(f"unknown backend {name!r}; choose one of {', '.join(BACKEND_NAMES)}")
+    check_precision(precision)
     if name == "tensorrt" or (name == "auto" and bundle is not None and tensorrt_status() is None):
-        return _tensorrt_backend(bundle, precision, threads=threads, **options)
-    if model_path is None:
-        if bundle is None:
-            raise BackendError("select_backend needs a bundle or a model path")
-        model_path = bundle.model_path(precision)
-    if name in ("auto", "onnxruntime"):
-        provider = "auto"
-    else:
-        provider = name.split("-", 1)[1]
+        _check_tensorrt(bundle)
+        variant, reason = choose_precision(precision, bundle, "tensorrt")
+        backend = _tensorrt_backend(bundle, variant, threads=threads, **options)
+        backend.precision, backend.precision_reason = variant, reason
+        return backend
+    if model_path is None and bundle is None:
+        raise BackendError("select_backend needs a bundle or a model path")
     try:
-        from edge_sdk.runtime.backends.onnxruntime import OnnxRuntimeBackend
+        from edge_sdk.runtime.backends.onnxruntime import OnnxRuntimeBackend, execution_provider
 
         _imports.ort()
     except MissingDependencyError as exc:
         raise BackendError(
             f"the ONNX Runtime backend needs onnxruntime: pip install \"edge-sdk[cpu]\" (or onnxruntime-gpu); {exc}"
         ) from exc
-    return OnnxRuntimeBackend(model_path, provider=provider, threads=threads, **options)
+    provider = "auto" if name in ("auto", "onnxruntime") else name.split("-", 1)[1]
+    if model_path is not None:  # a model file given directly: no variant to choose
+        variant: Optional[str] = None if precision == AUTO else precision
+        reason = "a model file given directly, not a bundle variant"
+    else:
+        variant, reason = choose_precision(precision, bundle, "onnxruntime-" + execution_provider(provider))
+        model_path = bundle.model_path(variant)
+    backend = OnnxRuntimeBackend(model_path, provider=provider, threads=threads, **options)
+    backend.precision, backend.precision_reason = variant, reason
+    return backend
 
 
-def _tensorrt_backend(bundle: Any, precision: str, **options: Any) -> Backend:
+def _check_tensorrt(bundle: Any) -> None:
     reason = tensorrt_status()
     if reason is not None:
         raise BackendError(f"the tensorrt backend is {reason}; use --backend onnxruntime, or run on a Jetson with JetPack")
     if bundle is None:
         raise BackendError("the tensorrt backend builds its engine from a bundle; pass --bundle DIR")
+
+
+def _tensorrt_backend(bundle: Any, precision: str, **options: Any) -> Backend:
     module = importlib.import_module(TENSORRT_MODULE)
     return module.TensorRTBackend.from_bundle(bundle, precision, **options)  # type: ignore[no-any-return]

@@ -39,6 +39,14 @@ def available_providers() -> List[str]:
     return list(_imports.ort().get_available_providers())
 
 
+def execution_provider(provider: str) -> str:
+    """The short name (cpu, cuda, tensorrt) of the provider a choice runs on first: `auto` is
+    CUDA when this onnxruntime has it, else the CPU (resolve_providers' rule)."""
+    if provider != "auto":
+        return provider
+    return "cuda" if PROVIDERS["cuda"] in available_providers() else "cpu"
+
+
 def resolve_providers(provider: str) -> List[Any]:
     """Execution providers for a choice: auto (CUDA when present, else CPU), cpu, cuda or tensorrt.
 
@@ -167,12 +175,7 @@ class OnnxRuntimeBackend(Backend):
         return self.providers[:1] == [PROVIDERS["cpu"]]
 
     def describe(self) -> Dict[str, Any]:
-        return {
-            "backend": self.name,
-            "providers": self.providers,
-            "threads": self.threads,
-            "model": str(self.model_path),
-        }
+        return dict(super().describe(), providers=self.providers, threads=self.threads, model=str(self.model_path))
 
     def input_shape(self, name: Optional[str] = None) -> List[Any]:
         """The declared shape of an input (symbolic dims are strings or None)."""

@@ -1,0 +1,130 @@
+"""The INT8 variant: calibrate, quantize, fall back, gate.
+
+1. Ranges from the calibration images (:mod:`~edge_sdk.builder.calibration`), written as the
+   TensorRT calibration cache when the target's TensorRT version is known
+   (:mod:`~edge_sdk.builder.calib_cache`), and as ranges.json.
+2. An explicit Q/DQ ONNX (:mod:`~edge_sdk.builder.qdq`).
+3. With `--int8-fallback auto`, when it scores below `min_f1 + search_margin` on the search
+   images, the fewest most sensitive layers are kept in FP32 (:mod:`~edge_sdk.builder.sensitivity`),
+   ranked on calibration images and scored on the search images.
+4. The gate judges the result on the gate images, which neither the calibration nor the search
+   has seen (:mod:`~edge_sdk.builder.evaluate`), and the calibrated ranges' coverage of their
+   activations is measured. A failed gate stops the build unless --allow-accuracy-loss.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Dict, List, Optional
+
+import numpy as np
+
+from edge_sdk.builder.evaluate import GateResult, Reference, VariantReport, enforce, gate
+from edge_sdk.builder.images import BuildImages
+from edge_sdk.builder.progress import BuildProgress
+from edge_sdk.builder.project import BuildConfig
+from edge_sdk.preprocess import InputSpec
+from edge_sdk.targets import Target
+
+# Calibration images used to rank layers by INT8 sensitivity (each layer costs a pass over them).
+RANK_IMAGES = 8
+
+
+@dataclass
+class Int8Outcome:
+    """The INT8 model and everything the manifest and the bundle's files say about it."""
+
+    model: Any
+    report: VariantReport  # against FP32 on the gate images
+    gate: GateResult
+    algorithm: str  # the TensorRT calibrator the cache is written for
+    fp32_layers: List[str]
+    layer_precisions: Dict[str, str]
+    coverage: Dict[str, float]  # tensor → fraction of the gate images' activations outside its range
+    calib_cache: Optional[str]  # None when the target's TensorRT version is not known on the host
+    ranges_json: str
+    search: List[Dict[str, Any]]  # each try of the fallback search
+    search_target: Optional[float] = None
+    search_f1: Optional[float] = None
+    search_reference_detections: Optional[int] = None
+    gate_reference_detections: Optional[int] = None
+
+
+def build_int8(config: BuildConfig, target: Target, fp32: Any, spec: InputSpec, images: BuildImages,
+               reference: Reference, decoder: Any, progress: BuildProgress) -> Int8Outcome:
+    """Calibrate, quantize, and (with the fallback on) keep the fewest most sensitive layers in
+    FP32 so that the SEARCH images reach `min_f1 + search_margin`; the gate then judges the result
+    on the gate images (`reference`, FP32's outputs on them), which neither the calibration nor
+    the search has seen."""
+    from edge_sdk.builder import calib_cache, calibration, qdq, sensitivity
+
+    search_ref: Optional[Reference] = None
+    if images.search:
+        with progress.task("evaluate fp32 (search images)", len(images.search)) as advance:
+            search_ref = Reference(fp32, spec.name, images.search, images.search_transforms, decoder, advance)
+    feeds = [{spec.name: t} for t in images.calibration]
+    with progress.task(f"calibrate ({config.calib_method})", calibration.PASSES * len(feeds)) as advance:
+        result = calibration.collect_ranges(fp32, feeds, method=config.calib_method, percentile=config.percentile,
+                                            progress=advance)
+    ranges = result.ranges
+    algorithm = calib_cache.cache_algorithm(config.calib_method)
+    # The host target's TensorRT version is only known on the machine that builds the engine.
+    cache_text = None
+    if target.tensorrt is not None:
+        cache_text = calib_cache.format_calib_cache(ranges, target.calib_cache_header(algorithm))
+    exclude: List[str] = []
+    int8_model = qdq.quantize_qdq(fp32, ranges, exclude)
+    search_log: List[Dict[str, Any]] = []
+    search_target: Optional[float] = None
+    search_f1: Optional[float] = None
+    if config.int8_fallback == "auto" and search_ref is not None:
+        search_target = round(min(1.0, config.min_f1 + config.search_margin), 6)
+        with progress.task("evaluate int8 (search images)", len(search_ref.tensors)) as advance:
+            first = search_ref.compare("int8", int8_model, advance)
+        search_f1 = first.f1 if first.f1 is not None else first.cosine
+        if search_f1 < search_target:
+            progress.info(f"int8 scores {search_f1:.4f} on the search images < {search_target} (gate {config.min_f1} + margin "
+                          f"{config.search_margin}): searching layers to keep in FP32")
+            # Rank on calibration images, score on the search images: the gate images stay unseen.
+            rank_feeds = feeds if len(feeds) <= RANK_IMAGES else [feeds[i] for i in np.linspace(0, len(feeds) - 1, RANK_IMAGES).round().astype(int)]
+            with progress.task("rank layers by INT8 sensitivity", len(qdq.quantizable_nodes(fp32))) as advance:
+                ranking = sensitivity.rank_layers(fp32, ranges, rank_feeds, progress=advance)
+            exclude, search_f1, history = sensitivity.search_fallback(fp32, ranges, ranking, search_ref.score, search_target)
+            search_log = [dict(h) for h in history]
+            int8_model = qdq.quantize_qdq(fp32, ranges, exclude)
+            progress.info(f"int8 fallback: {len(exclude)} of {len(ranking)} layers kept in FP32 → {search_f1:.4f} on the search images")
+    with progress.task("evaluate int8 (gate images)", len(images.gate)) as advance:
+        report = reference.compare("int8", int8_model, advance)
+    result_gate = gate(report, config.min_f1)
+    n_gate = count_detections(reference)
+    progress.info(f"int8 gate: {result_gate.metric} {result_gate.value:.4f} (>= {result_gate.threshold} needed) on "
+                  f"{len(images.gate)} gate images" + ("" if n_gate is None else f" ({n_gate} FP32 detections)")
+                  + (", none of them seen by the calibration or the search" if search_ref is not None else ", unseen by the calibration"))
+    gate_feeds = [{spec.name: t} for t in images.gate]
+    with progress.task("coverage", len(gate_feeds)) as advance:
+        coverage = calibration.coverage(fp32, ranges, gate_feeds, progress=advance)
+    worst = calibration.worst_clipped(coverage, config.coverage_warn, top=3)
+    if worst:
+        progress.warn(f"calibration coverage: more than {config.coverage_warn:.0%} of held-back activations fall outside the "
+                      "calibrated range in " + ", ".join(f"{k} ({v:.1%})" for k, v in worst)
+                      + "; add calibration images closer to the deployment scene")
+    report.extra["fp32_layers"] = len(exclude)
+    if search_f1 is not None:
+        report.extra["search_f1"] = round(float(search_f1), 4)
+    enforce(result_gate, "int8", config.allow_accuracy_loss, config.int8_fallback == "auto")
+    if not result_gate.passed:
+        progress.warn(f"INT8 {result_gate.metric} {result_gate.value:.4f} is below {result_gate.threshold}; kept because of --allow-accuracy-loss")
+    return Int8Outcome(
+        model=int8_model, report=report, gate=result_gate, algorithm=algorithm, fp32_layers=list(exclude),
+        layer_precisions=dict(qdq.layer_precisions(fp32, exclude)), coverage=coverage, calib_cache=cache_text,
+        ranges_json=json.dumps(result.to_json(), indent=2) + "\n", search=search_log, search_target=search_target,
+        search_f1=None if search_f1 is None else round(float(search_f1), 4),
+        search_reference_detections=count_detections(search_ref), gate_reference_detections=n_gate,
+    )
+
+
+def count_detections(reference: Optional[Reference]) -> Optional[int]:
+    """FP32's detections on a reference's images (None without a decoder or a reference)."""
+    if reference is None or reference.detections is None:
+        return None
+    return int(sum(len(d) for d in reference.detections))

@@ -1,0 +1,211 @@
+"""The one owner of the model the daemon runs: the loaded model, its mode, its thresholds and
+the detector built from them.
+
+    running = RunningModel(config.pipeline)
+    model, detector = running.open(config.pipeline.bundle)    # loaded, warmed, detector built
+    pipeline = Pipeline(config.pipeline, model=model, detector=detector)
+    running.attach(pipeline)
+    running.set_thresholds(score_threshold=0.6)   # commands, between two frames
+    running.set_mode("roi")                       # a new detector over the same model
+    running.swap(new_model)                       # hot reload: a new model in the running mode
+    running.retire_unused()                       # every frame: close replaced models once unused
+    running.describe()                            # status, telemetry's model block, responses
+    running.close()                               # after the pipeline stopped
+
+Nothing else holds the model: the pipeline is given it (an injected model stays its caller's)
+and the daemon asks this object. Every change runs on the frame loop between two frames
+(commands and reloads are served there) and goes to the pipeline through
+`Pipeline.swap_detector`. A model replaced by a reload is closed on a worker thread once the
+pipeline runs the latest detector (the Event of the last swap_detector is set; `retire_unused`,
+called by the frame loop), never while a frame may still use it — also when a later change
+replaced the new detector before the pipeline took it (that swap's own Event is never set).
+
+Thresholds across a mode switch and a reload: the values set explicitly — by the config's
+top-level `score_threshold` / `nms_iou` or by a `set` command — are kept; those never set
+follow the running bundle's decoder. So after `set score_threshold 0.6` a reload to any
+bundle still filters at 0.6, while its own `nms_iou` applies unless one was set. The mode is
+kept too: a reload builds the new model's detector in the running mode.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Tuple, Union
+
+from edge_sdk.errors import ConfigError
+from edge_sdk.runtime.config import PipelineConfig
+from edge_sdk.runtime.detector import THRESHOLDS, Detector, make_detector
+from edge_sdk.runtime.model import Model, load_model
+
+log = logging.getLogger(__name__)
+
+WARM_RUNS = 2  # warm-up inferences of a model before it is swapped in (the first real frame pays nothing)
+
+
+class RunningModel:
+    """The model, mode, thresholds and detector the daemon runs; see the module docstring."""
+
+    def __init__(self, config: PipelineConfig) -> None:
+        self.backend_name = config.backend
+        self.precision = config.precision  # asked for; describe() says which variant runs
+        self.threads = config.threads
+        self.roi = config.roi
+        self.mode = config.mode
+        # the thresholds set explicitly (config or command): kept across mode switches and reloads
+        self.overrides: Dict[str, float] = {key: float(getattr(config, key)) for key in THRESHOLDS
+                                            if getattr(config, key) is not None}
+        self.model: Optional[Model] = None
+        self.detector: Optional[Detector] = None
+        self.pipeline: Any = None  # the Pipeline that runs the detector (swap_detector)
+        self.reloads = 0  # models swapped in by a reload
+        self.reload_failures = 0  # reloads refused: the load or the swap failed
+        self._lock = threading.Lock()  # describe() on the reporter's thread against a swap
+        self._installed: Optional[threading.Event] = None  # set once the pipeline runs the latest detector
+        self.retiring: List[Model] = []  # replaced by a reload, maybe still in use: not yet closed
+        self._retirers: List[threading.Thread] = []
+
+    # -- loading -------------------------------------------------------------------------------
+    def _load(self, bundle: Union[str, Path], precision: Optional[str] = None) -> Model:
+        return load_model(bundle, backend=self.backend_name, precision=precision or self.precision,
+                          threads=self.threads, verify=True, warm_runs=WARM_RUNS)
+
+    def open(self, bundle: Union[str, Path]) -> Tuple[Model, Detector]:
+        """Load the bundle the daemon starts with and build its detector (mode and thresholds
+        from the config). BundleError, ConfigError or BackendError leave nothing loaded."""
+        model = self._load(bundle)
+        try:
+            detector = make_detector(self.mode, model, self.roi, self.overrides)
+        except BaseException:
+            model.close()
+            raise
+        with self._lock:
+            self.model, self.detector = model, detector
+        return model, detector
+
+    def attach(self, pipeline: Any) -> None:
+        """The pipeline that runs `detector` (built with `Pipeline(config, model=..., detector=...)`)."""
+        self.pipeline = pipeline
+
+    def load(self, bundle: Union[str, Path], precision: Optional[str] = None) -> Model:
+        """Hot reload's loader (HotReloader's worker thread): the bundle loaded and warmed beside
+        the running model, not yet in use. A failure counts in `reload_failures` and raises."""
+        try:
+            return self._load(bundle, precision)
+        except Exception:
+            self.reload_failures += 1
+            raise
+
+    # -- changes (frame loop) ------------------------------------------------------------------
+    def swap(self, new: Model) -> threading.Event:
+        """Run `new` from the next frame on, in the running mode with the kept thresholds; the
+        returned Event is set once the pipeline uses the new detector, and the replaced model is
+        closed by `retire_unused` after that. If no detector can be built for `new` (it does not
+        fit the mode), `new` is closed, the old model keeps running, and the error is raised."""
+        try:
+            detector = make_detector(self.mode, new, self.roi, self.overrides)
+        except BaseException:
+            self.reload_failures += 1
+            new.close()
+            raise
+        with self._lock:
+            old, self.model = self.model, new
+        done = self._install(detector)
+        self.reloads += 1
+        if old is not None:
+            self.retiring.append(old)
+        return done
+
+    def set_thresholds(self, **changes: Any) -> Dict[str, float]:
+        """Change `score_threshold` and/or `nms_iou` of the running detector, from the next frame,
+        in every mode. Every value is checked before any is applied: ConfigError and nothing
+        changed otherwise. Returns the values now in force for the keys given."""
+        detector = self._require_detector()
+        in_force = detector.set_thresholds(**changes)
+        applied = {key: float(in_force[key]) for key in changes}
+        self.overrides.update(applied)
+        return applied
+
+    def set_mode(self, mode: str, **thresholds: Any) -> Dict[str, Any]:
+        """Switch to `mode` ("full", "tiles", "roi") over the same model, from the next frame,
+        with the kept thresholds and `thresholds` (changed at the same moment). Everything is
+        checked first: ConfigError and nothing changed otherwise. Returns the mode and the
+        thresholds now in force for the keys given."""
+        self._require_detector()
+        assert self.model is not None
+        for key in thresholds:
+            if key not in THRESHOLDS:
+                raise ConfigError(f"unknown threshold {key!r}; known: {', '.join(THRESHOLDS)}")
+        wanted = dict(self.overrides)
+        wanted.update(thresholds)
+        detector = make_detector(mode, self.model, self.roi, wanted)  # checks the mode and every value
+        in_force = detector.thresholds
+        self._install(detector)
+        self.mode = mode
+        self.overrides = {key: float(in_force.get(key, wanted[key])) for key in wanted}
+        return dict({"mode": mode}, **{key: self.overrides[key] for key in thresholds})
+
+    def _require_detector(self) -> Detector:
+        if self.detector is None:
+            raise ConfigError("no model is running yet; retry once the daemon reports online")
+        return self.detector
+
+    def _install(self, detector: Detector) -> threading.Event:
+        with self._lock:
+            self.detector = detector
+        if self.pipeline is None:
+            done = threading.Event()
+            done.set()
+        else:
+            done = self.pipeline.swap_detector(detector)
+        self._installed = done
+        return done
+
+    def retire_unused(self) -> None:
+        """Frame loop, between two frames: once the pipeline runs the latest detector, close the
+        models it replaced, on a worker (closing a backend can take a while). Cheap otherwise."""
+        installed = self._installed
+        if not self.retiring or installed is None or not installed.is_set():
+            return
+        models, self.retiring = self.retiring, []
+        worker = threading.Thread(target=self._close_all, args=(models,), name="model-retire", daemon=True)
+        self._retirers = [t for t in self._retirers if t.is_alive()] + [worker]
+        worker.start()
+
+    @staticmethod
+    def _close_all(models: List[Model]) -> None:
+        for model in models:
+            try:
+                model.close()
+            except Exception:  # noqa: BLE001 - a worker's last act: logged, the new model runs on
+                log.exception("closing the replaced model %s failed", model.bundle_hash)
+
+    # -- reporting -----------------------------------------------------------------------------
+    def describe(self) -> Dict[str, Any]:
+        """bundle_hash, target, backend, precision, precision_reason, mode, thresholds, reloads
+        and reload_failures: the status, telemetry's `model` block and command responses."""
+        with self._lock:
+            model, detector, mode = self.model, self.detector, self.mode
+        if model is not None:
+            out = model.describe()
+        else:  # before the first load (or after it failed): what was asked for
+            out = {"bundle_hash": None, "target": None, "backend": None, "precision": self.precision,
+                   "precision_reason": None}
+        out["mode"] = mode
+        out["thresholds"] = dict(detector.thresholds) if detector is not None else dict(self.overrides)
+        out["reloads"] = self.reloads
+        out["reload_failures"] = self.reload_failures
+        return out
+
+    # -- lifetime ------------------------------------------------------------------------------
+    def close(self, timeout: float = 10.0) -> None:
+        """Close every model this object holds: the running one and any replaced one not yet
+        closed. Call it once the pipeline has stopped (no frame can use them any more).
+        describe() still tells what ran."""
+        for worker in self._retirers:
+            worker.join(timeout)
+        self._retirers = []
+        models, self.retiring = self.retiring, []
+        if self.model is not None:
+            models.append(self.model)
+        self._close_all(models)
