@@ -25,7 +25,6 @@ _EXTRAS = {
     "cuda": ("trt", "pip install cuda-python"),
     "cuda.cudart": ("trt", "pip install cuda-python"),
     "cuda.bindings.runtime": ("trt", "pip install cuda-python"),
-    "pycuda.autoinit": ("trt", "on a Jetson: pip install pycuda (needs CUDA from JetPack)"),
 }
 
 

@@ -2,10 +2,23 @@
 calibration cache header, implicit vs explicit INT8, and what the device must do itself."""
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
 from edge_sdk.errors import TargetError
+
+
+def trt_version_code(version: str) -> int:
+    """The number TensorRT writes in a calibration cache header (`TRT-<code>-<algorithm>`).
+
+    TensorRT 8.x: major*1000 + minor*100 + patch ('8.5.2.2' -> 8502). From TensorRT 10 on the
+    major version takes two digits: major*10000 + minor*100 + patch ('10.3.0' -> 100300). A
+    header with the other encoding is one TensorRT ignores, and it calibrates again.
+    """
+    parts = [int(p) for p in re.findall(r"\d+", version)[:3]] + [0, 0, 0]
+    major, minor, patch = parts[:3]
+    return major * (10000 if major >= 10 else 1000) + minor * 100 + patch
 
 
 @dataclass(frozen=True)
@@ -29,11 +42,10 @@ class Target:
 
     @property
     def trt_version_code(self) -> Optional[int]:
-        """TensorRT's own version number: major*1000 + minor*100 + patch (8.5.2 -> 8502)."""
+        """TensorRT's own version number (see `trt_version_code`): 8.5.2 -> 8502, 10.3.0 -> 100300."""
         if not self.tensorrt:
             return None
-        parts = [int(p) for p in (self.tensorrt.split(".") + ["0", "0"])[:3]]
-        return parts[0] * 1000 + parts[1] * 100 + parts[2]
+        return trt_version_code(self.tensorrt)
 
     def calib_cache_header(self, algorithm: str = "EntropyCalibration2") -> str:
         code = self.trt_version_code

@@ -46,6 +46,15 @@ def engine(
         "--recalibrate",
         help="Ignore the shipped calib.cache and let TensorRT calibrate on the bundle's calib/ tensors (TensorRT 8.x).",
     ),
+    max_batch: Optional[int] = typer.Option(
+        None,
+        "--max-batch",
+        help="Largest batch of the engine's optimization profile when the model's batch is dynamic "
+        "(default: the ROI setting max_fine_inputs). A model with a fixed batch is built without a profile.",
+    ),
+    opt_batch: Optional[int] = typer.Option(
+        None, "--opt-batch", help="Batch TensorRT tunes its kernels for (default: --max-batch)."
+    ),
     force: bool = typer.Option(False, "--force", help="Rebuild even when the cache holds this engine."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON on stdout only."),
 ) -> None:
@@ -57,13 +66,15 @@ def engine(
     from rich.console import Console
 
     from edge_sdk import _imports
-    from edge_sdk.trt.engine import SaveEngine, build_engine
+    from edge_sdk.trt.engine import SaveEngine, batch_range, build_engine, report_lines, report_warnings
 
     _imports.tensorrt()  # before anything else: says how to get TensorRT when it is missing
+    batch = batch_range(max_batch, opt_batch)
     console = Console(stderr=True)
     if as_json:
         result = build_engine(
-            bundle, precision.value, dla_core, workspace, timing_cache, cache_dir, recalibrate=recalibrate, force=force
+            bundle, precision.value, dla_core, workspace, timing_cache, cache_dir, recalibrate=recalibrate, force=force,
+            batch=batch,
         )
     else:
         with console.status("checking the bundle and the engine cache") as status:
@@ -77,6 +88,7 @@ def engine(
                 recalibrate=recalibrate,
                 force=force,
                 progress=status.update,
+                batch=batch,
             )
     if save_engine is not None:
         SaveEngine(result.path.read_bytes(), save_engine)()
@@ -99,8 +111,18 @@ def engine(
         else:
             typer.echo(f"  INT8 calibrated here on {cal['batches']} batch(es) ({cal['calibrator']}); cache: {cal['cache_written']}")
     if result.constrained_layers:
-        typer.echo(f"  {result.constrained_layers} layer(s) kept in FP32 (the bundle's INT8 fallback)")
+        typer.echo(f"  {result.constrained_layers} layer(s) pinned to the bundle's INT8 fallback precision (FP32 or FP16)")
+    profile = (result.batch or {}).get("profile")
+    if profile:
+        typer.echo("  dynamic batch: " + ", ".join(f"{name} {low[0]}..{high[0]} (opt {mid[0]})" for name, (low, mid, high) in profile.items()))
+    if result.layers is not None:
+        for line in report_lines(result.layers):
+            typer.echo(f"  {line}")
+        if result.layer_report is not None:
+            typer.echo(f"  layer report: {result.layer_report}")
     if save_engine is not None:
         typer.echo(f"  copied to {save_engine}")
     for note in result.notes:
         typer.secho(f"note: {note}", fg=typer.colors.YELLOW, err=True)
+    for warning in report_warnings(result.layers or {}):
+        typer.secho(f"warning: {warning}", fg=typer.colors.YELLOW, err=True)

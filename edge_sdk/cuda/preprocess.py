@@ -146,7 +146,7 @@ class GpuPreprocessor:
                         + [ctypes.c_float(v) for v in spec.mean] + [ctypes.c_float(v) for v in spec.scale])
         self.zero_copy_frames = 0
         self.staged_frames = 0
-        self.device_frames = 0  # read where the caller put them (device_ptr=)
+        self.device_frames = 0  # read from a device copy the caller made (device_ptr= of a pinned slot)
 
     # -- the Preprocessor contract -----------------------------------------------------------
     def __call__(self, frame: np.ndarray) -> Tuple[DeviceTensor, Transform]:
@@ -269,7 +269,10 @@ class GpuPreprocessor:
             if not _kernel_ready(frame):
                 raise SourceError("a frame given with device_ptr must have contiguous pixels in each row (the layout "
                                   "the device copy has); pass the capture buffer itself, not a view of it")
-            self.device_frames += 1
+            if self._mapped and self.api.device_pointer_of(frame) == device_ptr:
+                self.zero_copy_frames += 1  # the frame's own mapping: read where the decoder wrote it
+            else:
+                self.device_frames += 1
             return int(device_ptr), int(frame.strides[0]), False
         if self._mapped and _kernel_ready(frame):
             ptr = self.api.device_pointer_of(frame)

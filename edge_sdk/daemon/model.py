@@ -31,7 +31,7 @@ from __future__ import annotations
 import logging
 import threading
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple, Union
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 from edge_sdk.errors import ConfigError
 from edge_sdk.runtime.config import PipelineConfig
@@ -63,6 +63,7 @@ class RunningModel:
         self._lock = threading.Lock()  # describe() on the reporter's thread against a swap
         self._installed: Optional[threading.Event] = None  # set once the pipeline runs the latest detector
         self.retiring: List[Model] = []  # replaced by a reload, maybe still in use: not yet closed
+        self.retiring_detectors: List[Detector] = []  # replaced detectors (a GPU one holds buffers): closed first
         self._retirers: List[threading.Thread] = []
 
     # -- loading -------------------------------------------------------------------------------
@@ -152,7 +153,9 @@ class RunningModel:
 
     def _install(self, detector: Detector) -> threading.Event:
         with self._lock:
-            self.detector = detector
+            old, self.detector = self.detector, detector
+        if old is not None:
+            self.retiring_detectors.append(old)
         if self.pipeline is None:
             done = threading.Event()
             done.set()
@@ -165,15 +168,21 @@ class RunningModel:
         """Frame loop, between two frames: once the pipeline runs the latest detector, close the
         models it replaced, on a worker (closing a backend can take a while). Cheap otherwise."""
         installed = self._installed
-        if not self.retiring or installed is None or not installed.is_set():
+        if not (self.retiring or self.retiring_detectors) or installed is None or not installed.is_set():
             return
         models, self.retiring = self.retiring, []
-        worker = threading.Thread(target=self._close_all, args=(models,), name="model-retire", daemon=True)
+        detectors, self.retiring_detectors = self.retiring_detectors, []
+        worker = threading.Thread(target=self._close_all, args=(models, detectors), name="model-retire", daemon=True)
         self._retirers = [t for t in self._retirers if t.is_alive()] + [worker]
         worker.start()
 
     @staticmethod
-    def _close_all(models: List[Model]) -> None:
+    def _close_all(models: List[Model], detectors: Sequence[Detector] = ()) -> None:
+        for detector in detectors:  # before the models: their buffers live on the models' streams
+            try:
+                detector.close()
+            except Exception:  # noqa: BLE001 - logged, the rest is still closed
+                log.exception("closing a replaced detector failed")
         for model in models:
             try:
                 model.close()
@@ -206,6 +215,9 @@ class RunningModel:
             worker.join(timeout)
         self._retirers = []
         models, self.retiring = self.retiring, []
+        detectors, self.retiring_detectors = self.retiring_detectors, []
+        if self.detector is not None:
+            detectors.append(self.detector)
         if self.model is not None:
             models.append(self.model)
-        self._close_all(models)
+        self._close_all(models, detectors)

@@ -191,6 +191,10 @@ class Detector:
         """Change `score_threshold` and/or `nms_iou`; returns the values now in force."""
         raise NotImplementedError
 
+    def close(self) -> None:
+        """Free what the detector holds on its backend (a GPU preprocessor's buffers); before the
+        model is closed. Nothing for the CPU detectors."""
+
 
 class FullFrameDetector(Detector):
     """Mode ``full``: the whole frame, letterboxed into the network input, one inference, decode,
@@ -329,7 +333,8 @@ class StrategyDetector(Detector):
 
 def make_detector(mode: str, model: Any, roi: Optional[RoiConfig] = None,
                   thresholds: Optional[Mapping[str, Any]] = None) -> Detector:
-    """The per-frame detector for `mode` ("full", "tiles" or "roi") over a loaded model.
+    """The per-frame detector for `mode` ("full", "tiles" or "roi") over a loaded model; in mode
+    full on a backend that runs on a CUDA stream, the GPU one (edge_sdk.runtime.gpu_detector).
 
     `model` is a :class:`~edge_sdk.runtime.model.Model` (an activated backend, its input spec
     and decoder settings). `thresholds` (score_threshold, nms_iou) override the decoder
@@ -340,6 +345,11 @@ def make_detector(mode: str, model: Any, roi: Optional[RoiConfig] = None,
 
     if mode not in MODES:
         raise ConfigError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
+    if mode == "full" and getattr(model.backend, "cuda", None) is not None and getattr(model.backend, "stream", None) is not None:
+        # a backend on a CUDA stream (TensorRT): preprocess on the GPU, on that stream
+        from edge_sdk.runtime.gpu_detector import make_gpu_detector
+
+        return make_gpu_detector(model, thresholds=thresholds)
     spec = dict(model.decoder_spec)
     for key, value in (thresholds or {}).items():
         if value is not None:

@@ -111,6 +111,7 @@ class Pipeline:
         self.on_event = on_event
         self._model = model
         self._owns_model = False
+        self._owns_detector = False
         self._source = source
         self._detector = detector
         self._capture: Optional[Capture] = None
@@ -177,6 +178,7 @@ class Pipeline:
             if self._detector is None:
                 thresholds = {"score_threshold": cfg.score_threshold, "nms_iou": cfg.nms_iou}
                 self._detector = make_detector(cfg.mode, self._load_model(), cfg.roi, thresholds)
+                self._owns_detector = True
             if self._source is None:
                 self._source = open_source(cfg.source.uri, loop=cfg.source.loop, **cfg.source.options)
             self._cache = PredictionCache(cfg.cache.threshold, (cfg.cache.width, cfg.cache.height), enabled=cfg.cache_enabled)
@@ -278,6 +280,7 @@ class Pipeline:
         if pending is None:
             return
         self._detector = pending
+        self._owns_detector = False  # the old one is the swapper's now, and so is the new one
         self.config.mode = pending.mode or self.config.mode
         if self._cache is not None:
             self._cache.clear()
@@ -325,7 +328,11 @@ class Pipeline:
                     detector = self._detector
                     assert detector is not None
                     try:
-                        if prepared is None:
+                        if detector.preprocess_device == "gpu":
+                            # mapped memory: its own device address; pinned: the copy, queued on the stream
+                            ptr = capture.upload(slot, getattr(detector.backend, "stream", None))
+                            detections = detector.detect(frame, latency, info, device_ptr=ptr)
+                        elif prepared is None:
                             detections = detector.detect(frame, latency, info)
                         else:
                             detections = detector.detect(frame, latency, info, prepared)
@@ -367,9 +374,14 @@ class Pipeline:
 
     # -- lifetime ------------------------------------------------------------------------------
     def _release_model(self) -> None:
-        if self._owns_model and self._model is not None:
-            self._model.close()
-        self._owns_model = False
+        try:
+            if self._owns_detector and self._detector is not None:
+                self._detector.close()  # its GPU buffers live on the model's stream: first
+        finally:
+            self._owns_detector = False
+            if self._owns_model and self._model is not None:
+                self._model.close()
+            self._owns_model = False
 
     def close(self) -> None:
         """Stop capturing, close the source and close the model this pipeline loaded."""

@@ -8,16 +8,19 @@ from __future__ import annotations
 from edge_sdk.trt.cache import EngineCache, EngineKey, default_cache_dir
 from edge_sdk.trt.device import GpuInfo, detect_gpu
 from edge_sdk.trt.engine import (
+    BatchRange,
     CreateConfig,
     EngineBytesFromNetwork,
     EngineResult,
     NetworkFromOnnxPath,
     SaveEngine,
+    batch_range,
     build_engine,
     maybe_build_engine,
 )
 
 __all__ = [
+    "BatchRange",
     "CreateConfig",
     "EngineBytesFromNetwork",
     "EngineCache",
@@ -26,6 +29,7 @@ __all__ = [
     "GpuInfo",
     "NetworkFromOnnxPath",
     "SaveEngine",
+    "batch_range",
     "build_engine",
     "default_cache_dir",
     "detect_gpu",

@@ -79,6 +79,27 @@ class EngineCache:
     def sidecar(self, key: EngineKey) -> Path:
         return self.root / (key.filename + ".json")
 
+    def report_path(self, key: EngineKey) -> Path:
+        """The layer report of the engine (`<key>.layers.json`): what each layer runs in, and where."""
+        return self.root / (key.stem + ".layers.json")
+
+    def info(self, key: EngineKey) -> Dict[str, Any]:
+        """The `info` the engine was stored with ({} when unreadable)."""
+        try:
+            meta = json.loads(self.sidecar(key).read_text())
+        except (OSError, ValueError):
+            return {}
+        info = meta.get("info") if isinstance(meta, dict) else None
+        return info if isinstance(info, dict) else {}
+
+    def read_report(self, key: EngineKey) -> Optional[Dict[str, Any]]:
+        """The stored layer report, or None when missing or unreadable."""
+        try:
+            report = json.loads(self.report_path(key).read_text())
+        except (OSError, ValueError):
+            return None
+        return report if isinstance(report, dict) else None
+
     def calib_cache_path(self, bundle_hash: str, tensorrt: str, sm: str) -> Path:
         """Where a calibration cache made on this device (by `--recalibrate`) is kept."""
         return self.root / f"{_safe(bundle_hash)}-trt{_safe(tensorrt)}-sm{_safe(sm).replace('.', '')}.calib.cache"
@@ -105,14 +126,21 @@ class EngineCache:
     def get(self, key: EngineKey) -> Optional[Path]:
         return self.inspect(key)[0]
 
-    def put(self, key: EngineKey, data: bytes, info: Optional[Dict[str, Any]] = None) -> Path:
-        """Store `data` under `key`: engine first, then the sidecar that makes it valid."""
+    def put(
+        self, key: EngineKey, data: bytes, info: Optional[Dict[str, Any]] = None, report: Optional[Dict[str, Any]] = None
+    ) -> Path:
+        """Store `data` under `key`: engine (and its layer report) first, then the sidecar that
+        makes it valid."""
         import hashlib
 
         engine, sidecar = self.path(key), self.sidecar(key)
         if sidecar.exists():
             sidecar.unlink()  # the old sidecar must never vouch for the new bytes
         atomic_write_bytes(engine, data)
+        if report is not None:
+            atomic_write_json(self.report_path(key), report)
+        elif self.report_path(key).exists():
+            self.report_path(key).unlink()  # an old report describes other bytes
         meta: Dict[str, Any] = {
             "key": key.to_dict(),
             "size": len(data),

@@ -13,18 +13,32 @@ inside the bundle (whose checksums must stay valid).
 `CalibrationFeed` holds all of that logic in plain Python; the TensorRT subclass made by
 `make_calibrator` only forwards to it, because `tensorrt` is imported lazily and a class cannot
 derive from `IInt8EntropyCalibrator2` before it is imported.
+
+CUDA: calibration batches go to the GPU through the SDK's CUDA layer (`edge_sdk.cuda`), which
+works in the device's *primary* context (cuda-python's runtime, or `pycuda.autoprimaryctx`,
+never `pycuda.autoinit`, which would create a second context whose pointers TensorRT, working
+in the primary one, cannot use). The layer is opened and the batch buffers allocated by
+`CalibrationFeed.prepare()`, before the build starts; `get_batch` only copies.
+
+TensorRT calls the calibrator through trampolines that catch a Python exception, print it and
+carry on as if calibration had ended (TensorRT 8.5.2 `python/src/infer/pyInt8.cpp`): an error
+raised there would be lost, and TensorRT would build an engine from the batches it got so far.
+So each callback logs its error, keeps it on the feed, and the build raises it afterwards.
 """
 from __future__ import annotations
 
+import logging
 import re
 from pathlib import Path
 from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from edge_sdk import _imports
-from edge_sdk.errors import BackendError, CalibrationError, MissingDependencyError
+from edge_sdk.errors import BackendError, CalibrationError, EdgeSdkError
 from edge_sdk.fsutil import atomic_write_bytes
+from edge_sdk.targets import trt_version_code
+
+log = logging.getLogger(__name__)
 
 # manifest calibration algorithm -> (TensorRT calibrator class, cache header algorithm name)
 CALIBRATORS = {
@@ -56,9 +70,8 @@ def algorithm_from_header(header: str) -> Optional[str]:
 
 
 def version_code(version: str) -> int:
-    """TensorRT's cache version number: '8.5.2.2' -> 8502."""
-    parts = [int(p) for p in re.findall(r"\d+", version)[:3]] + [0, 0, 0]
-    return parts[0] * 1000 + parts[1] * 100 + parts[2]
+    """TensorRT's cache version number: '8.5.2.2' -> 8502, '10.3.0.26' -> 100300."""
+    return trt_version_code(version)
 
 
 def calibration_tensors(bundle_root: Path) -> List[Path]:
@@ -97,56 +110,49 @@ class DeviceBuffer:
         raise NotImplementedError
 
 
-class _CudartBuffer(DeviceBuffer):
-    def __init__(self, cudart: Any, nbytes: int) -> None:
-        self._rt = cudart
-        self.nbytes = nbytes
-        err, ptr = cudart.cudaMalloc(nbytes)
-        self._check(err, f"cudaMalloc({nbytes})")
-        self.ptr = int(ptr)
+class CudaBatchBuffer(DeviceBuffer):
+    """A batch buffer made with the SDK's CUDA layer: page-locked host memory, device memory
+    and a stream, allocated once; `upload` copies a batch and waits for the copy."""
 
-    def _check(self, err: Any, what: str) -> None:
-        if err != self._rt.cudaError_t.cudaSuccess:
-            raise BackendError(f"{what} failed for the INT8 calibrator: {err}; is the GPU busy or out of memory?")
+    def __init__(self, cuda: Any, nbytes: int) -> None:
+        self._cuda = cuda
+        self.nbytes = int(nbytes)
+        self._host = cuda.alloc_host((self.nbytes,), np.uint8, mapped=False)
+        try:
+            self._device = cuda.alloc_device(self.nbytes)
+        except Exception:
+            cuda.free_host(self._host)
+            raise
+        self._stream = cuda.create_stream()
+        self.ptr = int(self._device.ptr)
 
     def upload(self, host: np.ndarray) -> None:
-        kind = self._rt.cudaMemcpyKind.cudaMemcpyHostToDevice
-        (err,) = self._rt.cudaMemcpy(self.ptr, host.ctypes.data, host.nbytes, kind)
-        self._check(err, "cudaMemcpy")
+        if host.nbytes != self.nbytes or not host.flags["C_CONTIGUOUS"]:
+            raise ValueError(f"a calibration batch of {host.nbytes} bytes does not fit the buffer of {self.nbytes}")
+        self._host.array[:] = host.reshape(-1).view(np.uint8)
+        self._cuda.copy_htod(self._device, self._host, self.nbytes, self._stream)
+        self._cuda.synchronize(self._stream)
 
     def free(self) -> None:
         if self.ptr:
-            (err,) = self._rt.cudaFree(self.ptr)
             self.ptr = 0
-            self._check(err, "cudaFree")
+            self._cuda.free_device(self._device)
+            self._cuda.free_host(self._host)
 
 
-class _PycudaBuffer(DeviceBuffer):
-    def __init__(self, driver: Any, nbytes: int) -> None:
-        self._drv = driver
-        self._mem = driver.mem_alloc(nbytes)
-        self.ptr = int(self._mem)
+def open_calibration_cuda() -> Any:
+    """The SDK's CUDA layer, in the device's primary context (shared with TensorRT).
 
-    def upload(self, host: np.ndarray) -> None:
-        self._drv.memcpy_htod(self._mem, host)
+    CudaError (exit 10) naming what to install when neither cuda-python nor pycuda finds a GPU.
+    """
+    from edge_sdk import cuda
 
-    def free(self) -> None:
-        if self.ptr:
-            self._mem.free()
-            self.ptr = 0
+    return cuda.require_cuda("auto")
 
 
-def allocate_device_buffer(nbytes: int) -> DeviceBuffer:
-    """Device memory for calibration batches: cuda-python if installed, else pycuda."""
-    for module in ("cuda.bindings.runtime", "cuda.cudart"):
-        if _imports.available(module):
-            return _CudartBuffer(_imports.require(module), nbytes)
-    if _imports.available("pycuda.driver"):
-        _imports.require("pycuda.autoinit")  # creates the CUDA context on GPU 0
-        return _PycudaBuffer(_imports.require("pycuda.driver"), nbytes)
-    raise MissingDependencyError(
-        "cuda-python", "trt", "re-calibrating on the device copies batches to the GPU: pip install cuda-python (or pycuda)"
-    )
+def allocate_device_buffer(nbytes: int, cuda: Any = None) -> DeviceBuffer:
+    """Device memory for calibration batches, through the CUDA layer (opened here if not given)."""
+    return CudaBatchBuffer(cuda if cuda is not None else open_calibration_cuda(), nbytes)
 
 
 # --- the calibrator's logic ------------------------------------------------------------------
@@ -196,6 +202,18 @@ class CalibrationFeed:
     def batch_size(self) -> int:
         return self.input_shape[0]
 
+    @property
+    def will_calibrate(self) -> bool:
+        """True when TensorRT will ask for batches: no usable cache to hand over."""
+        return not self.cache_usable()
+
+    def prepare(self) -> None:
+        """Allocate the batch buffer now, before the build starts, when TensorRT will calibrate:
+        `get_batch` then only copies (no CUDA context or allocation happens inside TensorRT's
+        callback). Call after `check()`."""
+        if self._device is None and self.will_calibrate:
+            self._device = self._allocate(self._host.nbytes)
+
     def cache_usable(self) -> bool:
         """True when `cache_in` exists and its header matches this TensorRT and calibrator."""
         if self.cache_in is None or not self.cache_in.is_file():
@@ -241,6 +259,12 @@ class CalibrationFeed:
         self.cache_written = str(self.cache_out)
 
     def next_batch(self, names: Sequence[str]) -> Optional[List[int]]:
+        if self._device is None:
+            refused = f"TensorRT refused {self.cache_in.name} and " if self.cache_in is not None else "TensorRT "
+            raise CalibrationError(
+                f"{refused}asked for calibration batches, but no batch buffer was prepared before the build "
+                "(CalibrationFeed.prepare); run `edge-sdk engine BUNDLE --recalibrate` to calibrate on the device"
+            )
         if list(names) != [self.input_name]:
             raise CalibrationError(
                 f"the network asks calibration data for inputs {list(names)}, the bundle's input is {self.input_name!r}; "
@@ -253,11 +277,20 @@ class CalibrationFeed:
                     self.notes.append(f"dropped a last incomplete calibration batch of {i} samples")
                 return None
             self._host[i] = sample
-        if self._device is None:
-            self._device = self._allocate(self._host.nbytes)
         self._device.upload(self._host)
         self.batches_fed += 1
         return [self._device.ptr]
+
+    def fail(self, callback: str, exc: BaseException) -> None:
+        """Record an error raised inside a TensorRT callback (the first one wins) and log it."""
+        log.error("INT8 calibrator: %s() failed: %s", callback, exc)
+        if self.error is not None:
+            return
+        if isinstance(exc, EdgeSdkError):
+            self.error = exc
+        else:
+            self.error = CalibrationError(f"the INT8 calibrator failed in {callback}(): {type(exc).__name__}: {exc}")
+            self.error.__cause__ = exc
 
     def close(self) -> None:
         if self._device is not None:
@@ -303,22 +336,22 @@ def make_calibrator(trt: Any, feed: CalibrationFeed) -> Any:
         def get_batch(self, names: List[str], *_args: Any) -> Optional[List[int]]:
             try:
                 return feed.next_batch(names)
-            except Exception as exc:  # re-raised by the build after TensorRT returns
-                feed.error = exc
+            except Exception as exc:  # TensorRT's trampoline would swallow it: kept, and raised by the build
+                feed.fail("get_batch", exc)
                 return None
 
         def read_calibration_cache(self, *_args: Any) -> Optional[bytes]:
             try:
                 return feed.read_cache()
-            except Exception as exc:  # re-raised by the build after TensorRT returns
-                feed.error = exc
+            except Exception as exc:  # TensorRT's trampoline would swallow it: kept, and raised by the build
+                feed.fail("read_calibration_cache", exc)
                 return None
 
         def write_calibration_cache(self, cache: Any, *_args: Any) -> None:
             try:
                 feed.write_cache(cache)
-            except Exception as exc:  # re-raised by the build after TensorRT returns
-                feed.error = exc
+            except Exception as exc:  # TensorRT's trampoline would swallow it: kept, and raised by the build
+                feed.fail("write_calibration_cache", exc)
 
     BundleCalibrator.__name__ = f"Bundle{feed.class_name[1:]}"
     return BundleCalibrator()

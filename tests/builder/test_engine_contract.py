@@ -90,8 +90,10 @@ def test_trt85_pins_exactly_the_fallback_layers_the_manifest_names(bundle: Path,
     # every FP32 fallback node is a layer of the network, pinned in precision and output type
     assert record["layer_precisions"] == {name: "FLOAT" for name in fp32_layers}
     assert record["output_types"] == {name: {"0": "FLOAT"} for name in fp32_layers}
-    assert "OBEY_PRECISION_CONSTRAINTS" in record["flags"]
+    assert "PREFER_PRECISION_CONSTRAINTS" in record["flags"] and "OBEY_PRECISION_CONSTRAINTS" not in record["flags"]
     assert result.constrained_layers == len(fp32_layers)
+    # the layer report read back from the engine: each pinned layer runs in FP32
+    assert sorted(result.layers["pinned"]["honoured"]) == sorted(fp32_layers), result.layers["pinned"]
     assert not [n for n in result.notes if "no TensorRT layer" in n], result.notes
 
 

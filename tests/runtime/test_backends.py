@@ -150,24 +150,28 @@ def test_tensorrt_backend_without_tensorrt_says_what_to_install(tiny_bundle: Pat
     assert isinstance(select_backend("auto", bundle=Bundle.load(tiny_bundle)), OnnxRuntimeBackend)
 
 
-def test_tensorrt_backend_is_not_in_this_build(tiny_bundle: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """TensorRT importable (a fake 8.5), but this build has no native TensorRT backend module yet:
-    asking for it is the typed error saying so, and auto takes ONNX Runtime. When the backend
-    lands, this test is replaced by one that runs it on the fake."""
-    from fakes.fake_tensorrt import FakeTensorRT85
+def test_tensorrt_backend_runs_when_tensorrt_imports(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """TensorRT importable (the fake 8.5 runtime): `--backend tensorrt` builds the bundle's engine,
+    runs it, and the backend is listed as available (tests/runtime/test_tensorrt_backend.py has the rest)."""
+    from fakes.fake_tensorrt import fake_model
+    from fakes.fake_tensorrt_runtime import FakeRuntimeCuda, FakeTensorRTRuntime85
+    from runtime_factories import CENTERFACE_DECODER, write_bundle
 
-    assert importlib.util.find_spec(backends.TENSORRT_MODULE) is None, (
-        f"{backends.TENSORRT_MODULE} exists now: replace this test with one that builds and runs it on the fake TensorRT"
-    )
-    monkeypatch.setitem(sys.modules, "tensorrt", FakeTensorRT85())
-    with pytest.raises(BackendError) as err:
-        select_backend("tensorrt", bundle=Bundle.load(tiny_bundle))
-    assert str(err.value) == (
-        "the tensorrt backend is not available in this build of edge-sdk (no edge_sdk.runtime.backends.tensorrt "
-        "module); use --backend onnxruntime, or run on a Jetson with JetPack"
-    )
-    assert "tensorrt" not in available_backends()
-    assert isinstance(select_backend("auto", bundle=Bundle.load(tiny_bundle)), OnnxRuntimeBackend)
+    from edge_sdk.preprocess import InputSpec
+
+    assert importlib.util.find_spec(backends.TENSORRT_MODULE) is not None
+    cuda = FakeRuntimeCuda()
+    trt = FakeTensorRTRuntime85(cuda=cuda)
+    monkeypatch.setitem(sys.modules, "tensorrt", trt)
+    model = tmp_path / "fake.json"
+    model.write_bytes(fake_model("model.onnx", "fp32", [{"name": "input.1", "shape": [1, 3, 32, 64]}]))
+    bundle = Bundle.load(write_bundle(tmp_path / "b", model, InputSpec(name="input.1", shape=[1, 3, 32, 64]), CENTERFACE_DECODER))
+    assert "tensorrt" in available_backends()
+    with select_backend("tensorrt", bundle=bundle, cuda=cuda, cache_dir=tmp_path / "engines") as backend:
+        x = np.full((1, 3, 32, 64), 200.0, np.float32)
+        heat = backend.infer({"input.1": x})[0]
+        np.testing.assert_allclose(heat, 1.0 / (1.0 + np.exp(-(200.0 - 128.0) / 4.0)), rtol=1e-6)
+    assert trt.engines_built() == 1 and backend.name == "tensorrt"
 
 
 def test_unknown_backend_name() -> None:

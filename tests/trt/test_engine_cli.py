@@ -11,7 +11,7 @@ from edge_sdk.cli import app
 from edge_sdk.trt import calibrator as calibrator_mod
 from edge_sdk.trt import engine as engine_mod
 from fakes.fake_tensorrt import decode_engine
-from conftest import ORIN, XAVIER
+from trt_bundles import ORIN, XAVIER
 
 
 @pytest.fixture
@@ -51,7 +51,7 @@ def test_flags_reach_the_builder(runner, on_xavier, make_bundle, cache_dir, tmp_
         "--timing-cache", str(timing), "--cache-dir", str(cache_dir), "--recalibrate", "--save-engine", str(saved), "--json",
     ]))
     record = decode_engine(saved.read_bytes())
-    assert record["flags"] == ["FP16", "GPU_FALLBACK", "INT8", "OBEY_PRECISION_CONSTRAINTS"]
+    assert record["flags"] == ["FP16", "GPU_FALLBACK", "INT8", "PREFER_PRECISION_CONSTRAINTS"]
     assert (record["device_type"], record["dla_core"], record["pool_limits"]) == ("DLA", 0, {"WORKSPACE": 512 << 20})
     assert record["int8"]["source"] == "calibrator" and out["calibration"]["batches"] == 3
     assert timing.is_file() and out["saved"] == str(saved)

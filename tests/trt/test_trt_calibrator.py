@@ -21,7 +21,7 @@ from fakes.fake_tensorrt import FakeDeviceMemory, FakeTensorRT10, FakeTensorRT11
 SHAPE = (3, 2, 2)
 
 
-@pytest.mark.parametrize("version, code", [("8.5.2.2", 8502), ("8.6.1", 8601), ("10.3.0.26", 10300), ("8.5", 8500)])
+@pytest.mark.parametrize("version, code", [("8.5.2.2", 8502), ("8.6.1", 8601), ("10.3.0.26", 100300), ("10.3", 100300), ("11.0.0.1", 110000), ("8.5", 8500)])
 def test_version_code(version: str, code: int) -> None:
     assert version_code(version) == code
 
@@ -63,7 +63,9 @@ def _tensors(folder: Path, counts: List[int]) -> List[Path]:
 
 
 def _feed(paths, batch: int, memory: FakeDeviceMemory, **kw) -> CalibrationFeed:
-    return CalibrationFeed(paths, "input.1", (batch,) + SHAPE, "entropy", "8.5.2.2", allocate=memory.allocate, **kw)
+    feed = CalibrationFeed(paths, "input.1", (batch,) + SHAPE, "entropy", "8.5.2.2", allocate=memory.allocate, **kw)
+    feed.prepare()
+    return feed
 
 
 def _drain(feed: CalibrationFeed, memory: FakeDeviceMemory) -> List[List[float]]:
@@ -185,6 +187,7 @@ def test_write_cache_goes_to_cache_out(tmp_path: Path) -> None:
 def test_make_calibrator_derives_from_the_right_tensorrt_class(tmp_path: Path, fake_cls, algorithm: str, base: str) -> None:
     trt = fake_cls()
     feed = CalibrationFeed(_tensors(tmp_path, [2]), "input.1", (1,) + SHAPE, algorithm, trt.__version__, allocate=trt.device_memory.allocate)
+    feed.prepare()
     calib = make_calibrator(trt, feed)
     assert type(calib).__mro__[1].__name__ == base
     assert calib.get_batch_size() == 1

@@ -23,18 +23,18 @@ from edge_sdk.fsutil import sha256_file
 from edge_sdk.trt import engine as engine_mod
 from edge_sdk.trt.engine import build_engine, layer_nodes, maybe_build_engine
 from fakes.fake_tensorrt import decode_engine
-from conftest import ORIN, XAVIER, calib_cache_text
+from trt_bundles import ORIN, XAVIER, calib_cache_text
 
 # (TensorRT, precision) -> (model file, builder flags, strongly typed, INT8 mode)
 EXPECTED = {
     ("8.5", "fp32"): ("model.onnx", [], False, None),
     ("8.5", "fp16"): ("model.onnx", ["FP16"], False, None),
-    ("8.5", "int8"): ("model.onnx", ["INT8", "OBEY_PRECISION_CONSTRAINTS"], False, "calibration"),
-    ("8.5", "best"): ("model.onnx", ["FP16", "INT8", "OBEY_PRECISION_CONSTRAINTS"], False, "calibration"),
+    ("8.5", "int8"): ("model.onnx", ["INT8", "PREFER_PRECISION_CONSTRAINTS"], False, "calibration"),
+    ("8.5", "best"): ("model.onnx", ["FP16", "INT8", "PREFER_PRECISION_CONSTRAINTS"], False, "calibration"),
     ("10", "fp32"): ("model.onnx", [], False, None),
     ("10", "fp16"): ("model.onnx", ["FP16"], False, None),
     ("10", "int8"): ("model.int8.qdq.onnx", ["INT8"], False, "qdq"),
-    ("10", "best"): ("model.int8.qdq.onnx", ["FP16", "INT8"], False, "qdq"),
+    ("10", "best"): ("model.int8.qdq.onnx", ["FP16", "INT8", "PREFER_PRECISION_CONSTRAINTS"], False, "qdq"),
     ("11", "fp32"): ("model.onnx", [], True, None),
     ("11", "fp16"): ("model.fp16.onnx", [], True, None),
     ("11", "int8"): ("model.int8.qdq.onnx", [], True, "qdq"),
@@ -67,9 +67,10 @@ def test_each_precision_on_each_api(install_trt, make_bundle, cache_dir, version
     assert not result.cached and result.path.parent == cache_dir
 
 
-@pytest.mark.parametrize("version, flags", [("8.5", 1 << 0), ("10", 0), ("11", 1 << 1)])
+@pytest.mark.parametrize("version, flags", [("8.5", 1 << 0), ("10", 0), ("11", 0)])
 def test_network_creation_flags(install_trt, make_bundle, cache_dir, version: str, flags: int) -> None:
-    """8.5 must ask for EXPLICIT_BATCH; 10 must not (deprecated); 11 builds strongly typed."""
+    """8.5 must ask for EXPLICIT_BATCH; 10 must not (deprecated); 11 is always strongly typed and
+    its STRONGLY_TYPED flag is deprecated and ignored: not set."""
     fake = install_trt(version)
     _build(make_bundle(), fake, cache_dir, precision="fp32")
     assert fake.calls["create_network"] == [flags]
@@ -172,7 +173,7 @@ def test_fp32_fallback_layers_become_precision_constraints(install_trt, make_bun
     # conv1's second layer (conv1_3) follows its node; node conv2_7 is its own node, left in INT8.
     assert record["layer_precisions"] == {"conv1": "FLOAT", "conv1_3": "FLOAT", "head": "FLOAT"}
     assert set(record["output_types"]) == {"conv1", "conv1_3", "head"}
-    assert "OBEY_PRECISION_CONSTRAINTS" in record["flags"]
+    assert "PREFER_PRECISION_CONSTRAINTS" in record["flags"] and "OBEY_PRECISION_CONSTRAINTS" not in record["flags"]
     assert result.constrained_layers == 3
     assert any("ghost" in n for n in result.notes)
 

@@ -21,6 +21,7 @@ and `precision_reason` attributes and in `describe()`.
 from __future__ import annotations
 
 import importlib
+import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
@@ -175,7 +176,10 @@ def select_backend(
     if name not in BACKEND_NAMES:
         raise BackendError(f"unknown backend {name!r}; choose one of {', '.join(BACKEND_NAMES)}")
     check_precision(precision)
-    if name == "tensorrt" or (name == "auto" and bundle is not None and tensorrt_status() is None):
+    trt_reason = tensorrt_status() if name == "auto" and bundle is not None else None
+    if name == "auto" and bundle is not None and trt_reason is not None:
+        _say_fallback_once(trt_reason)
+    if name == "tensorrt" or (name == "auto" and bundle is not None and trt_reason is None):
         _check_tensorrt(bundle)
         variant, reason = choose_precision(precision, bundle, "tensorrt")
         backend = _tensorrt_backend(bundle, variant, threads=threads, **options)
@@ -201,6 +205,20 @@ def select_backend(
     backend = OnnxRuntimeBackend(model_path, provider=provider, threads=threads, **options)
     backend.precision, backend.precision_reason = variant, reason
     return backend
+
+
+# Fallback reasons already said in this process: `auto` says once why it runs ONNX Runtime, not
+# on every model load (hot reloads, `set mode`).
+_FALLBACK_SAID: set = set()
+
+
+def _say_fallback_once(reason: str) -> None:
+    if reason in _FALLBACK_SAID:
+        return
+    _FALLBACK_SAID.add(reason)
+    logging.getLogger(__name__).warning(
+        "backend auto: the tensorrt backend is %s; running ONNX Runtime instead (on a Jetson, install JetPack's "
+        "python3-libnvinfer to run TensorRT engines)", reason)
 
 
 def _check_tensorrt(bundle: Any) -> None:

@@ -1,0 +1,560 @@
+"""The native TensorRT backend: a bundle's engine, run with the name-based tensor API on one stream.
+
+    backend = TensorRTBackend.from_bundle(bundle, "int8")      # finds or builds the cached engine
+    with backend:                                               # activate(): deserialize, bind
+        outputs = backend.infer({"input.1": tensor})            # host array or device tensor
+
+Loader and runner, as Polygraphy splits them. The loader is `edge_sdk.trt.engine.build_engine`,
+the same code `edge-sdk engine` runs: it finds the engine in the engine cache (keyed by bundle
+hash, TensorRT version, GPU SM, precision and DLA core; size and sha256 checked) or builds it.
+The runner:
+
+* `activate()` deserializes the engine (`trt.Runtime(logger).deserialize_cuda_engine`), creates
+  the execution context, reads the I/O tensors (`num_io_tensors`, `get_tensor_name/mode/shape/
+  dtype`, present from TensorRT 8.5 on, the only API in 10 and 11) and checks them against the
+  manifest. An engine that does not deserialize (corrupt, another TensorRT version or GPU) is
+  rebuilt once, never run; the reason is logged and kept in `describe()`.
+* Buffers are allocated once from the CUDA layer (edge_sdk.cuda): the input in device memory
+  (plus a pinned staging buffer for host arrays); the outputs in mapped page-locked memory on an
+  integrated GPU (the host array *is* the result: no copy) or in device memory with one async
+  copy to pinned memory per output on a discrete GPU. Addresses are bound with
+  `set_tensor_address` once.
+* `infer(feed)` takes a host array (the CPU preprocessor: one copy into pinned memory, one async
+  host-to-device copy) or a device tensor (`__cuda_array_interface__` or `.ptr`: the GPU
+  preprocessor's output, queued on this backend's `stream`: bound as the input, no copy), runs
+  `execute_async_v3(stream)` and waits for an event recorded after the outputs. The returned
+  arrays are the backend's own buffers: valid until the next `infer` (or `deactivate`, which frees them).
+* Dynamic batch: an input whose batch dimension is -1 takes any row count within its
+  optimization profile (`get_tensor_profile_shape`); `set_input_shape` is called when the count
+  changes; more rows than the profile's maximum is a BackendError.
+* CUDA graphs: with a CUDA implementation that has them (cuda-python) and a GPU engine, the work
+  of a call (copies and the TensorRT enqueue) is captured once per (input source, rows) after one
+  plain run (TensorRT's developer guide, "CUDA Graphs": enqueue once before capturing, so that
+  deferred resource updates happen outside the capture) and replayed afterwards. A capture that
+  fails turns graphs off for the backend; `describe()` says why.
+* DLA: `dla_core=N` builds the engine for that core with GPU fallback (the builder's
+  `GPU_FALLBACK`) and sets `Runtime.DLA_core` before deserializing.
+
+TensorRT is imported here, lazily (inside the methods), and nowhere else at run time. Nothing in
+this module has run on a GPU yet: the tests run it against fakes (tests/fakes/fake_tensorrt_runtime.py
+and fake_cuda_host.py) that follow TensorRT 8.5/10/11's bindings; tests/device has the Jetson checks.
+"""
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from edge_sdk import _imports
+from edge_sdk.errors import BackendError, BundleError
+from edge_sdk.runtime.backends import Backend
+
+log = logging.getLogger(__name__)
+
+# trt.DataType member name -> numpy dtype
+_DTYPES = {"FLOAT": np.float32, "HALF": np.float16, "INT8": np.int8, "INT32": np.int32, "BOOL": np.bool_,
+           "UINT8": np.uint8, "INT64": np.int64}
+
+MAX_GRAPHS = 8  # graphs kept per backend (input sources x row counts)
+
+
+def stream_handle(stream: Any) -> int:
+    """The `cudaStream_t` of a CUDA-layer stream as the integer `execute_async_v3` takes:
+    pycuda's Stream has `.handle`; cuda-python's cudaStream_t converts with int()."""
+    handle = getattr(stream, "handle", None)
+    if isinstance(handle, int):
+        return handle
+    return int(stream)
+
+
+def _np_dtype(trt_dtype: Any) -> Any:
+    name = getattr(trt_dtype, "name", str(trt_dtype)).split(".")[-1]
+    if name not in _DTYPES:
+        raise BackendError(f"the engine has a tensor of type {name}, which edge-sdk cannot feed or read; rebuild the bundle "
+                           "with float32 or float16 inputs and outputs")
+    return np.dtype(_DTYPES[name])
+
+
+def _device_pointer(value: Any) -> Optional[int]:
+    """The device address of a device tensor (`__cuda_array_interface__`, or `.ptr` with no
+    host array interface), else None (a host array)."""
+    cai = getattr(value, "__cuda_array_interface__", None)
+    if cai is not None:
+        return int(cai["data"][0])
+    if isinstance(value, np.ndarray):
+        return None
+    ptr = getattr(value, "ptr", None)
+    return int(ptr) if isinstance(ptr, int) and not hasattr(value, "__array_interface__") else None
+
+
+class _Output:
+    """One output: where TensorRT writes it and the host array the caller reads."""
+
+    __slots__ = ("name", "shape", "dtype", "host", "device", "views")
+
+    def __init__(self, name: str, shape: Tuple[int, ...], dtype: Any) -> None:
+        self.name = name
+        self.shape = shape  # at the maximum batch
+        self.dtype = dtype
+        self.host: Any = None  # HostBuffer (mapped or pinned)
+        self.device: Any = None  # DeviceBuffer (discrete GPU only)
+        self.views: Dict[int, np.ndarray] = {}  # rows -> view of host.array, made once per row count
+
+    @property
+    def row_bytes(self) -> int:
+        return int(np.prod(self.shape[1:])) * self.dtype.itemsize
+
+    def view(self, rows: int) -> np.ndarray:
+        v = self.views.get(rows)
+        if v is None:
+            v = self.views[rows] = self.host.array[:rows]
+        return v
+
+
+class TensorRTBackend(Backend):
+    """Runner over a serialized TensorRT engine (see the module docstring)."""
+
+    name = "tensorrt"
+
+    def __init__(
+        self,
+        engine_path: Any,
+        bundle: Any = None,
+        cuda: Any = None,
+        dla_core: Optional[int] = None,
+        use_graphs: bool = True,
+        rebuild: Optional[Callable[[], Path]] = None,
+        engine_cached: bool = True,
+        notes: Sequence[str] = (),
+        tensorrt_version: str = "",
+    ) -> None:
+        """`rebuild()` builds the engine again (ignoring the cache) and returns its path; it is
+        called once when the cached engine does not deserialize."""
+        super().__init__()
+        self.engine_path = Path(engine_path)
+        self.bundle = bundle
+        self.cuda = cuda
+        self.dla_core = dla_core
+        self.use_graphs = use_graphs
+        self.engine_cached = engine_cached
+        self.notes: List[str] = list(notes)
+        self.tensorrt_version = tensorrt_version
+        self._rebuild = rebuild
+        self.stream: Any = None
+        self.graph: Any = None
+        self.graph_note = ""
+        self._reset()
+
+    def _reset(self) -> None:
+        self._trt: Any = None
+        self._logger: Any = None
+        self._runtime: Any = None
+        self._engine: Any = None
+        self._context: Any = None
+        self._input_dtype: Any = None
+        self._input_shape: Tuple[int, ...] = ()  # at the maximum batch
+        self._dynamic = False
+        self._min_rows = self._max_rows = 1
+        self._rows = 0  # rows of the shape set now
+        self._input_dev: Any = None
+        self._staging: Any = None
+        self._bound_input = 0
+        self._outputs: List[_Output] = []
+        self._results: Dict[int, List[np.ndarray]] = {}
+        self._start: Any = None
+        self._done: Any = None
+        self._warm: set = set()
+        self._handle = 0
+        self.mapped_outputs = False
+
+    # -- loader ------------------------------------------------------------------------------
+    @classmethod
+    def from_bundle(
+        cls,
+        bundle: Any,
+        precision: str,
+        threads: int = 0,
+        dla_core: Optional[int] = None,
+        cuda: Any = None,
+        cache_dir: Any = None,
+        workspace_mib: Optional[int] = None,
+        use_graphs: bool = True,
+        progress: Optional[Callable[[str], None]] = None,
+        max_batch: Optional[int] = None,
+        **options: Any,
+    ) -> "TensorRTBackend":
+        """Find the bundle's engine for `precision` (fp32, fp16 or int8: the variant that runs) in
+        the engine cache, or build it (what `edge-sdk engine BUNDLE --precision P` does), and
+        return the runner, not yet active. `threads` is accepted for the interface and unused
+        (TensorRT runs on the GPU). `cuda`: a CudaApi to run on (default: the one
+        `edge_sdk.cuda.require_cuda()` opens). `max_batch`: the largest batch of a model whose
+        batch is dynamic (its optimization profile; default: the ROI settings', as `edge-sdk
+        engine` uses). Unknown options are a BackendError."""
+        if options:
+            raise BackendError(f"the tensorrt backend does not take option(s) {', '.join(sorted(options))}")
+        from edge_sdk.cuda import require_cuda
+        from edge_sdk.trt.device import GpuInfo
+        from edge_sdk.trt.engine import batch_range, build_engine
+
+        trt = _imports.tensorrt()
+        api = cuda if cuda is not None else require_cuda("auto")
+        props = api.properties
+        gpu = GpuInfo(name=props.name, sm=f"{props.sm[0]}.{props.sm[1]}", source=api.name)
+        say = progress or _say
+
+        def build(force: bool) -> Any:
+            return build_engine(bundle.root, precision=precision, dla_core=dla_core, workspace_mib=workspace_mib,
+                                cache_dir=cache_dir, force=force, gpu=gpu, progress=say,
+                                batch=batch_range(max_batch) if max_batch is not None else None)
+
+        result = build(False)
+        for note in result.notes:
+            say(f"engine: {note}")
+        if not result.cached:
+            say(f"built the {precision} engine in {result.build_seconds:.1f} s: {result.path}")
+
+        def rebuild() -> Path:
+            return Path(build(True).path)
+
+        return cls(result.path, bundle=bundle, cuda=api, dla_core=dla_core, use_graphs=use_graphs, rebuild=rebuild,
+                   engine_cached=result.cached, notes=result.notes, tensorrt_version=str(getattr(trt, "__version__", "")))
+
+    # -- runner ------------------------------------------------------------------------------
+    def activate(self) -> None:
+        if self.is_active:
+            return
+        if self.cuda is None:
+            from edge_sdk.cuda import require_cuda
+
+            self.cuda = require_cuda("auto")
+        trt = _imports.tensorrt()
+        from edge_sdk.trt.engine import _log_tail, make_logger
+
+        self._trt = trt
+        self.tensorrt_version = str(getattr(trt, "__version__", self.tensorrt_version))
+        try:
+            self._logger = make_logger(trt)
+            self._runtime = trt.Runtime(self._logger)
+            if self.dla_core is not None:
+                self._runtime.DLA_core = int(self.dla_core)
+            engine = self._deserialize()
+            if engine is None and self._rebuild is not None:
+                why = self._log_text() or "no reason logged"
+                note = (f"the cached engine {self.engine_path.name} does not load on this TensorRT/GPU ({why}); "
+                        "rebuilt it")
+                log.warning(note)
+                self.notes.append(note)
+                self.engine_path = self._rebuild()
+                self.engine_cached = False
+                engine = self._deserialize()
+            if engine is None:
+                raise BackendError(f"TensorRT {self.tensorrt_version} cannot deserialize {self.engine_path}; rebuild it with "
+                                   f"`edge-sdk engine BUNDLE --force`" + _log_tail(self._logger))
+            self._engine = engine
+            self._context = engine.create_execution_context()
+            if self._context is None:
+                raise BackendError("TensorRT could not create an execution context (out of GPU memory?); stop other GPU "
+                                   "programs or use a smaller input" + _log_tail(self._logger))
+            self._read_io()
+            self._allocate()
+            self.is_active = True
+        except BaseException:
+            self._free()
+            raise
+
+    def _deserialize(self) -> Any:
+        start = len(getattr(self._logger, "messages", []))
+        self._log_from = start
+        try:
+            data = self.engine_path.read_bytes()
+        except OSError as exc:
+            raise BackendError(f"cannot read the engine {self.engine_path} ({exc.strerror or exc}); rebuild it with "
+                               "`edge-sdk engine BUNDLE --force`") from exc
+        return self._runtime.deserialize_cuda_engine(data)
+
+    def _log_text(self) -> str:
+        messages = getattr(self._logger, "messages", [])[getattr(self, "_log_from", 0):]
+        return "; ".join(m for _s, m in messages[-3:])
+
+    def _read_io(self) -> None:
+        trt, engine = self._trt, self._engine
+        inputs: Dict[str, Tuple[Tuple[int, ...], Any]] = {}
+        outputs: Dict[str, Tuple[Tuple[int, ...], Any]] = {}
+        for i in range(int(engine.num_io_tensors)):
+            name = engine.get_tensor_name(i)
+            shape = tuple(int(d) for d in engine.get_tensor_shape(name))
+            entry = (shape, _np_dtype(engine.get_tensor_dtype(name)))
+            mode = engine.get_tensor_mode(name)
+            if mode == trt.TensorIOMode.INPUT:
+                inputs[name] = entry
+            elif mode == trt.TensorIOMode.OUTPUT:
+                outputs[name] = entry
+        self._check_manifest(inputs, outputs)
+        (name, (shape, dtype)), = inputs.items()
+        self.input_names = [name]
+        self._input_dtype = dtype
+        if any(d < 0 for d in shape[1:]):
+            raise BundleError(f"the engine's input {name!r} has dynamic dimensions {list(shape)} beyond the batch; "
+                              "the runtime runs fixed-size inputs: rebuild the engine from the bundle")
+        if shape[0] < 0:
+            lo, _opt, hi = (tuple(int(d) for d in s) for s in engine.get_tensor_profile_shape(name, 0))
+            self._dynamic = True
+            self._min_rows, self._max_rows = lo[0], hi[0]
+        else:
+            self._min_rows = self._max_rows = shape[0]
+        self._input_shape = (self._max_rows,) + shape[1:]
+        if self._dynamic and not self._context.set_input_shape(name, self._input_shape):
+            raise BackendError(f"TensorRT refused the input shape {list(self._input_shape)} for {name!r}" + self._tail())
+        self._rows = self._max_rows
+        order = self._output_order(list(outputs))
+        self.output_names = order
+        self._outputs = []
+        for out in order:
+            oshape = tuple(int(d) for d in self._context.get_tensor_shape(out))
+            if any(d < 0 for d in oshape):
+                raise BackendError(f"the engine's output {out!r} has a data-dependent shape {list(oshape)}; the tensorrt "
+                                   "backend binds fixed buffers: use --backend onnxruntime for this model")
+            self._outputs.append(_Output(out, oshape, outputs[out][1]))
+
+    def _output_order(self, engine_outputs: List[str]) -> List[str]:
+        """The manifest's output order when it lists them (decoders rely on it), else the engine's."""
+        listed = [o.get("name") for o in (self.bundle.get("outputs") or [])] if self.bundle is not None else []
+        return listed if listed and set(listed) == set(engine_outputs) else engine_outputs
+
+    def _check_manifest(self, inputs: Dict[str, Any], outputs: Dict[str, Any]) -> None:
+        """BundleError naming both sides when the engine's I/O disagrees with the manifest."""
+        fix = ("; the engine was built from another model than this manifest describes: rebuild the bundle "
+               "(`edge-sdk build`), then the engine (`edge-sdk engine BUNDLE --force`)")
+        where = f"engine {self.engine_path.name}"
+        if len(inputs) != 1:
+            raise BundleError(f"{where} has {len(inputs)} inputs ({', '.join(inputs)}); the runtime runs single-input models")
+        if self.bundle is None:
+            return
+        specs = self.bundle.inputs
+        manifest = f"the manifest of {self.bundle.root}"
+        names = [s.name for s in specs]
+        if list(inputs) != names:
+            raise BundleError(f"{where} has input(s) {list(inputs)}, {manifest} lists {names}{fix}")
+        spec = specs[0]
+        shape, dtype = inputs[spec.name]
+        want = list(spec.shape)
+        batch_ok = shape[0] == want[0] or shape[0] == -1
+        if len(shape) != len(want) or not batch_ok or list(shape[1:]) != want[1:]:
+            raise BundleError(f"{where}: input {spec.name!r} has shape {list(shape)}, {manifest} says {want}{fix}")
+        if dtype != np.dtype(spec.dtype):
+            raise BundleError(f"{where}: input {spec.name!r} is {dtype.name}, {manifest} says {spec.dtype}{fix}")
+        listed = [o for o in (self.bundle.get("outputs") or []) if isinstance(o, dict) and o.get("name")]
+        if listed:
+            listed_names = [str(o["name"]) for o in listed]
+            if set(listed_names) != set(outputs):
+                raise BundleError(f"{where} has outputs {sorted(outputs)}, {manifest} lists {sorted(listed_names)}{fix}")
+            for o in listed:
+                want_shape = o.get("shape")
+                got = outputs[o["name"]][0]
+                if isinstance(want_shape, list) and len(want_shape) == len(got) and all(isinstance(d, int) for d in want_shape):
+                    if list(got[1:]) != list(want_shape[1:]):
+                        raise BundleError(f"{where}: output {o['name']!r} has shape {list(got)}, {manifest} says "
+                                          f"{want_shape}{fix}")
+
+    def _allocate(self) -> None:
+        from edge_sdk.cuda import MAPPED, frame_memory_for
+
+        api = self.cuda
+        self.stream = api.create_stream()
+        self._handle = stream_handle(self.stream)
+        self._start = api.create_event()
+        self._done = api.create_event()
+        nbytes = int(np.prod(self._input_shape)) * self._input_dtype.itemsize
+        self._input_dev = api.alloc_device(nbytes)
+        self._bind(self.input_names[0], self._input_dev.ptr)
+        self._bound_input = self._input_dev.ptr
+        self.mapped_outputs = frame_memory_for(api.properties) == MAPPED
+        for out in self._outputs:
+            if self.mapped_outputs:
+                out.host = api.alloc_host(out.shape, out.dtype, mapped=True)
+                self._bind(out.name, out.host.device_ptr)
+            else:
+                out.device = api.alloc_device(max(1, int(np.prod(out.shape)) * out.dtype.itemsize))
+                out.host = api.alloc_host(out.shape, out.dtype)
+                self._bind(out.name, out.device.ptr)
+        self._results = {}
+        from edge_sdk.cuda.graph import FrameGraph
+
+        reason = ""
+        if not self.use_graphs:
+            reason = "off: use_graphs=False"
+        elif not api.supports_graphs:
+            reason = f"off: {api.name} has no CUDA graph API (kernels are launched per call)"
+        elif self.dla_core is not None:
+            reason = "off: DLA engines are not captured (their layers run on the DLA)"
+        self.graph = FrameGraph(api, self.stream, max_graphs=MAX_GRAPHS, enabled=not reason)
+        self.graph_note = reason or "on: each (input, rows) is captured after one plain run and replayed"
+
+    def _bind(self, name: str, ptr: int) -> None:
+        if not self._context.set_tensor_address(name, int(ptr)):
+            raise BackendError(f"TensorRT refused the address of tensor {name!r}" + self._tail())
+
+    def _tail(self) -> str:
+        from edge_sdk.trt.engine import _log_tail
+
+        return _log_tail(self._logger)
+
+    # -- inference ---------------------------------------------------------------------------
+    def infer(self, feed: Dict[str, Any]) -> List[np.ndarray]:
+        if not self.is_active:
+            raise BackendError("the backend is not active; call activate() or use it as a context manager")
+        name = self.input_names[0]
+        if name not in feed:
+            raise BackendError(f"missing model input {name!r}; the engine's inputs are {self.input_names}")
+        value = feed[name]
+        ptr = _device_pointer(value)
+        shape = tuple(int(d) for d in value.shape)
+        rows = self._check_rows(name, shape, getattr(value, "dtype", None), device=ptr is not None)
+        api = self.cuda
+        if ptr is None:
+            arr = np.asarray(value)
+            np.copyto(self._staging_array(rows), arr, casting="same_kind")
+            source = self._input_dev.ptr
+            nbytes = rows * self._row_bytes
+        else:
+            source, nbytes = ptr, 0
+        if source != self._bound_input:
+            self._bind(name, source)
+            self._bound_input = source
+        if self._dynamic and rows != self._rows:
+            if not self._context.set_input_shape(name, (rows,) + self._input_shape[1:]):
+                raise BackendError(f"TensorRT refused {rows} rows for {name!r}" + self._tail())
+            self._rows = rows
+
+        def work() -> None:
+            if nbytes:
+                api.copy_htod(self._input_dev, self._staging, nbytes, self.stream)
+            if not self._context.execute_async_v3(self._handle):
+                raise BackendError(f"TensorRT failed to run {self.engine_path.name} (execute_async_v3 returned False)"
+                                   + self._tail())
+            if not self.mapped_outputs:
+                for out in self._outputs:
+                    api.copy_dtoh(out.host, out.device.ptr, rows * out.row_bytes, self.stream)
+
+        api.record(self._start, self.stream)
+        self._launch((source, rows), work)
+        api.record(self._done, self.stream)
+        api.event_synchronize(self._done)
+        result = self._results.get(rows)
+        if result is None:
+            result = self._results[rows] = [out.view(rows) for out in self._outputs]
+        return result
+
+    @property
+    def _row_bytes(self) -> int:
+        return int(np.prod(self._input_shape[1:])) * self._input_dtype.itemsize
+
+    def _staging_array(self, rows: int) -> np.ndarray:
+        if self._staging is None:
+            self._staging = self.cuda.alloc_host(self._input_shape, self._input_dtype)
+        return self._staging.array[:rows]
+
+    def _check_rows(self, name: str, shape: Tuple[int, ...], dtype: Any, device: bool) -> int:
+        want = self._input_shape
+        if len(shape) != len(want) or shape[1:] != want[1:]:
+            raise BackendError(f"input {name!r} has shape {list(shape)}, the engine expects {['N'] + list(want[1:])}")
+        rows = shape[0]
+        if not self._min_rows <= rows <= self._max_rows:
+            if self._dynamic:
+                raise BackendError(
+                    f"{rows} rows for {name!r}, but the engine's optimization profile takes {self._min_rows} to "
+                    f"{self._max_rows}; send at most {self._max_rows} crops per batch, or rebuild the engine with a larger "
+                    "maximum batch")
+            raise BackendError(f"{rows} rows for {name!r}, but the engine's batch is fixed at {self._max_rows}")
+        given = np.dtype(dtype) if dtype is not None else self._input_dtype
+        # a device tensor is bound as it is; a host array is copied, and may be cast on the way
+        if given != self._input_dtype and (device or not np.can_cast(given, self._input_dtype, casting="same_kind")):
+            raise BackendError(f"input {name!r} is {given.name}, the engine expects {self._input_dtype.name}")
+        return rows
+
+    def _launch(self, key: Tuple[int, int], work: Callable[[], None]) -> None:
+        """Run `work` plainly the first time for `key`, then as a replayed CUDA graph; a capture
+        that fails turns graphs off (said in describe()) and the work runs plainly."""
+        graph = self.graph
+        if not graph.enabled or key not in self._warm:
+            work()
+            self._warm.add(key)
+            return
+        try:
+            graph.run(key, work)
+        except Exception as exc:
+            if graph.captures or graph.replays:
+                raise  # graphs worked before: this is a real failure, not a capture limit
+            graph.invalidate()
+            graph.enabled = False
+            self.graph_note = f"off: capturing the engine in a CUDA graph failed ({_first_line(exc)}); launching plainly"
+            log.warning("tensorrt backend: %s", self.graph_note)
+            work()
+
+    def gpu_ms(self) -> float:
+        """GPU time of the last `infer` (copies and TensorRT's kernels), from CUDA events."""
+        return float(self.cuda.elapsed_ms(self._start, self._done)) if self.is_active else 0.0
+
+    # -- description, lifetime ---------------------------------------------------------------
+    def describe(self) -> Dict[str, Any]:
+        out = dict(super().describe())
+        out.update({
+            "tensorrt": self.tensorrt_version,
+            "engine": str(self.engine_path),
+            "engine_cached": self.engine_cached,
+            "dla_core": self.dla_core,
+            "cuda": getattr(self.cuda, "name", None),
+        })
+        if self.notes:
+            out["engine_notes"] = list(self.notes)
+        if self.cuda is not None:
+            from edge_sdk.cuda import frame_memory_for
+
+            out["device"] = self.cuda.properties.name
+            out["frame_memory"] = frame_memory_for(self.cuda.properties)
+        if self.is_active:
+            out["output_memory"] = "mapped (zero-copy)" if self.mapped_outputs else "pinned + one async copy per output"
+            out["batch"] = {"min": self._min_rows, "max": self._max_rows, "dynamic": self._dynamic}
+            out["cuda_graphs"] = self.graph_note
+        return out
+
+    @property
+    def cpu_bound(self) -> bool:
+        return False
+
+    def deactivate(self) -> None:
+        self._free()
+        self.is_active = False
+
+    def _free(self) -> None:
+        api = self.cuda
+        if api is not None and self.stream is not None:
+            try:
+                api.synchronize(self.stream)
+            finally:
+                if self.graph is not None:
+                    self.graph.invalidate()
+        if api is not None:
+            for out in self._outputs:
+                if out.host is not None:
+                    api.free_host(out.host)
+                if out.device is not None:
+                    api.free_device(out.device)
+            if self._staging is not None:
+                api.free_host(self._staging)
+            if self._input_dev is not None:
+                api.free_device(self._input_dev)
+        self._context = self._engine = self._runtime = None
+        self.stream = None
+        self.graph = None
+        self._reset()
+
+
+def _first_line(exc: BaseException) -> str:
+    return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+
+
+def _say(message: str) -> None:
+    log.warning("tensorrt backend: %s", message)

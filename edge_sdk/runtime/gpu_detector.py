@@ -1,0 +1,124 @@
+"""Mode ``full`` with preprocessing on the GPU: frame -> GpuPreprocessor -> backend -> decoder.
+
+    detector = make_gpu_detector(model)                 # model.backend has `cuda` and `stream` (tensorrt)
+    detections = detector.detect(frame, latency, info)  # or device_ptr= the capture ring's upload
+
+The preprocessor (edge_sdk.cuda.preprocess.GpuPreprocessor) queues its kernel on the backend's
+own stream and the backend is fed the device tensor it fills, so nothing goes back to the host
+between them: frame (mapped capture memory on a Jetson, read in place; or the slot's device copy
+at `device_ptr` on a discrete GPU) -> network input in device memory -> TensorRT -> outputs. The
+preprocessor replays a CUDA graph per frame geometry, the backend one per input; both on the one
+stream, in order.
+
+Stage latencies: `preprocess` and `infer` are GPU times from CUDA events recorded around each
+stage's work on the stream; `decode` is host time. A Detector whose `preprocess_device` is "gpu"
+tells the pipeline not to prepare inputs on the CPU (`prepared_spec` is None).
+"""
+from __future__ import annotations
+
+from typing import Any, Dict, Mapping, Optional
+
+import numpy as np
+
+from edge_sdk.detections import Detections
+from edge_sdk.errors import ConfigError
+from edge_sdk.preprocess import InputSpec
+from edge_sdk.runtime.detector import THRESHOLDS, Detector, PreparedInput, check_threshold, clock
+
+
+class GpuFullFrameDetector(Detector):
+    """The whole frame, letterboxed on the GPU into the backend's input, one inference, decode.
+
+    `backend` must expose `cuda` (a CudaApi) and `stream` (the stream its `infer` runs on) and
+    accept a device tensor as input: the TensorRT backend does. `cache`: the kernel cache
+    (edge_sdk.cuda.compiler.KernelCache; default location when None).
+    """
+
+    mode = "full"
+    preprocess_device = "gpu"
+    prepared_spec: Optional[InputSpec] = None
+
+    def __init__(self, backend: Any, decoder: Any, input_spec: InputSpec, cache: Any = None, use_graphs: bool = True) -> None:
+        from edge_sdk.cuda.preprocess import GpuPreprocessor
+
+        api = getattr(backend, "cuda", None)
+        stream = getattr(backend, "stream", None)
+        if api is None or stream is None:
+            raise ConfigError(f"the GPU detector needs a backend that runs on a CUDA stream (tensorrt, activated); "
+                              f"{getattr(backend, 'name', type(backend).__name__)} has none: use the CPU detector")
+        names = getattr(backend, "input_names", None)
+        if names and input_spec.name not in names:
+            raise ConfigError(f"the bundle's input {input_spec.name!r} is not an input of the model (its inputs: {names}); "
+                              "rebuild the bundle")
+        self.backend = backend
+        self.decoder = decoder
+        self.input_spec = input_spec
+        self.cuda = api
+        self.preprocessor = GpuPreprocessor(input_spec, api, batch=1, stream=stream, cache=cache, use_graphs=use_graphs)
+        self._feed = {input_spec.name: self.preprocessor.tensor[:1]}  # one view, bound once by the backend
+        self._before = api.create_event()
+        self._after = api.create_event()
+        self._stage = ""
+        self.frames = 0
+
+    def detect(self, frame: np.ndarray, latency: Dict[str, float], info: Dict[str, Any],
+               prepared: Optional[PreparedInput] = None, device_ptr: Optional[int] = None) -> Detections:
+        """`device_ptr`: the frame's pixels are at this device address already, queued on the
+        backend's stream (the capture ring's `upload(slot, backend.stream)`). `prepared` is never
+        used: this detector prepares on the GPU."""
+        api, stream = self.cuda, self.backend.stream
+        self._stage = "preprocess"
+        api.record(self._before, stream)
+        transform = self.preprocessor.fill(frame, 0, device_ptr=device_ptr)
+        api.record(self._after, stream)
+        self._stage = "infer"
+        outputs = self.backend.infer(self._feed)  # waits for its outputs: the events above are complete too
+        self._stage = "decode"
+        t0 = clock()
+        detections = self.decoder(outputs, (transform,))[0]
+        latency["decode"] = (clock() - t0) * 1000.0
+        latency["preprocess"] = float(api.elapsed_ms(self._before, self._after))
+        gpu_ms = getattr(self.backend, "gpu_ms", None)
+        latency["infer"] = float(gpu_ms()) if gpu_ms is not None else 0.0
+        latency["merge"] = 0.0
+        self._stage = ""
+        self.frames += 1
+        return detections
+
+    @property
+    def stage(self) -> str:
+        return self._stage or "decode"
+
+    @property
+    def thresholds(self) -> Dict[str, float]:
+        return {key: float(getattr(self.decoder, key)) for key in THRESHOLDS if hasattr(self.decoder, key)}
+
+    def set_thresholds(self, **changes: Any) -> Dict[str, float]:
+        values = self.check_thresholds(changes)
+        missing = [key for key in values if not hasattr(self.decoder, key)]
+        if missing:
+            raise ConfigError(f"this model's decoder has no {', '.join(missing)} to set")
+        for key, value in values.items():
+            setattr(self.decoder, key, value)
+        return self.thresholds
+
+    def describe(self) -> Dict[str, Any]:
+        return {"mode": self.mode, "preprocess": "gpu", **self.preprocessor.describe()}
+
+    def close(self) -> None:
+        """Free the preprocessor's device buffers (before the backend is deactivated). Idempotent."""
+        self.preprocessor.close()
+
+
+def make_gpu_detector(model: Any, thresholds: Optional[Mapping[str, Any]] = None, cache: Any = None,
+                      use_graphs: bool = True) -> GpuFullFrameDetector:
+    """The GPU full-frame detector over a loaded Model whose backend runs on a CUDA stream.
+    `thresholds` (score_threshold, nms_iou) override the bundle's decoder settings."""
+    from edge_sdk.decoders import make_decoder
+
+    spec = dict(model.decoder_spec)
+    for key, value in (thresholds or {}).items():
+        if value is not None:
+            spec[key] = check_threshold(key, value)
+    decoder = make_decoder(spec, model.input_spec)
+    return GpuFullFrameDetector(model.backend, decoder, model.input_spec, cache=cache, use_graphs=use_graphs)
