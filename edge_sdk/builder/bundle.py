@@ -152,10 +152,11 @@ def write_bundle(
     models: Mapping[str, Any],
     texts: Optional[Mapping[str, str]] = None,
     calib_tensors: Sequence[np.ndarray] = (),
+    blobs: Optional[Mapping[str, bytes]] = None,
 ) -> Bundle:
-    """Write `models` ({variant: ModelProto}), text files and calibration tensors (as
-    calib/NNNN.npz, see :func:`encode_calib_tensor`) plus the manifest (with `files` checksums
-    added) atomically into `out`; returns the loaded Bundle."""
+    """Write `models` ({variant: ModelProto}), text files, binary files (`blobs`: bundle-relative
+    path → bytes) and calibration tensors (as calib/NNNN.npz, see :func:`encode_calib_tensor`)
+    plus the manifest (with `files` checksums added) atomically into `out`; returns the loaded Bundle."""
     check_output_dir(out)
     unknown = set(models) - set(VARIANT_FILES)
     if unknown:
@@ -170,6 +171,8 @@ def write_bundle(
             path = tmp / rel
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(text)
+        for rel, data in (blobs or {}).items():
+            (tmp / rel).write_bytes(data)
         if len(calib_tensors):
             (tmp / CALIB_DIR).mkdir()
             for i, tensor in enumerate(calib_tensors):

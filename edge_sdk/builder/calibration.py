@@ -51,9 +51,10 @@ import numpy as np
 from edge_sdk import _imports
 from edge_sdk.errors import CalibrationError, ModelError
 
-METHODS = ("entropy", "minmax", "percentile")
+METHODS = ("entropy", "minmax", "percentile", "mse")
 DEFAULT_BINS = 2048
 QUANT_LEVELS = 128  # symmetric int8: 0..127 on each side of zero
+QUANT_LEVELS_POS = 127  # the largest int8 level: scale = amax / 127
 KL_START = 128
 KL_EPS = 1e-4
 # Number of passes over the calibration batches; a progress bar for N images needs PASSES * N.
@@ -291,6 +292,41 @@ def percentile_amax(counts: np.ndarray, edges: np.ndarray, percentile: float) ->
     return float(edges[k] + min(max(frac, 0.0), 1.0) * width)
 
 
+def quantization_mse(counts: np.ndarray, edges: np.ndarray, candidates: np.ndarray, zeros: int = 0, chunk: int = 256) -> np.ndarray:
+    """Mean squared error of symmetric INT8 (``scale = amax / 127``, round half to even, clip at
+    ±127) of the histogram's values, for each ``amax`` in `candidates`.
+
+    Each bin stands for its centre; `zeros` exact zeros are taken out of bin 0 (zero is exact at
+    any scale). Values above ``amax`` clip to it.
+    """
+    counts = np.asarray(counts, dtype=np.float64).copy()
+    counts[0] -= min(float(zeros), counts[0])
+    centres = (np.asarray(edges[:-1], dtype=np.float64) + np.asarray(edges[1:], dtype=np.float64)) / 2.0
+    keep = counts > 0
+    counts, centres = counts[keep], centres[keep]
+    total = counts.sum()
+    candidates = np.asarray(candidates, dtype=np.float64).reshape(-1)
+    out = np.zeros(candidates.size, dtype=np.float64)
+    if total <= 0:
+        return out
+    for lo in range(0, candidates.size, chunk):
+        amax = candidates[lo : lo + chunk, None]
+        step = amax / QUANT_LEVELS_POS
+        quantized = np.clip(np.round(centres[None, :] / step), 0, QUANT_LEVELS_POS) * step
+        out[lo : lo + chunk] = ((quantized - centres[None, :]) ** 2 * counts[None, :]).sum(axis=1) / total
+    return out
+
+
+def mse_amax(counts: np.ndarray, edges: np.ndarray, zeros: int = 0, start: int = KL_START) -> float:
+    """The ``amax`` among the histogram's upper bin edges from bin `start` on that minimises
+    :func:`quantization_mse` (the smallest one on ties)."""
+    counts = np.asarray(counts)
+    first = min(start, counts.size) - 1
+    candidates = np.asarray(edges[1:], dtype=np.float64)[first:]
+    errors = quantization_mse(counts, edges, candidates, zeros)
+    return float(candidates[int(np.argmin(errors))])
+
+
 def amax_from_histogram(counts: np.ndarray, edges: np.ndarray, method: str, percentile: float = 99.99, zeros: int = 0) -> float:
     """The range `method` picks for one tensor's histogram (all-zero tensors get 1.0).
 
@@ -304,6 +340,8 @@ def amax_from_histogram(counts: np.ndarray, edges: np.ndarray, method: str, perc
         amax = top
     elif method == "percentile":
         amax = percentile_amax(counts, edges, percentile)
+    elif method == "mse":
+        amax = mse_amax(counts, edges, zeros)
     else:
         if int(np.sum(counts)) - int(zeros) <= 0:
             return top

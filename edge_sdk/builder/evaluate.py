@@ -208,13 +208,19 @@ def gate(report: VariantReport, min_f1: float, min_cosine: float = 0.99) -> Gate
     return GateResult(report.cosine >= min_cosine, "cosine", report.cosine, min_cosine)
 
 
-def enforce(result: GateResult, variant: str, allow_loss: bool, fallback_tried: bool) -> None:
+def enforce(result: GateResult, variant: str, allow_loss: bool, fallback_tried: bool,
+            held_back: Sequence[str] = (), share: Optional[float] = None) -> None:
+    """AccuracyGateError (exit 6) unless the gate passed or the loss is allowed. The message gives
+    the best variant's numbers: its score, the INT8 share of the FLOPs (`share`) and the layers
+    that hold accuracy back (`held_back`: those kept out of INT8, or the most sensitive ones)."""
     if result.passed or allow_loss:
         return
-    tried = " even after keeping the most sensitive layers in FP32" if fallback_tried else ""
-    hint = "" if fallback_tried else " or --int8-fallback auto to keep the most sensitive layers in FP32"
+    tried = " even after keeping the most sensitive layers out of INT8" if fallback_tried else ""
+    hint = "" if fallback_tried else " or --int8-fallback auto to keep the most sensitive layers out of INT8"
+    numbers = "" if share is None else f" with {share:.1%} of the FLOPs in INT8"
+    layers = f"; layers holding it back: {', '.join(held_back)}" if held_back else ""
     raise AccuracyGateError(
-        f"{variant.upper()} {result.metric} = {result.value:.4f} is below the gate {result.threshold}{tried}. "
+        f"{variant.upper()} {result.metric} = {result.value:.4f}{numbers} is below the gate {result.threshold}{tried}{layers}. "
         f"Improve the calibration images (--calib, --calib-method){hint}, lower --min-f1, "
         "or accept the loss with --allow-accuracy-loss"
     )

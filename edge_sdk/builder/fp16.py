@@ -97,3 +97,86 @@ def to_fp16(model: Any) -> Any:
     except Exception as exc:  # onnx raises several exception types for invalid graphs
         raise ModelError(f"the FP16 conversion produced an invalid model ({exc}); build with --precision fp32") from exc
     return out
+
+
+def layers_in_fp16(model: Any, nodes: Any) -> Any:
+    """A copy of `model` in which the named nodes compute as a TensorRT FP16 layer does: their
+    float inputs (activations and weights) and their outputs pass through float16.
+
+    Each float activation input and each output of such a node gets a ``Cast(float16) →
+    Cast(float)`` pair; its float weights (initializers) are rounded to float16 in place (a node's
+    own copy when another node shares them). The arithmetic between stays float32, as TensorRT's
+    FP16 convolutions accumulate. This is the model the INT8 accuracy gate runs when the layers
+    kept out of INT8 run in FP16 on the device.
+    """
+    onnx = _imports.onnx()
+    from onnx import TensorProto, helper, numpy_helper
+
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    graph = out.graph
+    wanted = set(nodes)
+    known = {n.name for n in graph.node}
+    unknown = sorted(wanted - known)
+    if unknown:
+        raise ModelError(f"no node named {', '.join(unknown[:5])} in the model; use the names of its layers")
+    inits = {i.name: i for i in graph.initializer}
+    readers: dict = {}
+    for node in graph.node:
+        for name in node.input:
+            readers[name] = readers.get(name, 0) + 1
+    float_weights = {k for k, v in inits.items() if v.data_type == TensorProto.FLOAT}
+    produced_by_dq = {n.output[0] for n in graph.node if n.op_type == "DequantizeLinear"}
+    taken = {n.name for n in graph.node} | set(inits) | {o for n in graph.node for o in n.output} | {i.name for i in graph.input}
+
+    def fresh(base: str) -> str:
+        name, k = base, 1
+        while name in taken:
+            name = f"{base}_{k}"
+            k += 1
+        taken.add(name)
+        return name
+
+    def round_trip(src: str, dst: str, tag: str) -> Any:
+        half = fresh(f"{src}__fp16")
+        return [helper.make_node("Cast", [src], [half], to=TensorProto.FLOAT16, name=fresh(f"{tag}__to_fp16")),
+                helper.make_node("Cast", [half], [dst], to=TensorProto.FLOAT, name=fresh(f"{tag}__to_fp32"))]
+
+    new_nodes = []
+    for node in graph.node:
+        if node.name not in wanted:
+            new_nodes.append(node)
+            continue
+        for i, name in enumerate(node.input):
+            if not name or name in produced_by_dq:
+                continue
+            if name in float_weights:
+                arr = numpy_helper.to_array(inits[name]).astype(np.float32)
+                half = np.clip(arr, -FP16_MAX, FP16_MAX).astype(np.float16).astype(np.float32)
+                if readers.get(name, 0) > 1:
+                    copy = fresh(f"{name}__{node.name}_fp16")
+                    graph.initializer.append(numpy_helper.from_array(half, copy))
+                    node.input[i] = copy
+                else:
+                    inits[name].CopyFrom(numpy_helper.from_array(half, name))
+            elif name not in inits:
+                rounded = fresh(f"{name}__{node.name}_in{i}")
+                new_nodes.extend(round_trip(name, rounded, f"{node.name}_in{i}"))
+                node.input[i] = rounded
+        outputs = []
+        for i, name in enumerate(node.output):
+            if not name:
+                continue
+            raw = fresh(f"{name}__{node.name}_fp32")
+            node.output[i] = raw
+            outputs.extend(round_trip(raw, name, f"{node.name}_out{i}"))
+        new_nodes.append(node)
+        new_nodes.extend(outputs)
+    del graph.node[:]
+    graph.node.extend(new_nodes)
+    del graph.value_info[:]
+    try:
+        onnx.checker.check_model(out)
+    except Exception as exc:  # onnx raises several exception types for invalid graphs
+        raise ModelError(f"simulating FP16 layers produced an invalid model ({exc}); report this with the model") from exc
+    return out

@@ -325,3 +325,17 @@ def _node_macs(node: Any, shapes: Dict[str, List[int]]) -> int:
     if op == "MatMul" and out and ins and ins[0]:
         return int(np.prod(out)) * int(ins[0][-1])
     return 0
+
+
+def layer_flops(model: Any) -> Dict[str, int]:
+    """``{node name: FLOPs (2 × MACs)}`` for every Conv, ConvTranspose, Gemm and MatMul, from the
+    inferred shapes (nodes without a name are skipped: name them first)."""
+    onnx = _imports.onnx()
+    if not len(model.graph.value_info):
+        try:
+            model = onnx.shape_inference.infer_shapes(model)
+        except Exception:  # an uninferable graph simply counts 0 for the layers it cannot size
+            pass
+    shapes = _shapes(model)
+    ops = ("Conv", "ConvTranspose", "Gemm", "MatMul")
+    return {n.name: 2 * _node_macs(n, shapes) for n in model.graph.node if n.op_type in ops and n.name}

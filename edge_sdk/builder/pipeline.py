@@ -1,6 +1,7 @@
 """`edge-sdk build` as a chain of steps: check the target and `--out` → resolve the model, its input
-and decoder (:mod:`~edge_sdk.builder.inputs`) → prepare the graph → split and preprocess the
-images (:mod:`~edge_sdk.builder.images`) → probe the preprocessing → FP16 and INT8 with their
+and decoder (:mod:`~edge_sdk.builder.inputs`) → prepare the graph → equalize an INT8 build's graph
+(:mod:`~edge_sdk.builder.equalize`) → split and preprocess the images
+(:mod:`~edge_sdk.builder.images`) → probe the preprocessing → FP16 and INT8 with their
 accuracy gate (:mod:`~edge_sdk.builder.variants`, :mod:`~edge_sdk.builder.int8`) → assemble the
 manifest (:mod:`~edge_sdk.builder.record`) → write the bundle → the engine where the host can
 build it.
@@ -22,6 +23,7 @@ from edge_sdk.builder.inputs import ModelInputs, resolve_model
 from edge_sdk.builder.progress import BuildProgress
 from edge_sdk.builder.project import BuildConfig
 from edge_sdk.builder.record import assemble, summarize
+from edge_sdk.builder.reference import gate_reference
 from edge_sdk.builder.variants import make_variants
 from edge_sdk.errors import CalibrationError, TargetError
 from edge_sdk.manifest import Bundle
@@ -47,11 +49,15 @@ def build(config: BuildConfig, progress: Optional[BuildProgress] = None, cache_d
     target = _check_target(config)
     inputs = resolve_model(config, cache_dir, progress)
     fp32, graph = _prepare_graph(inputs, target, progress)
+    if config.needs_int8:
+        fp32, graph["equalization"] = _equalize(fp32, config.equalize, progress)
     images = load_images(config, inputs.spec, progress)
     probe = _probe(config, fp32, inputs, images, progress)
     variants = make_variants(config, target, fp32, inputs, images, progress)
     recorded = assemble(config, target, inputs, graph, images, variants, probe, started)
-    bundle = bundle_mod.write_bundle(config.out, recorded.manifest, variants.models, recorded.texts, recorded.tensors)
+    reference = gate_reference(recorded.manifest, fp32, inputs, images, config.min_f1)
+    bundle = bundle_mod.write_bundle(config.out, recorded.manifest, variants.models, recorded.texts, recorded.tensors,
+                                     reference)
     engine, engine_message = _maybe_engine(bundle.root, target, variants.precision, config)
     summary = summarize(bundle, recorded.manifest, engine, engine_message, progress.warnings)
     return BuildResult(bundle, summary, engine, engine_message, list(progress.warnings))
@@ -80,6 +86,21 @@ def _prepare_graph(inputs: ModelInputs, target: Target, progress: BuildProgress)
     progress.info(f"graph: {before.nodes} → {after.nodes} nodes, {after.parameters:,} parameters, "
                   f"{after.flops / 1e9:.2f} GFLOPs, opset {before.opset} → {after.opset} ({method})")
     return fp32, {"source": before.to_dict(), "optimized": after.to_dict(), "optimizer": method}
+
+
+def _equalize(fp32: Any, enabled: bool, progress: BuildProgress) -> Tuple[Any, Dict[str, Any]]:
+    """Cross-layer equalization (:mod:`~edge_sdk.builder.equalize`) of an INT8 build's FP32 graph:
+    the bundle's model.onnx, its Q/DQ model and its calibration cache all describe the result."""
+    from edge_sdk.builder.equalize import equalize
+
+    if not enabled:
+        return fp32, {"applied": False, "reason": "turned off ([build] equalize = false)"}
+    equalized, report = equalize(fp32)
+    progress.info(report.describe())
+    record = report.to_dict()
+    if not report.applied:
+        record["reason"] = "no Conv → (Relu) → Conv pair to equalize"
+    return equalized, record
 
 
 def _probe(config: BuildConfig, fp32: Any, inputs: ModelInputs, images: Optional[BuildImages],

@@ -19,7 +19,8 @@ score_threshold = 0.5
 target = "xavier-nx"
 precision = "best"                  # fp32 | fp16 | int8 | best
 calib = "calib_images"
-calib_method = "entropy"            # entropy | minmax | percentile
+calib_method = "minmax"             # minmax | entropy | percentile | mse (per-tensor MSE-optimal range)
+equalize = true                     # cross-layer equalization of the FP32 graph before INT8 calibration
 min_f1 = 0.97
 holdout_fraction = 0.25             # images for the gate (and as many for the fallback search)
 search_margin = 0.01                # the fallback search aims at min_f1 + this on its own images
@@ -38,7 +39,7 @@ from edge_sdk.precision import BEST, BUILD_PRECISIONS
 from edge_sdk.preprocess import COLORS
 
 PROJECT_FILE = "edge.toml"
-CALIB_METHODS = ("entropy", "minmax", "percentile")
+CALIB_METHODS = ("entropy", "minmax", "percentile", "mse")
 FALLBACK_MODES = ("auto", "off")
 DEFAULT_CALIB_METHOD = "minmax"  # measured: bench/bench_calibration.py --accuracy
 
@@ -73,6 +74,7 @@ class BuildConfig:
     holdout_fraction: float = 0.25  # of the images go to the gate, as many to the fallback search
     search_margin: float = 0.01  # the fallback search aims at min_f1 + search_margin on its own images
     probe: bool = True  # the preprocessing probe (edge_sdk.builder.probe): warns, never changes the input spec
+    equalize: bool = True  # cross-layer equalization before INT8 (edge_sdk.builder.equalize); exact in FP32
     min_holdout: int = 4
     min_calib_images: int = 8
     calib_tensors_kept: int = 16  # shipped for re-calibration on the device (uint8 npz, ~0.5 MB each at 640x384)
@@ -154,7 +156,7 @@ _INPUT_KEYS = {"name": "input_name", "size": "input_size", "mean": "mean", "scal
 _BUILD_KEYS = {
     "target", "out", "precision", "calib", "calib_method", "percentile", "dla_core", "workspace_mib",
     "timing_cache", "min_f1", "allow_accuracy_loss", "int8_fallback", "max_calib_images", "holdout_fraction",
-    "search_margin", "probe",
+    "search_margin", "probe", "equalize",
 }
 _PATH_KEYS = {"model", "out", "calib", "timing_cache"}
 
@@ -214,8 +216,9 @@ def _coerce(values: Dict[str, Any], source: str) -> Dict[str, Any]:
     for key in ("percentile", "min_f1", "holdout_fraction", "search_margin"):
         if key in out and not isinstance(out[key], (int, float)):
             raise ConfigError(f"{key} must be a number, got {out[key]!r} (from {source})")
-    if "probe" in out and not isinstance(out["probe"], bool):
-        raise ConfigError(f"probe must be true or false, got {out['probe']!r} (from {source})")
+    for key in ("probe", "equalize"):
+        if key in out and not isinstance(out[key], bool):
+            raise ConfigError(f"{key} must be true or false, got {out[key]!r} (from {source})")
     for key in ("dla_core", "workspace_mib", "max_calib_images"):
         if key in out and out[key] is not None and not isinstance(out[key], int):
             raise ConfigError(f"{key} must be an integer, got {out[key]!r} (from {source})")

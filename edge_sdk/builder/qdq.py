@@ -69,14 +69,16 @@ def quantizable_nodes(model: Any, op_types: Iterable[str] = QUANTIZABLE) -> List
     return [n.name for n in model.graph.node if n.op_type in ops]
 
 
-def layer_precisions(model: Any, exclude_nodes: Iterable[str] = (), op_types: Iterable[str] = QUANTIZABLE) -> Dict[str, str]:
-    """``{node name: "int8" | "fp32"}`` for every quantizable node (names as `name_nodes` gives).
+def layer_precisions(model: Any, exclude_nodes: Iterable[str] = (), op_types: Iterable[str] = QUANTIZABLE,
+                     kept_as: str = "fp32") -> Dict[str, str]:
+    """``{node name: "int8" | kept_as}`` for every quantizable node (names as `name_nodes` gives);
+    `kept_as` ("fp32" or "fp16") is the precision of the excluded nodes.
 
-    For the manifest, and for TensorRT 8.5's implicit path, where the fp32 entries become layer
-    precision constraints. Other nodes take the precision of the layers TensorRT fuses them into.
+    For the manifest, and for TensorRT 8.5's implicit path, where the excluded entries become
+    layer precision constraints. Other nodes take the precision of the layers TensorRT fuses them into.
     """
     excluded = set(exclude_nodes)
-    return {name: ("fp32" if name in excluded else "int8") for name in quantizable_nodes(model, op_types)}
+    return {name: (kept_as if name in excluded else "int8") for name in quantizable_nodes(model, op_types)}
 
 
 # --- helpers -----------------------------------------------------------------------------

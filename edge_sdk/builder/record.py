@@ -4,7 +4,8 @@ tensors that go beside it, and the summary `edge-sdk build` prints (or writes wi
 The manifest says where the model came from, the target, the network input and outputs, the
 decoder, the recommended precision, the graph before and after optimization, each variant's
 accuracy against FP32, the preprocessing probe, and for INT8 the calibration (the image split,
-coverage, the shipped tensors' format) and the layers kept in FP32. See
+coverage, the shipped tensors' format) and, per layer, its precision (INT8, or FP16 / FP32 where
+it was kept out of INT8), FLOPs and INT8 sensitivity, with the INT8 share of the FLOPs. See
 :mod:`edge_sdk.manifest` for how the runtime reads it.
 """
 from __future__ import annotations
@@ -83,13 +84,19 @@ def assemble(config: BuildConfig, target: Target, inputs: ModelInputs, graph: Di
             "coverage": {"clipped_fraction": {k: round(float(v), 6) for k, v in int8.coverage.items()},
                          "warn_above": config.coverage_warn},
         }
-        manifest["int8"] = {"fp32_layers": int8.fp32_layers, "layer_precisions": int8.layer_precisions,
+        manifest["int8"] = {"fp32_layers": int8.fp32_layers, "fallback_layers": int8.fallback_layers,
+                            "layer_precisions": int8.layer_precisions, "int8_flop_share": int8.int8_flop_share,
+                            "layers": int8.layers,
                             "search": int8.search, "search_target": int8.search_target, "search_f1": int8.search_f1}
         if int8.calib_cache is not None:
             texts[bundle_mod.CALIB_CACHE] = int8.calib_cache
         texts[bundle_mod.RANGES] = int8.ranges_json
         kept = _subset(images.calibration, config.calib_tensors_kept)
         manifest["calibration"]["tensors"] = bundle_mod.calib_tensor_format(kept, inputs.spec)
+    if images is not None:  # the calibration folder's statistics: the daemon's calibration-drift reference
+        from edge_sdk.drift import input_stats
+
+        manifest["input_stats"] = input_stats(images.split.calibration + images.split.search + images.split.gate)
     manifest["builder"]["seconds"] = round(time.perf_counter() - started, 1)
     return Record(manifest, texts, kept)
 
@@ -117,6 +124,8 @@ def summarize(bundle: Bundle, manifest: Dict[str, Any], engine: Optional[Path], 
         "variants": variants,
         "gate": accuracy.get("int8", {}).get("gate"),
         "fp32_layers": (manifest.get("int8") or {}).get("fp32_layers", []),
+        "fallback_layers": (manifest.get("int8") or {}).get("fallback_layers", {}),
+        "int8_flop_share": (manifest.get("int8") or {}).get("int8_flop_share"),
         "split": (manifest.get("calibration") or {}).get("split"),
         "preprocess_probe": manifest.get("preprocess_probe"),
         "graph": manifest["graph"],

@@ -119,6 +119,7 @@ def search_fallback(
     step: int = 1,
     per_channel: bool = True,
     progress: Progress = None,
+    simulate: Optional[Callable[[Any, List[str]], Any]] = None,
 ) -> Tuple[List[str], float, List[Dict[str, Any]]]:
     """Fewest layers, taken in `ranking` order, to keep in FP32 so that ``score >= threshold``.
 
@@ -128,7 +129,9 @@ def search_fallback(
     ranking length) until one passes, then bisects between the last failing and the first
     passing count. Returns ``(exclude_nodes, score, history)``; history lists every try as
     ``{"fp32_layers": k, "score": s}``. When nothing up to the cap passes, the best-scoring try
-    is returned (the caller's accuracy gate decides what to do with it).
+    is returned (the caller's accuracy gate decides what to do with it). `simulate(qdq_model,
+    kept_out)`, when given, makes the model that is scored from the Q/DQ model and the layers kept
+    out of INT8 (e.g. :func:`~edge_sdk.builder.fp16.layers_in_fp16`: they run in FP16 on the device).
     """
     names = [item[0] if isinstance(item, (tuple, list)) else str(item) for item in ranking]
     cap = len(names) if max_fp32_layers is None else max(0, min(int(max_fp32_layers), len(names)))
@@ -140,6 +143,8 @@ def search_fallback(
     def attempt(k: int) -> float:
         if k not in tried:
             qdq = quantize_qdq(model, ranges, exclude_nodes=names[:k], per_channel=per_channel)
+            if simulate is not None and k:
+                qdq = simulate(qdq, names[:k])
             tried[k] = float(score(qdq))
             history.append({"fp32_layers": k, "score": tried[k]})
             if progress is not None:
@@ -166,3 +171,21 @@ def search_fallback(
         else:
             low = mid
     return names[:high], tried[high], history
+
+
+def rank_by_cost(ranking: Sequence[Tuple[str, float]], flops: Dict[str, int]) -> List[Tuple[str, float]]:
+    """`ranking` (``(name, sensitivity)``, e.g. from :func:`rank_layers`) re-ordered by accuracy
+    bought per FLOP kept out of INT8: ``sensitivity / flops`` (highest first), so the cheapest
+    layers that restore accuracy leave INT8 first. Layers that nothing hurts (sensitivity <= 0)
+    go last, by sensitivity; a layer with no FLOP count costs as much as the dearest one.
+    Returns ``(name, sensitivity)`` pairs, as :func:`search_fallback` takes them."""
+    dearest = max([int(v) for v in flops.values()] + [1])
+
+    def key(item: Tuple[str, float]) -> Tuple[int, float]:
+        name, value = item[0], float(item[1])
+        if value <= 0:
+            return (1, -value)
+        cost = int(flops.get(name) or dearest)
+        return (0, -value / max(cost, 1))
+
+    return sorted(((str(n), float(v)) for n, v in ranking), key=key)

@@ -21,7 +21,7 @@ def build(
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Bundle folder to write (replaced atomically). [default: ./bundle]", show_default=False),
     precision: Optional[str] = typer.Option(None, "--precision", help=f"{' | '.join(BUILD_PRECISIONS)}. fp32 skips calibration; int8 and {BEST} produce every variant and gate INT8 on accuracy. [default: {BEST}]", show_default=False),
     calib: Optional[Path] = typer.Option(None, "--calib", help="Folder of calibration images (like trtexec --calib data). Every 4th image is held back for the accuracy gate and another 4th for the FP32-fallback search. [default: the bundled calibrate/images]", show_default=False),
-    calib_method: Optional[str] = typer.Option(None, "--calib-method", help="entropy (TensorRT EntropyCalibration2: 2048-bin histograms, KL) | minmax | percentile (99.99). [default: minmax]", show_default=False),
+    calib_method: Optional[str] = typer.Option(None, "--calib-method", help="minmax | entropy (TensorRT EntropyCalibration2: 2048-bin histograms, KL) | percentile (99.99) | mse (each tensor's range minimising its INT8 error; 16+ calibration images). [default: minmax]", show_default=False),
     percentile: Optional[float] = typer.Option(None, "--percentile", help="Percentile of |activation| kept by --calib-method percentile. [default: 99.99]", show_default=False),
     input_name: Optional[str] = typer.Option(None, "--input-name", help="Model input to feed images to (needed when the model has several).", show_default=False),
     input_size: Optional[str] = typer.Option(None, "--input-size", help="Network input size WxH, e.g. 640x384; fixes dummy or dynamic dims.", show_default=False),
@@ -37,6 +37,7 @@ def build(
     allow_accuracy_loss: bool = typer.Option(False, "--allow-accuracy-loss", help="Write the bundle even when INT8 fails the accuracy gate."),
     int8_fallback: Optional[str] = typer.Option(None, "--int8-fallback", help="auto: keep the layers most sensitive to INT8 in FP32 until the gate passes | off. [default: auto]", show_default=False),
     max_calib_images: Optional[int] = typer.Option(None, "--max-calib-images", help="Use at most this many images for calibration. [default: 256]", show_default=False),
+    no_equalize: bool = typer.Option(False, "--no-equalize", help="Skip cross-layer equalization of the FP32 graph before INT8 calibration (an exact re-parametrization that evens out the weight ranges of consecutive convolutions)."),
     no_probe: bool = typer.Option(False, "--no-probe", help="Skip the preprocessing probe, which runs FP32 on a few search images with the channel order swapped and other pixel ranges (0..255, 0..1, -1..1, ImageNet mean/std) and warns when one clearly fits the model better (it never changes the configuration)."),
     as_json: bool = typer.Option(False, "--json", help="Print a machine-readable summary to stdout (no progress output)."),
 ) -> None:
@@ -56,6 +57,7 @@ def build(
         "workspace_mib": workspace, "timing_cache": timing_cache, "min_f1": min_f1,
         "search_margin": search_margin, "allow_accuracy_loss": True if allow_accuracy_loss else None, "int8_fallback": int8_fallback,
         "max_calib_images": max_calib_images, "probe": False if no_probe else None,
+        "equalize": False if no_equalize else None,
     }
     config = make_config(cli)
     progress = BuildProgress(quiet=as_json)
@@ -98,8 +100,11 @@ def _print_summary(progress: Any, summary: Dict[str, Any]) -> None:
     if summary.get("gate"):
         g = summary["gate"]
         word = "passed" if g["passed"] else "FAILED (kept: --allow-accuracy-loss)"
-        layers = len(summary.get("fp32_layers") or [])
-        extra = f"; {layers} layer(s) kept in FP32" if layers else ""
+        kept = summary.get("fallback_layers") or {}
+        counts = {p: sum(1 for v in kept.values() if v == p) for p in ("fp16", "fp32")}
+        extra = "".join(f"; {n} layer(s) kept in {p.upper()}" for p, n in counts.items() if n)
+        if summary.get("int8_flop_share") is not None:
+            extra += f"; {summary['int8_flop_share']:.1%} of the FLOPs in INT8"
         progress.console.print(f"INT8 accuracy gate {word}: {g['metric']} {g['value']:.4f} >= {g['threshold']}{extra}" if g["passed"]
                                else f"INT8 accuracy gate {word}: {g['metric']} {g['value']:.4f} < {g['threshold']}{extra}", highlight=False)
     progress.console.print(summary["engine_message"], highlight=False)

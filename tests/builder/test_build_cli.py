@@ -279,6 +279,9 @@ def test_real_centerface_int8_passes_the_gate(tmp_path: Path, centerface_model_p
     assert m["int8"]["search_f1"] >= m["int8"]["search_target"] == 0.98  # the search aims 0.01 above the gate
     assert m["accuracy"]["fp16"]["f1_vs_fp32"] >= 0.97
     assert m["calibration"]["tensors"]["dtype"] == "uint8"  # raw pixels: a quarter of float32
-    assert sum((out / f).stat().st_size for f in m["files"]) < 30e6
+    # three model variants (~7 MB each), the calibration tensors and verify's reference.npz (8 gate
+    # images as uint8 inputs plus FP32's float16 outputs, ~7 MB): 34.2 MB when measured
+    sizes = {f: (out / f).stat().st_size for f in m["files"]}
+    assert sizes["reference.npz"] < 9e6 and sum(sizes.values()) < 36e6, sizes
     assert m["model"]["source_sha256"] == "09189deaaf8646c5c51a68447e3c744ea1e211798155d4728c20507b9f5aefbc"
     assert m["precision"] == "int8"

@@ -118,7 +118,7 @@ def test_gate_threshold(f1: float, passed: bool) -> None:
     "allow, fallback, raises, hint",
     [
         (False, False, True, "--int8-fallback auto"),
-        (False, True, True, "even after keeping the most sensitive layers in FP32"),
+        (False, True, True, "even after keeping the most sensitive layers out of INT8"),
         (True, False, False, ""),
     ],
 )

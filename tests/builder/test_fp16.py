@@ -51,3 +51,36 @@ def test_out_of_range_weights_are_clipped_not_infinite() -> None:
     half = to_fp16(model)
     lm_b = next(onnx.numpy_helper.to_array(i) for i in half.graph.initializer if i.name == "lm.b")
     assert np.all(np.isfinite(lm_b)) and float(lm_b.max()) == float(np.finfo(np.float16).max)
+
+
+def test_layers_in_fp16_runs_the_named_layer_through_float16() -> None:
+    """One 1x1 Conv whose input and weight are not float16 numbers: FP32 keeps them, the simulated
+    FP16 layer gives exactly what numpy gives with input, weight and output rounded to float16
+    (accumulating in float32), even under ONNX Runtime's full graph optimisation."""
+    from onnx import helper, numpy_helper
+
+    from edge_sdk.builder.fp16 import layers_in_fp16
+
+    w = np.array([1.0 + 2.0 ** -12, -3.0 - 2.0 ** -11, 0.1], np.float32).reshape(1, 3, 1, 1)
+    b = np.array([2.0 ** -14 + 1e-6], np.float32)
+    model = helper.make_model(helper.make_graph(
+        [helper.make_node("Conv", ["x", "w", "b"], ["c"], name="conv"), helper.make_node("Relu", ["c"], ["y"], name="relu")],
+        "one", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 2, 5])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 1, 2, 5])],
+        [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")]), opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 7
+    x = (np.random.default_rng(2).uniform(0, 255, (1, 3, 2, 5)) + 1.0 / 3.0).astype(np.float32)
+    half = layers_in_fp16(model, ["conv"])
+    got = graph.session_from_model(half).run(None, {"x": x})[0]
+    exact = graph.session_from_model(model).run(None, {"x": x})[0]
+
+    def f16(a: np.ndarray) -> np.ndarray:
+        return a.astype(np.float16).astype(np.float32)
+
+    conv = (f16(x) * f16(w).reshape(1, 3, 1, 1)).sum(axis=1, keepdims=True, dtype=np.float32) + f16(b)
+    expected = np.maximum(f16(conv), 0)
+    assert np.array_equal(got, expected)
+    assert not np.array_equal(got, exact)  # the rounding shows: FP32 would hide a missing cast
+    assert numpy_helper.to_array(model.graph.initializer[0]).tolist() == w.tolist()  # the input model is untouched
+    with pytest.raises(Exception, match="no node named nope"):
+        layers_in_fp16(model, ["nope"])

@@ -170,3 +170,13 @@ def test_graph_stats_of_a_gemm() -> None:
     model = helper.make_model(helper.make_graph([helper.make_node("Gemm", ["a", "w"], ["y"])], "g", [a], [y], [w]),
                               opset_imports=[helper.make_opsetid("", 13)])
     assert graph.graph_stats(model).flops == 2 * 4 * 10 * 16
+
+
+def test_layer_flops_are_two_macs_per_output_value(convnet) -> None:
+    """The conftest convnet by hand (x 3x16x16): Conv 3x3 → 8 ch, depthwise 3x3, ConvTranspose
+    8 → 4 ch k2 (MACs per input value: 4·2·2), Gemm 8 → 2."""
+    from edge_sdk.builder.qdq import name_nodes
+
+    flops = graph.layer_flops(name_nodes(convnet))
+    assert flops == {"Conv_c1": 2 * 8 * 16 * 16 * 27, "Conv_c2": 2 * 8 * 16 * 16 * 9,
+                     "ConvTranspose_up": 2 * 8 * 16 * 16 * 16, "Gemm_z": 2 * 2 * 8}

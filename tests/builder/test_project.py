@@ -65,7 +65,7 @@ def test_no_project_file_gives_defaults(tmp_path: Path) -> None:
         ("modle = 'x.onnx'\n", r"unknown key 'modle'.*edge\.toml"),
         ("[input]\nsise = '1x1'\n", r"unknown key 'input\.sise'"),
         ("[build]\nprecision = 'int4'\n", r"precision must be one of.*edge\.toml"),
-        ("[build]\ncalib_method = 'mse'\n", r"calib_method must be one of"),
+        ("[build]\ncalib_method = 'kl'\n", r"calib_method must be one of"),
         ("[input]\nsize = 'big'\n", r"WIDTHxHEIGHT.*edge\.toml"),
         ("[decoder]\nscore_threshold = 0.3\n", r"\[decoder\].*needs a 'type'"),
         ("model = [", r"not valid TOML"),

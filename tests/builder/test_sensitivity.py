@@ -96,3 +96,12 @@ def test_search_fallback_grows_by_step(convnet, convnet_feeds) -> None:
         convnet, ranges, RANKING, _score_needing(RANKING[:3]), threshold=0.99, step=3)
     assert exclude == RANKING[:3] and score == 1.0
     assert [h["fp32_layers"] for h in history] == [0, 3, 1, 2]
+
+
+def test_rank_by_cost_puts_accuracy_per_flop_first() -> None:
+    """A cheap layer with a quarter of the sensitivity buys more per FLOP than an expensive one;
+    layers nothing hurts go last; a layer without a FLOP count is priced as the dearest."""
+    ranking = [("big", 0.8), ("cheap", 0.2), ("none", 0.0), ("mid", 0.3), ("unknown", 0.5)]
+    flops = {"big": 1000, "cheap": 10, "none": 1, "mid": 100}
+    assert [n for n, _ in sens.rank_by_cost(ranking, flops)] == ["cheap", "mid", "big", "unknown", "none"]
+    assert dict(sens.rank_by_cost(ranking, flops)) == dict(ranking)  # the sensitivities are kept
