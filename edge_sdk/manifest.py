@@ -8,16 +8,20 @@ Nothing in a bundle is trusted until :meth:`Bundle.load` has checked it:
   under `calib/` — with its sha256 (and, from schema 2 on, its size); every entry is a plain
   relative path that stays inside the bundle folder, symbolic links included;
 * with `verify` (the default) each listed file is there, has its size and its sha256, and no
-  model or calibration file lies in the folder unlisted.
+  model or calibration file lies in the folder unlisted;
+* `input_stats`, where present (statistics of the calibration images, :mod:`edge_sdk.drift`), has
+  the layout and ranges the drift monitor needs.
 """
 from __future__ import annotations
 
 import hashlib
 import os
 import re
+from functools import cached_property
 from pathlib import Path, PurePosixPath
 from typing import Any, Dict, List, NamedTuple, Optional
 
+from edge_sdk.drift import InputStats
 from edge_sdk.errors import BundleError
 from edge_sdk.fsutil import PathLike, sha256_file
 from edge_sdk.precision import PRECISIONS
@@ -32,6 +36,9 @@ MANIFEST_MAX_BYTES = 8 * 1024 * 1024
 VARIANT_FILES: Dict[str, str] = dict(zip(PRECISIONS, ("model.onnx", "model.fp16.onnx", "model.int8.qdq.onnx")))
 CALIB_CACHE = "calib.cache"
 CALIB_DIR = "calib"
+# The gate images' network inputs and FP32's outputs on them, which `edge-sdk verify` compares an
+# engine with (written by edge_sdk.builder.reference, read by edge_sdk.verify).
+REFERENCE = "reference.npz"
 
 _SHA256 = re.compile(r"[0-9a-f]{64}\Z")
 _GATE_METRICS = ("f1_vs_fp32", "cosine")  # what builder.evaluate.gate measures
@@ -62,6 +69,8 @@ def parse_manifest(raw: bytes, origin: str) -> Dict[str, Any]:
             "upgrade edge-sdk on the device"
         )
     file_entries(manifest, origin)
+    if manifest.get("input_stats") is not None:
+        InputStats.from_dict(manifest["input_stats"], origin, BundleError)
     return manifest
 
 
@@ -194,10 +203,11 @@ class Bundle:
 
     def _runtime_files(self) -> List[str]:
         """Relative paths of what lies in the folder under the names the runtime and the engine
-        builder read: the model variants, `calib.cache` and everything under `calib/`."""
+        builder read: the model variants, `calib.cache`, `reference.npz` and everything under `calib/`."""
         found = [f for f in VARIANT_FILES.values() if os.path.lexists(self.root / f)]
-        if os.path.lexists(self.root / CALIB_CACHE):
-            found.append(CALIB_CACHE)
+        for name in (CALIB_CACHE, REFERENCE):
+            if os.path.lexists(self.root / name):
+                found.append(name)
         calib = self.root / CALIB_DIR
         if calib.is_dir():
             for dirpath, dirnames, filenames in os.walk(calib, followlinks=False):
@@ -210,6 +220,13 @@ class Bundle:
     @property
     def inputs(self) -> List[InputSpec]:
         return [InputSpec.from_dict(d) for d in self.manifest.get("inputs", [])]
+
+    @cached_property
+    def input_stats(self) -> Optional[InputStats]:
+        """Statistics of the calibration images (the drift monitor's reference), or None when the
+        build recorded none (an FP32 build reads no images; bundles from before they were recorded)."""
+        data = self.manifest.get("input_stats")
+        return None if data is None else InputStats.from_dict(data, str(self.root / MANIFEST), BundleError)
 
     @property
     def decoder(self) -> Dict[str, Any]:

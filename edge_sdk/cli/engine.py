@@ -25,8 +25,9 @@ def engine(
     precision: Precision = typer.Option(
         Precision(BEST),
         "--precision",
-        help=f"{', '.join(PRECISIONS)}, or {BEST} (FP16+INT8). INT8 on TensorRT 8.x uses the bundle's calibration "
-        "cache; on TensorRT >= 10 the bundle's Q/DQ model.",
+        help=f"{', '.join(PRECISIONS)}, or {BEST}: build FP16 and INT8, time and verify both here, keep the fastest "
+        "that passes the bundle's gate (a bundle without gate inputs: one FP16+INT8 engine). INT8 on TensorRT 8.x uses "
+        "the bundle's calibration cache; on TensorRT >= 10 the bundle's Q/DQ model.",
     ),
     dla_core: Optional[int] = typer.Option(
         None, "--dla-core", help="Run on this DLA core, falling back to the GPU per layer (FP16/INT8 only)."
@@ -55,6 +56,11 @@ def engine(
     opt_batch: Optional[int] = typer.Option(
         None, "--opt-batch", help="Batch TensorRT tunes its kernels for (default: --max-batch)."
     ),
+    warmup: int = typer.Option(10, "--warmup", help=f"{BEST}: runs before timing each engine."),
+    iterations: int = typer.Option(100, "--iterations", help=f"{BEST}: timed runs per engine (the median counts)."),
+    reference: str = typer.Option(
+        "auto", "--reference", help=f"{BEST}: FP32 reference of the verification (see `edge-sdk verify --help`)."
+    ),
     force: bool = typer.Option(False, "--force", help="Rebuild even when the cache holds this engine."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON on stdout only."),
 ) -> None:
@@ -71,7 +77,16 @@ def engine(
     _imports.tensorrt()  # before anything else: says how to get TensorRT when it is missing
     batch = batch_range(max_batch, opt_batch)
     console = Console(stderr=True)
-    if as_json:
+    choice = None
+    if precision.value == BEST and _has_reference(bundle):
+        from edge_sdk.precision_choice import choose_engine
+
+        with console.status("choosing the precision on this device") as status:
+            choice = choose_engine(bundle, dla_core=dla_core, workspace_mib=workspace, timing_cache=timing_cache,
+                                   cache_dir=cache_dir, recalibrate=recalibrate, force=force, batch=batch, warmup=warmup,
+                                   iterations=iterations, reference=reference, progress=None if as_json else status.update)
+        result = choice.engine
+    elif as_json:
         result = build_engine(
             bundle, precision.value, dla_core, workspace, timing_cache, cache_dir, recalibrate=recalibrate, force=force,
             batch=batch,
@@ -95,13 +110,27 @@ def engine(
     if as_json:
         out = result.to_dict()
         out["saved"] = str(save_engine) if save_engine is not None else None
+        out["device_choice"] = choice.to_dict() if choice is not None else None
         typer.echo(json.dumps(out, indent=2))
         return
     how = "found in the cache" if result.cached else f"built in {result.build_seconds:.1f} s"
     where = "GPU" if dla_core is None else f"DLA core {dla_core} + GPU fallback"
+    if choice is not None:
+        typer.echo(f"precision chosen on this device: {choice.chosen} (device report: {choice.path})")
+        typer.echo(f"  {'precision':<9}  {'median ms':>9}  {'f1_vs_fp32':>10}  passed  chosen")
+        for row in choice.candidates:
+            f1 = "-" if row.f1_vs_fp32 is None else f"{row.f1_vs_fp32:.4f}"
+            typer.echo(f"  {row.precision:<9}  {row.median_ms:>9.3f}  {f1:>10}  {'yes' if row.passed else 'no':<6}  "
+                       f"{'*' if row.chosen else ''}")
+        for note in choice.notes:
+            typer.secho(f"note: {note}", fg=typer.colors.YELLOW, err=True)
+    elif precision.value == BEST:
+        typer.secho("note: this bundle carries no gate inputs (reference.npz), so FP16 and INT8 cannot be timed and "
+                    "verified here: built one FP16+INT8 engine (TensorRT picks per layer). Rebuild the bundle with "
+                    "`edge-sdk build` to choose on the device", fg=typer.colors.YELLOW, err=True)
     typer.echo(f"engine: {result.path} ({how})")
     typer.echo(
-        f"  {result.gpu.name} (SM {result.gpu.sm}), TensorRT {result.tensorrt}, {precision.value} "
+        f"  {result.gpu.name} (SM {result.gpu.sm}), TensorRT {result.tensorrt}, {result.plan.precision} "
         f"from {result.plan.to_dict()['model']}, {where}"
     )
     if result.calibration:
@@ -126,3 +155,10 @@ def engine(
         typer.secho(f"note: {note}", fg=typer.colors.YELLOW, err=True)
     for warning in report_warnings(result.layers or {}):
         typer.secho(f"warning: {warning}", fg=typer.colors.YELLOW, err=True)
+
+
+def _has_reference(bundle: Path) -> bool:
+    """Does the bundle carry the gate inputs the device choice verifies against?"""
+    from edge_sdk.manifest import REFERENCE, Bundle
+
+    return REFERENCE in Bundle.load(bundle, verify=False).files

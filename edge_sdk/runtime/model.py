@@ -41,13 +41,16 @@ class Model:
         """Bundle, backend and variant, for logs, the detect summary and telemetry."""
         backend = self.backend.describe() if hasattr(self.backend, "describe") else {}
         target = (self.bundle.get("target") or {}).get("name") if self.bundle is not None else None
-        return {
+        out = {
             "bundle_hash": self.bundle_hash,
             "target": target,
             "backend": str(backend.get("backend", type(self.backend).__name__)),
             "precision": self.precision,
             "precision_reason": self.precision_reason,
         }
+        if backend.get("device_choice") is not None:  # the precision choice made on this device (TensorRT)
+            out["device_choice"] = backend["device_choice"]
+        return out
 
     def close(self) -> None:
         """Deactivate the backend (idempotent)."""

@@ -100,6 +100,11 @@ class EngineCache:
             return None
         return report if isinstance(report, dict) else None
 
+    def device_report_path(self, key: EngineKey) -> Path:
+        """The on-device precision choice for the key's bundle, TensorRT, GPU and DLA core
+        (`<key>.device_report.json`, the key's precision being "best"): see edge_sdk.trt.choice."""
+        return self.root / (key.stem + ".device_report.json")
+
     def calib_cache_path(self, bundle_hash: str, tensorrt: str, sm: str) -> Path:
         """Where a calibration cache made on this device (by `--recalibrate`) is kept."""
         return self.root / f"{_safe(bundle_hash)}-trt{_safe(tensorrt)}-sm{_safe(sm).replace('.', '')}.calib.cache"

@@ -71,6 +71,23 @@ class FakeRuntimeCuda(FakeHostCuda):
         """Queue (or, while the stream captures, record) work a library enqueues on a stream."""
         self._queue(stream, name, op)
 
+    # GPU time: `clock_ms` advances as queued work runs (the fake engine adds its latency); an
+    # event records the clock when its stream reaches it (cudaEventRecord / cudaEventElapsedTime).
+    clock_ms = 0.0
+
+    def record(self, event: Any, stream: FakeStream) -> None:
+        event.done = False
+        event.stream = stream
+
+        def mark() -> None:
+            event.done = True
+            event.time_ms = self.clock_ms
+
+        self._queue(stream, "record", mark)
+
+    def elapsed_ms(self, start: Any, end: Any) -> float:
+        return float(getattr(end, "time_ms", 0.0) - getattr(start, "time_ms", 0.0))
+
 
 def _no_kernels(name: str, grid: Sequence[int], block: Sequence[int], params: int) -> None:
     raise AssertionError(f"no kernel {name} expected in this test")
@@ -98,6 +115,18 @@ class TinyCenterFace:
         for name, ch in self.outputs[1:]:
             out[name] = np.zeros((n, ch, h // 4, w // 4), np.float32)
         return out
+
+
+def engine_kind(record: Dict[str, Any]) -> str:
+    """What an engine the fake builder wrote computes in: "int8" (the INT8 flag or a Q/DQ model),
+    "fp16" (the FP16 flag or an FP16 model) or "fp32"."""
+    flags = set(record.get("flags") or [])
+    types_ = record.get("model_types")
+    if "INT8" in flags or types_ == "qdq":
+        return "int8"
+    if "FP16" in flags or types_ == "fp16":
+        return "fp16"
+    return "fp32"
 
 
 def engine_bytes(trt: Any, inputs: Sequence[Dict[str, Any]], **record: Any) -> bytes:
@@ -312,13 +341,18 @@ class FakeContext:
         in_addr = self.addresses[name_in]
         out_addrs = {n: self.addresses[n] for n in engine._outputs}
         network = engine.network
+        kind = engine_kind(engine.record)
 
         def run() -> None:
             # Reads the input when the stream reaches it, as the GPU would.
             nbytes = int(np.prod(shape)) * np.dtype(dtype).itemsize
             x = np.frombuffer(ctypes.string_at(in_addr, nbytes), dtype=dtype).reshape(shape).astype(np.float32)
             trt.inputs_seen.append(x.copy())
-            for out_name, value in network(x).items():
+            results = network(x)
+            if kind in trt.distort:
+                results = trt.distort[kind](results)
+            trt.cuda.clock_ms += trt.latency_ms.get(kind, 0.0)
+            for out_name, value in results.items():
                 data = np.ascontiguousarray(value, np.float32)
                 ctypes.memmove(out_addrs[out_name], data.ctypes.data, data.nbytes)
             self.runs += 1
@@ -347,6 +381,10 @@ class RuntimeMixin:
     __version__: str
 
     def _add_runtime(self, cuda: Optional[FakeRuntimeCuda], network: Any, capturable: bool) -> None:
+        # Per engine kind (engine_kind: "fp32", "fp16" or "int8"): GPU milliseconds one run takes,
+        # and a function applied to the network's outputs (a reduced precision's error).
+        self.latency_ms: Dict[str, float] = {}
+        self.distort: Dict[str, Callable[[Dict[str, np.ndarray]], Dict[str, np.ndarray]]] = {}
         self.cuda = cuda if cuda is not None else FakeRuntimeCuda()
         self.network = network if network is not None else TinyCenterFace()
         self.capturable = capturable

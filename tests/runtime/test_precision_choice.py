@@ -85,9 +85,13 @@ class FakeTensorRTBackend(Backend):
 
     @classmethod
     def from_bundle(cls, bundle: Any, precision: str, **options: Any) -> "FakeTensorRTBackend":
+        backend = cls()
+        if precision == "auto":  # the real backend resolves auto itself; with no device report: the gated choice
+            precision, backend.precision_reason = choose_precision(precision, bundle, "tensorrt")
+            backend.precision = precision
         cls.built.append(precision)
         bundle.model_path(precision)  # a missing variant fails as the real one would
-        return cls()
+        return backend
 
 
 @pytest.fixture

@@ -121,7 +121,9 @@ def choose_precision(requested: str, bundle: Any, backend: str) -> Tuple[str, st
 
     * `fp32`, `fp16`, `int8`: that variant (a bundle without it fails when the backend loads it).
     * `auto` on TensorRT (native or ONNX Runtime's execution provider): the bundle's gated choice
-      (INT8 when it passed the builder's accuracy gate), else its most reduced variant.
+      (INT8 when it passed the builder's accuracy gate), else its most reduced variant. The native
+      backend asks this only when `edge-sdk engine` has made no choice on the device
+      (edge_sdk.runtime.backends.tensorrt.engine_precision).
     * `auto` on ONNX Runtime's CUDA provider: FP16 when the gated choice is a reduced precision
       (the provider has FP16 kernels but runs an INT8 Q/DQ model's layers in float), else FP32.
     * `auto` on ONNX Runtime's CPU provider: FP32 (see CPU_REASON).
@@ -181,9 +183,11 @@ def select_backend(
         _say_fallback_once(trt_reason)
     if name == "tensorrt" or (name == "auto" and bundle is not None and trt_reason is None):
         _check_tensorrt(bundle)
-        variant, reason = choose_precision(precision, bundle, "tensorrt")
-        backend = _tensorrt_backend(bundle, variant, threads=threads, **options)
-        backend.precision, backend.precision_reason = variant, reason
+        # The backend resolves `auto` itself: on TensorRT it follows the choice `edge-sdk engine` made on
+        # this device where there is one (edge_sdk.runtime.backends.tensorrt.engine_precision).
+        backend = _tensorrt_backend(bundle, precision, threads=threads, **options)
+        if backend.precision is None:
+            backend.precision, backend.precision_reason = choose_precision(precision, bundle, "tensorrt")
         return backend
     if model_path is None and bundle is None:
         raise BackendError("select_backend needs a bundle or a model path")

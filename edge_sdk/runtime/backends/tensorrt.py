@@ -142,6 +142,7 @@ class TensorRTBackend(Backend):
         self.notes: List[str] = list(notes)
         self.tensorrt_version = tensorrt_version
         self._rebuild = rebuild
+        self.device_choice: Optional[Dict[str, Any]] = None  # edge_sdk.trt.choice.summary of the choice that picked it
         self.stream: Any = None
         self.graph: Any = None
         self.graph_note = ""
@@ -185,9 +186,11 @@ class TensorRTBackend(Backend):
         max_batch: Optional[int] = None,
         **options: Any,
     ) -> "TensorRTBackend":
-        """Find the bundle's engine for `precision` (fp32, fp16 or int8: the variant that runs) in
-        the engine cache, or build it (what `edge-sdk engine BUNDLE --precision P` does), and
-        return the runner, not yet active. `threads` is accepted for the interface and unused
+        """Find the bundle's engine for `precision` in the engine cache, or build it (what
+        `edge-sdk engine BUNDLE --precision P` does), and return the runner, not yet active.
+        `precision`: fp32, fp16 or int8, or auto (:func:`engine_precision`: the choice
+        `edge-sdk engine` made on this device, else the bundle's gated choice); the runner's
+        `precision` and `precision_reason` say which and why. `threads` is accepted for the interface and unused
         (TensorRT runs on the GPU). `cuda`: a CudaApi to run on (default: the one
         `edge_sdk.cuda.require_cuda()` opens). `max_batch`: the largest batch of a model whose
         batch is dynamic (its optimization profile; default: the ROI settings', as `edge-sdk
@@ -196,16 +199,18 @@ class TensorRTBackend(Backend):
             raise BackendError(f"the tensorrt backend does not take option(s) {', '.join(sorted(options))}")
         from edge_sdk.cuda import require_cuda
         from edge_sdk.trt.device import GpuInfo
-        from edge_sdk.trt.engine import batch_range, build_engine
+        from edge_sdk.trt.engine import batch_range, build_engine, trt_api
 
         trt = _imports.tensorrt()
         api = cuda if cuda is not None else require_cuda("auto")
         props = api.properties
         gpu = GpuInfo(name=props.name, sm=f"{props.sm[0]}.{props.sm[1]}", source=api.name)
         say = progress or _say
+        variant, engine_as, reason, choice = engine_precision(bundle, precision, trt_api(trt).version, gpu.sm, dla_core,
+                                                              cache_dir)
 
         def build(force: bool) -> Any:
-            return build_engine(bundle.root, precision=precision, dla_core=dla_core, workspace_mib=workspace_mib,
+            return build_engine(bundle.root, precision=engine_as, dla_core=dla_core, workspace_mib=workspace_mib,
                                 cache_dir=cache_dir, force=force, gpu=gpu, progress=say,
                                 batch=batch_range(max_batch) if max_batch is not None else None)
 
@@ -213,13 +218,15 @@ class TensorRTBackend(Backend):
         for note in result.notes:
             say(f"engine: {note}")
         if not result.cached:
-            say(f"built the {precision} engine in {result.build_seconds:.1f} s: {result.path}")
+            say(f"built the {engine_as} engine in {result.build_seconds:.1f} s: {result.path}")
 
         def rebuild() -> Path:
             return Path(build(True).path)
 
-        return cls(result.path, bundle=bundle, cuda=api, dla_core=dla_core, use_graphs=use_graphs, rebuild=rebuild,
-                   engine_cached=result.cached, notes=result.notes, tensorrt_version=str(getattr(trt, "__version__", "")))
+        backend = cls(result.path, bundle=bundle, cuda=api, dla_core=dla_core, use_graphs=use_graphs, rebuild=rebuild,
+                      engine_cached=result.cached, notes=result.notes, tensorrt_version=str(getattr(trt, "__version__", "")))
+        backend.precision, backend.precision_reason, backend.device_choice = variant, reason, choice
+        return backend
 
     # -- runner ------------------------------------------------------------------------------
     def activate(self) -> None:
@@ -509,6 +516,8 @@ class TensorRTBackend(Backend):
         })
         if self.notes:
             out["engine_notes"] = list(self.notes)
+        if self.device_choice is not None:
+            out["device_choice"] = dict(self.device_choice)
         if self.cuda is not None:
             from edge_sdk.cuda import frame_memory_for
 
@@ -550,6 +559,38 @@ class TensorRTBackend(Backend):
         self.stream = None
         self.graph = None
         self._reset()
+
+
+def engine_precision(bundle: Any, precision: str, tensorrt: str, sm: str, dla_core: Optional[int],
+                     cache_dir: Any = None) -> Tuple[str, str, str, Optional[Dict[str, Any]]]:
+    """(variant that runs, precision of the engine to build or find, why, device choice summary or
+    None) for the runtime's `precision` on this TensorRT and GPU. The one place `auto` on
+    TensorRT is resolved:
+
+    1. the choice `edge-sdk engine` (precision best) made and verified on this device, in its
+       device report (edge_sdk.trt.choice): that engine is the one it built;
+    2. else the bundle's gated choice (`choose_precision`); when that is INT8 and only the
+       FP16+INT8 engine `edge-sdk engine` builds for a bundle without gate inputs is cached, that
+       engine (it is the gated INT8, with FP16 where a layer is not INT8), instead of a second build.
+
+    fp32, fp16 and int8 map to their own engines."""
+    from edge_sdk.precision import AUTO, BEST
+    from edge_sdk.runtime.backends import choose_precision
+    from edge_sdk.trt import choice as choice_mod
+    from edge_sdk.trt.cache import EngineCache, EngineKey
+
+    if precision == AUTO:
+        cache = EngineCache(cache_dir)
+        report = choice_mod.read_device_report(cache, choice_mod.report_key(bundle, tensorrt, sm, dla_core))
+        if report is not None and report["chosen"] in bundle.variants():
+            return report["chosen"], report["chosen"], choice_mod.reason(report), choice_mod.summary(report)
+    variant, reason = choose_precision(precision, bundle, "tensorrt")
+    if precision == AUTO and variant == "int8":
+        cache = EngineCache(cache_dir)
+        if cache.get(EngineKey(bundle.hash, tensorrt, sm, variant, dla_core)) is None \
+                and cache.get(EngineKey(bundle.hash, tensorrt, sm, BEST, dla_core)) is not None:
+            return variant, BEST, reason + "; the FP16+INT8 engine `edge-sdk engine` built for it (INT8, FP16 where a layer is not INT8)", None
+    return variant, variant, reason, None
 
 
 def _first_line(exc: BaseException) -> str:

@@ -1,0 +1,267 @@
+"""`edge-sdk verify` on the TensorRT backend and the on-device precision choice, against the fake
+TensorRT runtime (8.5, 10, 11) on a fake integrated and a fake discrete GPU.
+
+The bundle's reference (gate inputs and FP32 outputs) is computed here with numpy from the fake
+network's arithmetic written out again (`expected`), never by the code under test. The fake
+engines take a per-precision GPU time (the fake CUDA clock, read through CUDA events) and may
+distort their outputs (a reduced precision's error), so the choice must weigh speed and the gate.
+"""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any, Callable, Dict, List
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from edge_sdk.builder.reference import reference_npz
+from edge_sdk.cli import app
+from edge_sdk.errors import AccuracyGateError, BundleError
+from edge_sdk.fsutil import sha256_file
+from edge_sdk.manifest import MANIFEST, REFERENCE, Bundle
+from edge_sdk.preprocess import Transform
+from edge_sdk.runtime.backends import select_backend
+from edge_sdk.trt import calibrator as calibrator_mod
+from edge_sdk.trt import engine as engine_mod
+from edge_sdk.trt.cache import EngineCache
+from edge_sdk.precision_choice import choose_engine
+from edge_sdk.trt.choice import read_device_report, report_key
+from edge_sdk.verify import verify_bundle
+from fakes.fake_cuda_host import DISCRETE, XAVIER_NX
+from fakes.fake_tensorrt_runtime import CENTERFACE_OUTPUTS, RUNTIME_FAKES, FakeRuntimeCuda
+from trt_bundles import XAVIER, write_bundle
+
+H, W = 32, 64
+GPUS = {"xavier": XAVIER_NX, "discrete": DISCRETE}
+VERSIONS = sorted(RUNTIME_FAKES)
+NAMES = [n for n, _ in CENTERFACE_OUTPUTS]
+
+
+def expected(x: np.ndarray) -> List[np.ndarray]:
+    """The fake network's outputs, written out again: heatmap = sigmoid((4x4 cell mean over the
+    channels - 128) / 4), every other output zero."""
+    n = x.shape[0]
+    gray = x.astype(np.float64).reshape(n, 3, H // 4, 4, W // 4, 4).mean(axis=(1, 3, 5))[:, None]
+    heat = (1.0 / (1.0 + np.exp(-(gray - 128.0) / 4.0))).astype(np.float32)
+    return [heat] + [np.zeros((n, c, H // 4, W // 4), np.float32) for _, c in CENTERFACE_OUTPUTS[1:]]
+
+
+def gate_images(count: int = 6) -> List[np.ndarray]:
+    """Dark frames with two bright 8x8 squares each, at places that differ per image."""
+    images = []
+    for i in range(count):
+        x = np.full((1, 3, H, W), 20.0, np.float32)
+        for k in range(2):
+            top, left = 4 * ((i + 3 * k) % 6), 8 * ((2 * i + 5 * k) % 7)
+            x[:, :, top : top + 8, left : left + 8] = 250.0
+        images.append(x)
+    return images
+
+
+def choice_bundle(root: Path, reference: bool = True, min_f1: float = 0.9) -> Path:
+    """A fake bundle the fake builders build (fp32, fp16, int8; calibration data) with a
+    CenterFace manifest and, with `reference`, reference.npz from `expected`."""
+    write_bundle(root, shape=[1, 3, H, W])
+    manifest = json.loads((root / MANIFEST).read_text())
+    manifest["outputs"] = [{"name": n, "shape": [1, c, H // 4, W // 4], "dtype": "float32"} for n, c in CENTERFACE_OUTPUTS]
+    manifest["inputs"][0]["resize"] = "stretch"
+    manifest["precision"] = "int8"
+    manifest["variants"] = ["fp32", "fp16", "int8"]
+    if reference:
+        inputs = gate_images()
+        data, section = reference_npz(inputs, [Transform(1.0, 1.0, 0.0, 0.0, W, H)] * len(inputs), NAMES,
+                                      [expected(x) for x in inputs])
+        (root / REFERENCE).write_bytes(data)
+        section["min_f1"] = min_f1
+        manifest["reference"] = section
+    manifest["files"] = {p.relative_to(root).as_posix(): sha256_file(p) for p in sorted(root.rglob("*"))
+                         if p.is_file() and p.name != MANIFEST}
+    (root / MANIFEST).write_text(json.dumps(manifest))
+    Bundle.load(root)
+    return root
+
+
+def drop_left_half(outputs: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]:
+    """A reduced precision that loses every object in the left half of the frame."""
+    heat = outputs["537"].copy()
+    heat[..., : heat.shape[-1] // 2] = 0.0
+    return dict(outputs, **{"537": heat})
+
+
+def tiny_noise(outputs: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]:
+    """A reduced precision that keeps every detection: the heatmap off by 0.01 %."""
+    return dict(outputs, **{"537": outputs["537"] * np.float32(1.0001)})
+
+
+@pytest.fixture
+def device(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Callable[..., Any]:
+    """device(version, gpu, latency={kind: ms}, distort={kind: fn}) -> (fake trt, fake CUDA)."""
+
+    def make(version: str = "8.5", gpu: str = "xavier", latency: Dict[str, float] = None,
+             distort: Dict[str, Any] = None) -> Any:
+        cuda = FakeRuntimeCuda(props=GPUS[gpu])
+        trt = RUNTIME_FAKES[version](cuda=cuda)
+        trt.latency_ms.update(latency or {})
+        trt.distort.update(distort or {})
+        monkeypatch.setitem(sys.modules, "tensorrt", trt)
+        monkeypatch.setattr(calibrator_mod, "allocate_device_buffer", trt.device_memory.allocate)
+        monkeypatch.setattr("edge_sdk.cuda.require_cuda", lambda *a, **k: cuda)
+        return trt, cuda
+
+    return make
+
+
+def choose(bundle: Path, cuda: Any, cache: Path, **kwargs: Any):
+    return choose_engine(bundle, cuda=cuda, cache_dir=cache, warmup=2, iterations=5, reference="bundle", **kwargs)
+
+
+# --- the choice ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize("gpu", sorted(GPUS))
+def test_the_fastest_engine_that_passes_is_chosen_and_recorded(device, tmp_path: Path, version: str, gpu: str) -> None:
+    trt, cuda = device(version, gpu, latency={"fp16": 4.0, "int8": 2.5}, distort={"int8": tiny_noise})
+    bundle, cache = choice_bundle(tmp_path / "b"), tmp_path / "engines"
+    choice = choose(bundle, cuda, cache)
+    rows = {r.precision: r for r in choice.candidates}
+    assert choice.chosen == "int8" and set(rows) == {"fp16", "int8"}
+    assert rows["fp16"].median_ms == pytest.approx(4.0) and rows["int8"].median_ms == pytest.approx(2.5)
+    assert rows["int8"].passed and rows["int8"].f1_vs_fp32 == 1.0 and rows["fp16"].passed
+    stored = json.loads(choice.path.read_text())
+    assert choice.path.parent == cache and choice.path.name.endswith(".device_report.json")
+    assert stored["chosen"] == "int8" and [r["chosen"] for r in stored["candidates"]] == [False, True]
+    assert [(r["precision"], r["median_ms"], r["passed"]) for r in stored["candidates"]] == [
+        ("fp16", 4.0, True), ("int8", 2.5, True)]
+    assert Path(stored["candidates"][1]["engine"]) == choice.engine.path and choice.engine.key.precision == "int8"
+
+
+def test_a_faster_int8_that_fails_the_gate_is_not_chosen(device, tmp_path: Path) -> None:
+    trt, cuda = device(latency={"fp16": 4.0, "int8": 1.0}, distort={"int8": drop_left_half})
+    choice = choose(choice_bundle(tmp_path / "b"), cuda, tmp_path / "engines")
+    rows = {r.precision: r for r in choice.candidates}
+    assert choice.chosen == "fp16"
+    assert not rows["int8"].passed and rows["int8"].f1_vs_fp32 < 0.9 and "f1_vs_fp32" in rows["int8"].failures[0]
+
+
+def test_int8_is_not_assumed_faster(device, tmp_path: Path) -> None:
+    trt, cuda = device(latency={"fp16": 2.0, "int8": 3.0})
+    assert choose(choice_bundle(tmp_path / "b"), cuda, tmp_path / "engines").chosen == "fp16"
+
+
+def test_when_neither_passes_fp32_is_verified_and_chosen(device, tmp_path: Path) -> None:
+    trt, cuda = device(latency={"fp32": 9.0, "fp16": 4.0, "int8": 1.0},
+                       distort={"fp16": drop_left_half, "int8": drop_left_half})
+    choice = choose(choice_bundle(tmp_path / "b"), cuda, tmp_path / "engines")
+    assert choice.chosen == "fp32" and [r.precision for r in choice.candidates] == ["fp16", "int8", "fp32"]
+    assert any("FP32 verified as the fallback" in n for n in choice.notes)
+
+
+def test_when_nothing_passes_the_choice_is_an_accuracy_error(device, tmp_path: Path) -> None:
+    trt, cuda = device(distort={k: drop_left_half for k in ("fp32", "fp16", "int8")})
+    cache = tmp_path / "engines"
+    with pytest.raises(AccuracyGateError, match="no engine of .* keeps FP32's accuracy on this device"):
+        choose(choice_bundle(tmp_path / "b"), cuda, cache)
+    assert not list(cache.glob("*.device_report.json"))
+
+
+# --- `edge-sdk engine` (best) then the runtime: one build ------------------------------------
+
+
+@pytest.mark.parametrize("gpu", sorted(GPUS))
+def test_engine_default_then_auto_reuses_the_chosen_engine(device, tmp_path: Path, gpu: str) -> None:
+    trt, cuda = device("8.5", gpu, latency={"fp16": 2.0, "int8": 3.0})
+    bundle, cache = choice_bundle(tmp_path / "b"), tmp_path / "engines"
+    result = CliRunner().invoke(app, ["engine", str(bundle), "--cache-dir", str(cache), "--iterations", "5", "--reference", "bundle",
+                                      "--json"])
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.stdout)
+    assert out["device_choice"]["chosen"] == "fp16" and out["key"]["precision"] == "fp16"
+    built = trt.engines_built()
+    assert built == 2  # fp16 and int8
+    backend = select_backend("tensorrt", bundle=Bundle.load(bundle), cache_dir=cache)
+    assert trt.engines_built() == built  # no second build: the chosen engine was found
+    assert backend.precision == "fp16" and str(backend.engine_path) == out["engine"]
+    assert "chosen on this device" in backend.precision_reason
+    described = backend.describe()["device_choice"]
+    assert described["chosen"] == "fp16" and [r["precision"] for r in described["table"]] == ["fp16", "int8"]
+    # an explicit precision maps to its own engine (also built by the choice: still no build)
+    assert select_backend("tensorrt", bundle=Bundle.load(bundle), precision="int8", cache_dir=cache).precision == "int8"
+    assert trt.engines_built() == built
+
+
+def test_an_old_bundle_gets_one_fp16_int8_engine_which_auto_reuses(device, tmp_path: Path, monkeypatch) -> None:
+    trt, cuda = device("8.5")
+    monkeypatch.setattr(engine_mod, "detect_gpu", lambda: XAVIER)
+    bundle, cache = choice_bundle(tmp_path / "b", reference=False), tmp_path / "engines"
+    result = CliRunner().invoke(app, ["engine", str(bundle), "--cache-dir", str(cache)])
+    assert result.exit_code == 0, result.output
+    assert "carries no gate inputs" in result.output and trt.engines_built() == 1
+    backend = select_backend("tensorrt", bundle=Bundle.load(bundle), cache_dir=cache)
+    assert trt.engines_built() == 1 and "-best-" in backend.engine_path.name
+    assert backend.precision == "int8" and "FP16+INT8 engine" in backend.precision_reason
+
+
+def test_a_stale_report_is_ignored(device, tmp_path: Path) -> None:
+    trt, cuda = device("8.5", latency={"fp16": 2.0, "int8": 3.0})
+    bundle, cache = choice_bundle(tmp_path / "b"), tmp_path / "engines"
+    choice = choose(bundle, cuda, cache)
+    stored = json.loads(choice.path.read_text())
+    stored["key"]["bundle_hash"] = "0" * 16  # a report for another bundle under this name
+    choice.path.write_text(json.dumps(stored))
+    loaded = Bundle.load(bundle)
+    assert read_device_report(EngineCache(cache), report_key(loaded, trt.__version__, "7.2", None)) is None
+    backend = select_backend("tensorrt", bundle=loaded, cache_dir=cache)
+    assert backend.precision == "int8" and "gated choice" in backend.precision_reason
+
+
+# --- verify on the TensorRT backend ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_verify_the_engine_against_the_stored_reference(device, tmp_path: Path, version: str) -> None:
+    trt, cuda = device(version, "discrete", distort={"int8": drop_left_half})
+    bundle, cache = choice_bundle(tmp_path / "b"), tmp_path / "engines"
+    good = verify_bundle(Bundle.load(bundle), precision="fp16", reference="bundle", cache_dir=cache)
+    assert good.passed and good.f1 == 1.0 and good.reference_detections > 0
+    assert all(o.max_abs_err < 2.5e-4 for o in good.outputs)  # the same arithmetic; float16's rounding below 1.0
+    result = CliRunner().invoke(app, ["verify", str(bundle), "--precision", "int8", "--reference", "bundle",
+                                      "--cache-dir", str(cache), "--json"])
+    assert result.exit_code == AccuracyGateError.exit_code, result.output
+    out = json.JSONDecoder().raw_decode(result.stdout)[0]  # stderr may follow (click < 8.2 mixes it in)
+    # the oracle: the left half of the frame holds these detections of FP32's, lost by the distortion
+    heat = [expected(x)[0][0, 0] for x in gate_images()]
+    left = sum(int(((h[:, : W // 8] > 0.5)).any()) for h in heat)
+    assert left > 0 and out["passed"] is False and out["f1_vs_fp32"] < 0.9
+    assert out["outputs"]["537"]["max_abs_err"] > 0.5 and out["outputs"]["538"]["max_abs_err"] == 0.0
+
+
+def test_verify_an_old_bundle_says_how_to_get_the_reference(device, tmp_path: Path) -> None:
+    device("8.5")
+    bundle = choice_bundle(tmp_path / "b", reference=False)
+    result = CliRunner().invoke(app, ["verify", str(bundle), "--cache-dir", str(tmp_path / "engines")])
+    assert result.exit_code == BundleError.exit_code
+    assert "carries no reference.npz" in result.output and "Rebuild it with `edge-sdk build" in result.output
+
+
+def test_the_model_the_daemon_runs_describes_the_choice(device, tmp_path: Path, monkeypatch) -> None:
+    """What the daemon's status reports: the running model's describe() (runtime.model.Model)."""
+    from edge_sdk.runtime.model import load_model
+
+    trt, cuda = device("8.5", latency={"fp16": 2.0, "int8": 1.0})
+    bundle, cache = choice_bundle(tmp_path / "b"), tmp_path / "engines"
+    monkeypatch.setenv("EDGE_SDK_ENGINE_CACHE", str(cache))
+    choose(bundle, cuda, None)
+    built = trt.engines_built()
+    model = load_model(bundle, backend="tensorrt")
+    try:
+        described = model.describe()
+    finally:
+        model.close()
+    assert trt.engines_built() == built and described["precision"] == "int8"
+    assert described["device_choice"]["chosen"] == "int8"
+    assert [(r["precision"], r["median_ms"], r["passed"], r["chosen"]) for r in described["device_choice"]["table"]] == [
+        ("fp16", 2.0, True, False), ("int8", 1.0, True, True)]
