@@ -11,6 +11,8 @@ from edge_sdk.cli import engine as _engine
 from edge_sdk.cli import run as _run
 from edge_sdk.cli import monitor as _monitor
 from edge_sdk.cli import report as _report
+from edge_sdk.cli import doctor as _doctor
+from edge_sdk.cli import verify as _verify
 
 app = typer.Typer(
     name="edge-sdk",
@@ -41,6 +43,8 @@ app.command("detect")(_detect.detect)
 app.command("run")(_run.run)
 app.command("monitor")(_monitor.monitor)
 app.command("report")(_report.report)
+app.command("doctor")(_doctor.doctor)
+app.command("verify")(_verify.verify)
 
 
 def main() -> None:

@@ -9,6 +9,9 @@
 - :mod:`edge_sdk.daemon.reload`: hot reload (load beside the running model, hand over between
   two frames).
 - :mod:`edge_sdk.daemon.service`: the Daemon: the service loop, signals and shutdown.
+- :mod:`edge_sdk.daemon.notify`: systemd's sd_notify protocol (READY, WATCHDOG, STOPPING).
+- :mod:`edge_sdk.daemon.health`: the heartbeat the frame loop feeds (watchdog pings, the health
+  file) and the health check behind a container's HEALTHCHECK.
 
 The daemon uses edge_sdk.runtime (the pipeline) and edge_sdk.telemetry (publishing,
 reporting); neither imports it back.

@@ -14,7 +14,9 @@ Signals: SIGTERM and SIGINT stop cleanly (last telemetry flushed, status `offlin
 re-reads the config file and applies what can change at run time (telemetry, health, bundle).
 When the pipeline dies, the `pipeline_stopped` alert (critical) and the log say which stage
 failed and why ("pipeline stopped: capture: SourceError: ..."), and so does the offline
-status's `reason`. Exit codes: 0 after a clean stop or the end of the source; an
+status's `reason`. Under systemd the daemon says READY=1 once the frame loop runs, WATCHDOG=1
+from the frame loop, STOPPING=1 on shutdown, and writes the health file (edge_sdk.daemon.health).
+Exit codes: 0 after a clean stop or the end of the source; an
 EdgeSdkError's own code (2 config, 8 bundle, 9 source, 10 backend, 11 telemetry...); 1 for
 anything unexpected.
 """
@@ -38,6 +40,7 @@ from edge_sdk.daemon.commands import MAX_PAYLOAD as MAX_COMMAND, CommandProcesso
 from edge_sdk.daemon.config import DaemonConfig, load_daemon_config
 from edge_sdk.daemon.model import RunningModel
 from edge_sdk.daemon.reload import HotReloader
+from edge_sdk.drift import DriftMonitor
 from edge_sdk.errors import ConfigError, EdgeSdkError
 from edge_sdk.runtime.config import PipelineConfig
 from edge_sdk.runtime.detector import THRESHOLDS
@@ -118,11 +121,18 @@ class Daemon:
             from edge_sdk.telemetry.system import SystemStats
 
             system = SystemStats()
-        t = config.telemetry
+        t, h = config.telemetry, config.health
+        drift = DriftMonitor(self._input_stats, h.drift_distance, h.drift_sample_s, h.drift_window)
         self.reporter = Reporter(
             self.publisher, HealthMonitor(config.health.rules()), self._pipeline_stats,
             interval_s=t.interval_s, window_s=t.window_s, target_fps=t.target_fps, model=self.model.describe,
-            system=system, detections=t.detections, commands=self._command_counters)
+            system=system, detections=t.detections, commands=self._command_counters, drift=drift)
+        # systemd's READY/WATCHDOG/STOPPING (Type=notify units) and the health file, fed by the frame
+        # loop (imported here: `python -m edge_sdk.daemon.health` must not find itself imported already)
+        from edge_sdk.daemon.health import Heartbeat, health_path_from_environ
+        from edge_sdk.daemon.notify import SystemdNotifier
+
+        self.heartbeat = Heartbeat(SystemdNotifier.from_environ(), health_path_from_environ(), config.device.id)
 
     # -- wiring --------------------------------------------------------------------------------
     def _make_publisher(self, stream: Optional[IO[str]]) -> Publisher:
@@ -154,6 +164,12 @@ class Daemon:
             self._early_alerts.clear()
             self._alerts_ready = True
 
+    def _input_stats(self) -> Any:
+        """The running bundle's calibration-image statistics (the drift monitor's reference), or
+        None: no model yet, or a bundle that records none."""
+        bundle = getattr(self.model.model, "bundle", None)
+        return bundle.input_stats if bundle is not None else None
+
     def _pipeline_stats(self) -> PipelineStats:
         return self.pipeline.stats if self.pipeline is not None else PipelineStats()
 
@@ -170,6 +186,7 @@ class Daemon:
             "backend": model["backend"],
             "precision": model["precision"],
             "precision_reason": model["precision_reason"],
+            "device_choice": model.get("device_choice"),
             "bundle_hash": model["bundle_hash"],
             "mode": model["mode"],
             "thresholds": model["thresholds"],
@@ -340,6 +357,7 @@ class Daemon:
         self.reporter.target_fps = new.telemetry.target_fps
         self.reporter.detections = new.telemetry.detections
         self.reporter.health.rules = new.health.rules()
+        self.reporter.drift.configure(new.health.drift_distance, new.health.drift_sample_s, new.health.drift_window)
         if new.pipeline.bundle != old.pipeline.bundle and new.pipeline.bundle:
             self.reloader.load(Path(new.pipeline.bundle), new.pipeline.precision)
         restart = [k for k in ("source", "backend", "threads", "mode", "score_threshold", "nms_iou")
@@ -386,6 +404,7 @@ class Daemon:
         previous = self._install_signals()
         code = 0
         reason = "stopped"
+        self.heartbeat.starting()
         self.publisher.start()
         try:
             if not cfg.pipeline.bundle:
@@ -400,6 +419,7 @@ class Daemon:
             self._looping.set()
             log.info("running %s on %s as %s", self.model.describe()["bundle_hash"], cfg.pipeline.source.uri,
                      cfg.device.id)
+            self.heartbeat.ready(f"running {self.model.describe()['bundle_hash']} on {cfg.pipeline.source.uri}")
             reason = self._loop()
         except EdgeSdkError as exc:
             code, reason = exc.exit_code, self._stopped_by(exc, unexpected=False)
@@ -429,11 +449,12 @@ class Daemon:
         return f"error: {detail}"
 
     def _loop(self) -> str:
-        reporter, reloader, inbox, model = self.reporter, self.reloader, self._inbox, self.model
+        reporter, reloader, inbox, model, heartbeat = self.reporter, self.reloader, self._inbox, self.model, self.heartbeat
         for result in self.pipeline:
             reporter.observe(result)
             self._last_result = result
             self.frames += 1
+            heartbeat.beat(self.frames)  # WATCHDOG=1 and the health file, at most once per period
             if model.retiring:
                 model.retire_unused()  # models replaced by a reload, once the pipeline no longer runs them
             if inbox:
@@ -453,6 +474,7 @@ class Daemon:
 
     def _shutdown(self, reason: str, code: int) -> int:
         final: Dict[str, Any] = {}
+        self.heartbeat.stopping(reason)
         try:
             self.reporter.stop(final_report=self._looping.is_set())
             final = dict(self.status(), reason=reason)
@@ -471,6 +493,7 @@ class Daemon:
                 log.error("%s", exc)
                 code = code or exc.exit_code
         log.info("stopped (%s)", reason)
+        self.heartbeat.stopped(reason, code)
         return code
 
 

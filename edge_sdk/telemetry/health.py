@@ -43,14 +43,27 @@ class Rule:
 class HealthConfig:
     """The `[health]` table of the device config. A limit of 0 switches its rule off."""
 
-    latency_p99_ms: float = 300.0
+    latency_p99_ms: float = 300.0  # latency_p99 (warning): P99 total latency over the window above this
     fps_ratio: float = 0.9  # of target_fps; needs target_fps
-    drop_ratio: float = 0.05
-    batch_efficiency: float = 0.75
-    temperature_c: float = 85.0
+    drop_ratio: float = 0.05  # frames_dropped (warning): share of captured frames dropped in an interval
+    batch_efficiency: float = 0.75  # batch_efficiency (info): batches less full than this
+    temperature_c: float = 85.0  # temperature (critical): a sensor at or above this, from jetson-stats
     extra: List[Dict[str, Any]] = field(default_factory=list)  # [[health.extra]] name/metric/op/threshold
+    # calibration drift (edge_sdk.drift): Hellinger distance 0..1 of the live brightness/saturation
+    # histograms from the nearest calibration image's; needs a bundle that records input_stats
+    drift_distance: float = 0.4
+    drift_sample_s: float = 1.0  # one live frame measured per this many seconds (downscaled copy)
+    drift_window: int = 60  # samples the live histograms average over; no decision before it is full
 
     def rules(self) -> List[Rule]:
+        """The threshold rules; also checks the drift settings (ConfigError naming the key)."""
+        if not 0 <= self.drift_distance <= 1:
+            raise ConfigError(f"[health] drift_distance must be between 0 (off) and 1, got {self.drift_distance!r}")
+        if not self.drift_sample_s > 0:
+            raise ConfigError(f"[health] drift_sample_s must be > 0, got {self.drift_sample_s!r}")
+        window = self.drift_window
+        if isinstance(window, bool) or not isinstance(window, int) or not 1 <= window <= 3600:
+            raise ConfigError(f"[health] drift_window must be a whole number of samples from 1 to 3600, got {window!r}")
         rules = []
         if self.latency_p99_ms > 0:
             rules.append(Rule("latency_p99", "latency_ms.total.p99", "<=", self.latency_p99_ms, "warning",
@@ -118,16 +131,18 @@ class HealthMonitor:
         return events
 
     def set(self, name: str, active: bool, message: str, severity: str = "warning",
-            repeat: bool = False) -> List[Dict[str, Any]]:
+            repeat: bool = False, metric: Optional[str] = None, value: Optional[float] = None,
+            threshold: Optional[float] = None) -> List[Dict[str, Any]]:
         """Raise or clear a condition that is not a threshold rule (e.g. a failed reload).
-        With `repeat`, an open condition is raised again (a new event for each occurrence)."""
+        With `repeat`, an open condition is raised again (a new event for each occurrence);
+        `metric`, `value` and `threshold` go into the event when `metric` is given."""
         if active and (repeat or name not in self._open):
-            event = self._event(name, "raised", severity, message)
+            event = self._event(name, "raised", severity, message, metric, value, threshold)
             self._open[name] = event
             return [event]
         if not active and name in self._open:
             del self._open[name]
-            return [self._event(name, "cleared", severity, message)]
+            return [self._event(name, "cleared", severity, message, metric, value, threshold)]
         return []
 
     @staticmethod

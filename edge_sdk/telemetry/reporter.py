@@ -37,6 +37,7 @@ class Reporter:
         detections: str = "off",
         clock: Callable[[], float] = time.monotonic,
         commands: Optional[Callable[[], Dict[str, int]]] = None,
+        drift: Optional[Any] = None,
     ) -> None:
         self.publisher = publisher
         self.health = health
@@ -49,6 +50,7 @@ class Reporter:
         self._commands = commands
         self.system = system
         self.detections = detections
+        self.drift = drift  # an edge_sdk.drift.DriftMonitor: fed frames here, its figures in `drift`
         self._clock = clock
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -62,6 +64,11 @@ class Reporter:
     # -- frame loop ------------------------------------------------------------------------------
     def observe(self, result: FrameResult) -> None:
         self.metrics.observe(result)
+        if self.drift is not None:
+            change = self.drift.observe(result.frame)  # samples one frame per drift_sample_s
+            if change is not None:
+                self.raise_alert("calibration_drift", change.active, change.message, "warning",
+                                 metric="drift.distance", value=change.value, threshold=change.threshold)
         mode = self.detections
         if mode == "off":
             return
@@ -83,11 +90,12 @@ class Reporter:
         self._wake.set()  # restart the wait with the new interval
 
     def raise_alert(self, name: str, active: bool, message: str, severity: str = "warning",
-                    repeat: bool = False) -> None:
+                    repeat: bool = False, metric: Optional[str] = None, value: Optional[float] = None,
+                    threshold: Optional[float] = None) -> None:
         """Raise or clear a condition outside the threshold rules (a failed reload, say);
-        `repeat` raises an open one again."""
+        `repeat` raises an open one again; `metric`, `value`, `threshold` give its numbers."""
         with self._lock:
-            events = self.health.set(name, active, message, severity, repeat)
+            events = self.health.set(name, active, message, severity, repeat, metric, value, threshold)
         for event in events:
             self.publisher.publish("alerts", event)
 
@@ -124,6 +132,9 @@ class Reporter:
             message["commands"] = self._commands()
         if self.system is not None:
             message["system"] = self.system.read()
+        drift = self.drift.snapshot() if self.drift is not None else None
+        if drift is not None:
+            message["drift"] = drift
         message["publisher"] = self.publisher.stats()
         return message
 

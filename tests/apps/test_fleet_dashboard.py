@@ -1,0 +1,101 @@
+"""apps/fleet_dashboard: every metric and label value the Grafana dashboard queries exists in what
+`edge-sdk monitor --prometheus` exports, fed with the messages of a real daemon run (telemetry,
+status and a real calibration_drift alert); the scrape config points at the monitor's port."""
+from __future__ import annotations
+
+import io
+import json
+import re
+from pathlib import Path
+from typing import Dict, Set, Tuple
+
+import pytest
+
+from app_loader import APPS
+
+prometheus_client = pytest.importorskip("prometheus_client")
+pytest.importorskip("onnxruntime")
+cv2 = pytest.importorskip("cv2")
+
+FOLDER = APPS / "fleet_dashboard"
+DASHBOARD = json.loads((FOLDER / "grafana-dashboard.json").read_text())
+METRIC = re.compile(r"\b(edge_sdk_[a-z_]+)\b(?:\{([^}]*)\})?")
+EXACT = re.compile(r'(\w+)="([^"$]*)"')
+
+
+def exprs() -> list:
+    return [t["expr"] for p in DASHBOARD["panels"] for t in p["targets"]]
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory) -> Dict[str, Set[Tuple[str, str]]]:
+    """{metric: {(label, value)}} scraped from the monitor's collector after a real daemon run."""
+    from edge_sdk.daemon import Daemon, daemon_config_from_dict
+    from edge_sdk.drift import input_stats
+    from edge_sdk.telemetry.fleet import Fleet, prometheus_collector
+    from tiny_bundle import make_tiny_bundle
+
+    root = tmp_path_factory.mktemp("fleet")
+    frame = (root / "calib.png")
+    from edge_sdk.runtime.synthetic import SyntheticFaces
+
+    cv2.imwrite(str(frame), SyntheticFaces.from_uri("synthetic://faces?width=320&height=192&count=3").render(0))
+    bundle = make_tiny_bundle(root / "bundle")
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    manifest["input_stats"] = input_stats([frame])
+    (bundle / "manifest.json").write_text(json.dumps(manifest))
+    stream = io.StringIO()
+    cfg = daemon_config_from_dict({
+        "bundle": str(bundle), "backend": "onnxruntime-cpu", "threads": 1, "max_frames": 60,
+        "source": {"uri": "synthetic://faces?width=320&height=192&count=3&gray=1"}, "cache": {"enabled": False},
+        "device": {"id": "cam-7"}, "telemetry": {"interval_s": 0.05},
+        "health": {"drift_sample_s": 0.0005, "drift_window": 5}})
+    assert Daemon(cfg, stream=stream).run() == 0
+    fleet = Fleet()
+    for line in stream.getvalue().splitlines():
+        message = json.loads(line)
+        fleet.update(message["topic"], message["payload"])
+    assert fleet.invalid == 0
+    registry = prometheus_client.CollectorRegistry()
+    registry.register(prometheus_collector(fleet))
+    out: Dict[str, Set[Tuple[str, str]]] = {}
+    for family in registry.collect():
+        for sample in family.samples:
+            out.setdefault(sample.name, set()).update(sample.labels.items())
+    return out
+
+
+def test_every_queried_metric_and_label_value_is_exported(exported) -> None:
+    system_keys = set(json.loads((Path(__file__).resolve().parents[2] / "edge_sdk" / "schemas" / "telemetry.json")
+                                 .read_text())["properties"]["system"]["properties"])
+    queried = set()
+    for expr in exprs():
+        for name, labels in METRIC.findall(expr):
+            queried.add(name)
+            assert name in exported, f"{name} (in {expr!r}) is not exported by edge-sdk monitor --prometheus"
+            for label, value in EXACT.findall(labels or ""):
+                if name == "edge_sdk_system" and label == "metric":
+                    assert value in system_keys, value  # hardware-dependent: checked against the schema
+                    continue
+                assert (label, value) in exported[name], f'{name}{{{label}="{value}"}} is never exported'
+            for label in re.findall(r"(\w+)\s*[!=]~?", labels or ""):
+                assert any(k == label for k, _ in exported[name]), f"{name} has no label {label}"
+    assert queried >= {"edge_sdk_up", "edge_sdk_fps", "edge_sdk_latency_ms", "edge_sdk_frames", "edge_sdk_alert_open"}
+
+
+def test_dashboard_is_well_formed() -> None:
+    ids = [p["id"] for p in DASHBOARD["panels"]]
+    assert len(ids) == len(set(ids))
+    variables = {v["name"] for v in DASHBOARD["templating"]["list"]}
+    assert variables == {"datasource", "device"}
+    for p in DASHBOARD["panels"]:
+        assert p["targets"] and all(t["expr"] for t in p["targets"]) and set(p["gridPos"]) == {"x", "y", "w", "h"}
+        assert p["datasource"]["uid"] == "${datasource}"
+
+
+def test_scrape_config_points_at_the_monitor() -> None:
+    text = (FOLDER / "prometheus.yml").read_text()
+    assert re.search(r"^\s*- targets: \[\"[\w.-]+:9108\"\]", text, re.M)
+    assert "metrics_path: /metrics" in text
+    readme = (FOLDER / "README.md").read_text()
+    assert "edge-sdk monitor --broker" in readme and "--prometheus 9108" in readme
