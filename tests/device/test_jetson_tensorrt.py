@@ -97,3 +97,51 @@ def test_gpu_detector_fps_and_stage_latency(backend, bundle, tmp_path) -> None:
     _table([("GPU detector, 1080p frame in mapped memory", FRAMES, seconds, pre, inf, dec)])
     print("cuda graphs:", backend.describe()["cuda_graphs"])
     assert detector.preprocessor.zero_copy_frames == FRAMES + 10
+
+
+@pytest.mark.skipif(not os.environ.get("EDGE_SDK_CAMERA"), reason="set EDGE_SDK_CAMERA to a camera URI (csi://0, v4l2:///dev/video0)")
+def test_camera_60s_full_pipeline_against_the_engine_alone(backend, bundle) -> None:
+    """The whole pipeline (capture ring in mapped memory, GPU preprocessing, TensorRT, decode) on
+    the camera for 60 s, against the engine alone on a ready device input (what trtexec
+    measures). Target: end-to-end FPS >= 0.9 x the engine's throughput, or the camera's rate
+    when that is lower. Prints the README's table."""
+    from edge_sdk.runtime.config import PipelineConfig, SourceConfig
+    from edge_sdk.runtime.pipeline import Pipeline
+    from edge_sdk.runtime.timing import SUMMARY_STAGES
+
+    spec = bundle.inputs[0]
+    device_input = backend.cuda.alloc_device(int(np.prod(spec.shape)) * np.dtype(spec.dtype).itemsize)
+    try:
+        from edge_sdk.cuda import DeviceTensor
+
+        feed = {spec.name: DeviceTensor(device_input, spec.shape, spec.dtype)}
+        for _ in range(20):
+            backend.infer(feed)
+        t0 = time.perf_counter()
+        for _ in range(FRAMES):
+            backend.infer(feed)
+        engine_fps = FRAMES / (time.perf_counter() - t0)
+    finally:
+        backend.cuda.free_device(device_input)
+
+    seconds = float(os.environ.get("EDGE_SDK_CAMERA_SECONDS", "60"))
+    cfg = PipelineConfig(source=SourceConfig(os.environ["EDGE_SDK_CAMERA"]), bundle=str(bundle.root),
+                         backend="tensorrt", precision="auto")
+    with Pipeline(cfg) as pipeline:
+        t0 = time.perf_counter()
+        for _ in pipeline:
+            if time.perf_counter() - t0 >= seconds:
+                break
+        elapsed = time.perf_counter() - t0
+        fps = pipeline.stats.frames_processed / elapsed
+        described = pipeline.describe()
+        pct = pipeline.latency.percentiles((50, 95, 99))
+        camera_fps = getattr(pipeline.source, "fps", 0.0) or 0.0
+    print(f"\nengine alone {engine_fps:.1f} FPS, pipeline {fps:.1f} FPS ({fps / engine_fps:.2f} x), camera "
+          f"{camera_fps:.1f} FPS, dropped {pipeline.stats.frames_dropped}; "
+          f"{described['model']['precision']} ({described['model']['precision_reason']})")
+    print("| stage | p50 ms | p95 ms | p99 ms |\n|---|---|---|---|")
+    for stage in SUMMARY_STAGES:
+        if stage in pct:
+            print(f"| {stage} | {pct[stage]['p50']:.2f} | {pct[stage]['p95']:.2f} | {pct[stage]['p99']:.2f} |")
+    assert fps >= 0.9 * min(engine_fps, camera_fps or engine_fps)
