@@ -196,7 +196,26 @@ class Detector:
         model is closed. Nothing for the CPU detectors."""
 
 
-class FullFrameDetector(Detector):
+class DecoderDetector(Detector):
+    """A detector whose thresholds are its decoder's (`self.decoder`): one pass, one decoder."""
+
+    decoder: Any = None
+
+    @property
+    def thresholds(self) -> Dict[str, float]:
+        return {key: float(getattr(self.decoder, key)) for key in THRESHOLDS if hasattr(self.decoder, key)}
+
+    def set_thresholds(self, **changes: Any) -> Dict[str, float]:
+        values = self.check_thresholds(changes)
+        missing = [key for key in values if not hasattr(self.decoder, key)]
+        if missing:
+            raise ConfigError(f"this model's decoder has no {', '.join(missing)} to set")
+        for key, value in values.items():
+            setattr(self.decoder, key, value)
+        return self.thresholds
+
+
+class FullFrameDetector(DecoderDetector):
     """Mode ``full``: the whole frame, letterboxed into the network input, one inference, decode,
     no merge. A batch of one of :class:`BatchDetector`.
 
@@ -252,19 +271,6 @@ class FullFrameDetector(Detector):
     @property
     def stage(self) -> str:
         return self.batch.stage or "decode"
-
-    @property
-    def thresholds(self) -> Dict[str, float]:
-        return {key: float(getattr(self.decoder, key)) for key in THRESHOLDS if hasattr(self.decoder, key)}
-
-    def set_thresholds(self, **changes: Any) -> Dict[str, float]:
-        values = self.check_thresholds(changes)
-        missing = [key for key in values if not hasattr(self.decoder, key)]
-        if missing:
-            raise ConfigError(f"this model's decoder has no {', '.join(missing)} to set")
-        for key, value in values.items():
-            setattr(self.decoder, key, value)
-        return self.thresholds
 
 
 class StrategyDetector(Detector):

@@ -23,10 +23,10 @@ import numpy as np
 from edge_sdk.detections import Detections
 from edge_sdk.errors import ConfigError
 from edge_sdk.preprocess import InputSpec
-from edge_sdk.runtime.detector import THRESHOLDS, Detector, PreparedInput, check_threshold, clock
+from edge_sdk.runtime.detector import DecoderDetector, PreparedInput, check_threshold, clock
 
 
-class GpuFullFrameDetector(Detector):
+class GpuFullFrameDetector(DecoderDetector):
     """The whole frame, letterboxed on the GPU into the backend's input, one inference, decode.
 
     `backend` must expose `cuda` (a CudaApi) and `stream` (the stream its `infer` runs on) and
@@ -88,19 +88,6 @@ class GpuFullFrameDetector(Detector):
     @property
     def stage(self) -> str:
         return self._stage or "decode"
-
-    @property
-    def thresholds(self) -> Dict[str, float]:
-        return {key: float(getattr(self.decoder, key)) for key in THRESHOLDS if hasattr(self.decoder, key)}
-
-    def set_thresholds(self, **changes: Any) -> Dict[str, float]:
-        values = self.check_thresholds(changes)
-        missing = [key for key in values if not hasattr(self.decoder, key)]
-        if missing:
-            raise ConfigError(f"this model's decoder has no {', '.join(missing)} to set")
-        for key, value in values.items():
-            setattr(self.decoder, key, value)
-        return self.thresholds
 
     def describe(self) -> Dict[str, Any]:
         return {"mode": self.mode, "preprocess": "gpu", **self.preprocessor.describe()}
