@@ -248,12 +248,16 @@ class Capture:
 
     def _release_buffers(self) -> None:
         for slot in self._slots:
-            allocation = slot.allocation
-            slot.buffer = None
-            slot.device_ptr = None
-            slot.allocation = None
-            if allocation is not None:
-                self.memory.release(allocation)
+            self._release_slot(slot)
+
+    def _release_slot(self, slot: FrameSlot) -> None:
+        """Give `slot`'s buffer back to the frame memory; the slot holds none afterwards."""
+        allocation = slot.allocation
+        slot.buffer = None
+        slot.device_ptr = None
+        slot.allocation = None
+        if allocation is not None:
+            self.memory.release(allocation)
 
     def upload(self, slot: FrameSlot, stream: Any) -> Optional[int]:
         """Make `slot`'s frame readable by the next work on `stream` (one async copy for pinned
@@ -416,12 +420,7 @@ class Capture:
 
     def _reallocate(self, slot: FrameSlot, shape: tuple) -> None:
         """A buffer of `shape` for `slot`, its old one released first."""
-        old = slot.allocation
-        slot.buffer = None
-        slot.device_ptr = None
-        slot.allocation = None
-        if old is not None:
-            self.memory.release(old)
+        self._release_slot(slot)
         allocation = self.memory.allocate(shape)
         slot.allocation = allocation
         slot.buffer = allocation.array
