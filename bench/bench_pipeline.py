@@ -50,15 +50,15 @@ def rss_mb() -> float:
             return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
-def make_video(path: Path, frames: int, width: int, height: int) -> Path:
+def make_video(path: Path, frames: int, width: int, height: int, fourcc: str = "MJPG") -> Path:
     import cv2
 
     from edge_sdk.runtime.synthetic import SyntheticFaces
 
     scene = SyntheticFaces(width=width, height=height, fps=30, count=12, seed=0, min_size=40, max_size=120, frames=frames)
-    writer = cv2.VideoWriter(str(path), cv2.VideoWriter_fourcc(*"MJPG"), 30, (width, height))
+    writer = cv2.VideoWriter(str(path), cv2.VideoWriter_fourcc(*fourcc), 30, (width, height))
     if not writer.isOpened():
-        raise SystemExit("this OpenCV cannot write MJPG video")
+        raise SystemExit(f"this OpenCV cannot write {fourcc} video")
     for frame, _truth in scene:
         writer.write(frame)
     writer.release()
@@ -211,6 +211,7 @@ def main(argv: List[str]) -> int:
     parser.add_argument("--settle", type=float, default=0.05, help="untimed pause after each turn (s)")
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="ONNX Runtime intra-op threads, all variants")
     parser.add_argument("--rss-frames", type=int, default=5000, help="frames of the long pipeline run that samples RSS (0: skip)")
+    parser.add_argument("--fourcc", default="MJPG", help="codec of the test video: MJPG (.avi) or mp4v (.mp4, MPEG-4 Part 2)")
     parser.add_argument("--sizes", default="640x384,1280x768",
                         help="video sizes to compare, WxH comma-separated (640x384 is the model's input size)")
     args = parser.parse_args(argv)
@@ -225,14 +226,15 @@ def main(argv: List[str]) -> int:
     turns = max(1, args.frames // args.chunk)
     sizes = [tuple(int(v) for v in size.lower().split("x")) for size in args.sizes.split(",")]
     print(f"model {model.name} input {spec.width}x{spec.height}, threads {args.threads}, "
-          f"{turns} turns x {args.chunk} frames per variant (+{args.warmup} warm-up), MJPG video", flush=True)
+          f"{turns} turns x {args.chunk} frames per variant (+{args.warmup} warm-up), {args.fourcc} video", flush=True)
+    suffix = "mp4" if args.fourcc.lower() == "mp4v" else "avi"
     with tempfile.TemporaryDirectory(prefix="edge-sdk-bench-") as tmp:
         for width, height in sizes:
-            video = make_video(Path(tmp) / f"clip-{width}x{height}.avi", 150, width, height)
+            video = make_video(Path(tmp) / f"clip-{width}x{height}.{suffix}", 150, width, height, args.fourcc)
             compare(video, f"{width}x{height}", bundle_dir, bundle, model, spec, args, turns)
         if args.rss_frames:
             width, height = sizes[-1]
-            video = Path(tmp) / f"clip-{width}x{height}.avi"
+            video = Path(tmp) / f"clip-{width}x{height}.{suffix}"
             rate, rss = rss_run(bundle_dir, video, args.threads, args.warmup, args.rss_frames)
             start, end = rss[0][1], rss[-1][1]
             print()
