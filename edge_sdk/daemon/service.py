@@ -396,6 +396,7 @@ class Daemon:
             log.error("%s", exc)
             self.reporter.stop(final_report=False)
             self.commands.close()
+            self.publisher.stop(timeout=0.0)  # never started: closes its queue file, keeps what it holds
             return exc.exit_code
         if self._commands_auth() == "none":
             log.warning("commands are accepted WITHOUT authentication: any client of the broker can change "

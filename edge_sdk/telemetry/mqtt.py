@@ -589,13 +589,19 @@ class Publisher:
         return batch
 
     def stop(self, final_status: Optional[Dict[str, Any]] = None, timeout: float = 5.0) -> None:
-        """Deliver what is queued (up to `timeout`), say goodbye, and stop the thread."""
+        """Deliver what is queued (up to `timeout`), say goodbye, and stop the thread. A publisher
+        that was never started releases what it opened (its files) and keeps what was queued."""
         self._final_status = final_status
         self._stop_deadline = time.monotonic() + timeout
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout + 2.0)
+        else:
+            self._release()
         self.check()
+
+    def _release(self) -> None:
+        """Close what the publisher opened at construction; the thread does it when it ends."""
 
     def set_status(self, status: Dict[str, Any]) -> None:
         """Replace the retained online status body (re-published on every connect)."""
@@ -966,9 +972,12 @@ class MqttPublisher(Publisher):
             self._finish()
         finally:
             self.client.loop_stop()
-            if self.queue is not None:
-                self.queue.close()
-            self.seq.close()
+            self._release()
+
+    def _release(self) -> None:
+        if self.queue is not None:
+            self.queue.close()
+        self.seq.close()
 
     def _pending(self) -> bool:
         q = self.queue

@@ -232,6 +232,8 @@ def test_a_second_daemon_with_the_same_id_refuses_to_start(models: Path, tmp_pat
         assert running.stop() == 0
     assert clash.code == 2
     assert "already in use" in caplog.text and first.instance_id in caplog.text
+    # the refused daemon never started its publisher: the queue file it opened is closed all the same
+    assert second.publisher.queue is not None and second.publisher.queue.db is None
     assert first.publisher.reconnects == 1, "the first daemon was kicked off the broker"
     states = [s["state"] for s in log.on("status")]
     assert states[-1] == "offline" and states.count("offline") == 1  # only its own goodbye
