@@ -10,6 +10,7 @@ from typing import Any, Set
 import numpy as np
 
 from edge_sdk import _imports
+from edge_sdk.builder.graph import name_allocator
 from edge_sdk.errors import ModelError
 
 FP16_MAX = float(np.finfo(np.float16).max)
@@ -129,13 +130,7 @@ def layers_in_fp16(model: Any, nodes: Any) -> Any:
     produced_by_dq = {n.output[0] for n in graph.node if n.op_type == "DequantizeLinear"}
     taken = {n.name for n in graph.node} | set(inits) | {o for n in graph.node for o in n.output} | {i.name for i in graph.input}
 
-    def fresh(base: str) -> str:
-        name, k = base, 1
-        while name in taken:
-            name = f"{base}_{k}"
-            k += 1
-        taken.add(name)
-        return name
+    fresh = name_allocator(taken)
 
     def round_trip(src: str, dst: str, tag: str) -> Any:
         half = fresh(f"{src}__fp16")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 import numpy as np
 
@@ -30,6 +30,21 @@ class GraphStats:
 
     def to_dict(self) -> Dict[str, int]:
         return asdict(self)
+
+
+def name_allocator(taken: Set[str]) -> Callable[[str], str]:
+    """`fresh(base)` for names added to a graph: `base`, else `base_1`, `base_2`... the first not
+    in `taken`, which it then joins (so no two calls return one name)."""
+
+    def fresh(base: str) -> str:
+        name, k = base, 1
+        while name in taken:
+            name = f"{base}_{k}"
+            k += 1
+        taken.add(name)
+        return name
+
+    return fresh
 
 
 def model_from_path(path: Path) -> Any:

@@ -28,6 +28,7 @@ import numpy as np
 
 from edge_sdk import _imports
 from edge_sdk.builder.calibration import load_model
+from edge_sdk.builder.graph import name_allocator
 from edge_sdk.errors import CalibrationError, ModelError
 
 QUANTIZABLE = ("Conv", "ConvTranspose", "Gemm", "MatMul")
@@ -210,13 +211,7 @@ def quantize_qdq(
     used_names = {n.name for n in graph.node} | {i.name for i in graph.initializer}
     nodes: List[Any] = []
 
-    def fresh(base: str) -> str:
-        name, k = base, 1
-        while name in used_names:
-            name = f"{base}_{k}"
-            k += 1
-        used_names.add(name)
-        return name
+    fresh = name_allocator(used_names)
 
     def zero_point(name: str, shape: Tuple[int, ...]) -> str:
         new_inits.append(numpy_helper.from_array(np.zeros(shape, dtype=np.int8), name))

@@ -24,6 +24,7 @@ from edge_sdk.daemon.health import PERIOD_S, SCHEMA, Heartbeat, check_health, ma
 from edge_sdk.daemon.notify import SystemdNotifier, watchdog_interval_s
 
 from polling import wait_until
+from test_daemon import Running
 from tiny_bundle import make_tiny_bundle
 
 SOURCE = "synthetic://faces?width=96&height=64&count=2&min_size=8&max_size=16&fps=30"
@@ -232,23 +233,6 @@ def _daemon(bundle: Path, pipeline_factory: Any = None, **extra: Any) -> Daemon:
                             "telemetry": {"interval_s": 0.2, "system": False}}
     data.update(extra)
     return Daemon(daemon_config_from_dict(data), stream=io.StringIO(), pipeline_factory=pipeline_factory)
-
-
-class Running:
-    def __init__(self, daemon: Daemon) -> None:
-        self.daemon = daemon
-        self.code: Optional[int] = None
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.thread.start()
-
-    def _run(self) -> None:
-        self.code = self.daemon.run()
-
-    def stop(self) -> int:
-        self.daemon.request_stop("test")
-        self.thread.join(30)
-        assert not self.thread.is_alive() and self.code is not None
-        return self.code
 
 
 def test_the_daemon_says_ready_feeds_the_watchdog_from_the_frame_loop_and_says_stopping(
