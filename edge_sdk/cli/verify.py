@@ -34,7 +34,10 @@ def verify(
     min_f1: Optional[float] = typer.Option(
         None, "--min-f1", help="Lowest f1_vs_fp32 that passes (default: the bundle's gate, min_f1 of its build)."
     ),
-    min_cosine: float = typer.Option(0.99, "--min-cosine", help="Lowest cosine similarity of each output that passes."),
+    min_cosine: Optional[float] = typer.Option(
+        None, "--min-cosine", help="Lowest cosine similarity of each output that passes (default: checked, at 0.99, only "
+        "for a model without a decoder; a detector is judged by f1_vs_fp32, as the build's gate does)."
+    ),
     max_abs_err: Optional[float] = typer.Option(
         None, "--max-abs-err", help="Largest absolute error of any output value that passes (default: not checked)."
     ),

@@ -113,3 +113,15 @@ def test_the_stored_reference_gives_the_same_verdict(built) -> None:
                        "--reference", "bundle")
     assert stored["reference"].startswith("the bundle's stored FP32 outputs")
     assert stored["f1_vs_fp32"] == live["f1_vs_fp32"] and stored["reference_detections"] == live["reference_detections"]
+
+
+def test_a_detector_is_judged_by_its_detections_unless_a_cosine_is_asked_for(built) -> None:
+    """As the build's gate: an INT8 output far from FP32 in cosine does not fail a detector whose
+    detections agree; `--min-cosine` makes the outputs count too."""
+    bundle, _ = built
+    result, out = verify(bundle.root, "--precision", "int8", "--min-f1", "0.5")
+    worst = min(o["cosine"] for o in out["outputs"].values())
+    assert worst < 0.999 and result.exit_code == 0, (worst, out["failures"])
+    assert out["tolerances"]["min_cosine"] is None
+    result, out = verify(bundle.root, "--precision", "int8", "--min-f1", "0.5", "--min-cosine", f"{worst + 1e-4:.6f}")
+    assert result.exit_code == AccuracyGateError.exit_code and any("cosine" in f for f in out["failures"])
