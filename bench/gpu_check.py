@@ -118,6 +118,7 @@ def check_kernels(api: CudaApi, cache: KernelCache, sizes=SIZES) -> List[Row]:
     for i, (label, (h, w)) in enumerate(sizes):
         cases.append((f"{label} letterbox fp16 RGB", noise(h, w, 2 * i), dict(dtype="float16", color="RGB", mean=mean, scale=scale)))
         cases.append((f"{label} stretch fp32", noise(h, w, 2 * i + 1), dict(resize="stretch")))
+        cases.append((f"{label} stretch fp32 area", noise(h, w, 2 * i + 1), dict(resize="stretch", interpolation="area")))
     cases.append(("641x383 upscale fp32", noise(383, 641, 3), dict(mean=mean, scale=scale, pad_value=114)))
     for name, frame, options in cases:
         spec = InputSpec(shape=[1, 3, NET[0], NET[1]], **options)

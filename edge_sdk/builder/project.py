@@ -10,6 +10,7 @@ color = "RGB"                       # BGR | RGB
 mean = [0, 0, 0]                    # the network sees (pixel - mean) * scale
 scale = [0.0039216, 0.0039216, 0.0039216]
 resize = "letterbox"                # letterbox | stretch
+interpolation = "linear"            # linear (cv2.INTER_LINEAR, as blobFromImage) | area (INTER_AREA when shrinking)
 
 [decoder]
 type = "centerface"
@@ -63,6 +64,7 @@ class BuildConfig:
     scale: Optional[List[float]] = None
     color: Optional[str] = None
     resize: Optional[str] = None
+    interpolation: Optional[str] = None
     decoder: Optional[Dict[str, Any]] = None
     dla_core: Optional[int] = None
     workspace_mib: int = 2048
@@ -152,7 +154,8 @@ def parse_floats(value: Any, key: str, source: str = "command line") -> List[flo
 
 
 _TOP_KEYS = {"model", "input", "decoder", "build"}
-_INPUT_KEYS = {"name": "input_name", "size": "input_size", "mean": "mean", "scale": "scale", "color": "color", "resize": "resize"}
+_INPUT_KEYS = {"name": "input_name", "size": "input_size", "mean": "mean", "scale": "scale", "color": "color", "resize": "resize",
+               "interpolation": "interpolation"}
 _BUILD_KEYS = {
     "target", "out", "precision", "calib", "calib_method", "percentile", "dla_core", "workspace_mib",
     "timing_cache", "min_f1", "allow_accuracy_loss", "int8_fallback", "max_calib_images", "holdout_fraction",

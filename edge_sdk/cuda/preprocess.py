@@ -43,14 +43,15 @@ BLOCK = (32, 8, 1)
 MAX_PLANS = 64  # plans (and their CUDA graphs) kept before starting over
 
 
-def resize_mode(src_w: int, src_h: int, dst_w: int, dst_h: int) -> int:
-    """How the CPU Preprocessor resamples a (src_w, src_h) image to (dst_w, dst_h).
+def resize_mode(src_w: int, src_h: int, dst_w: int, dst_h: int, interpolation: str = "linear") -> int:
+    """How the CPU Preprocessor resamples a (src_w, src_h) image to (dst_w, dst_h) for an
+    input spec's `interpolation`.
 
-    It asks cv2.resize for INTER_AREA when the width shrinks, else INTER_LINEAR. OpenCV runs
-    a true area average only when neither axis grows; INTER_AREA with a growing axis is its
-    bilinear variant.
+    "linear": INTER_LINEAR. "area": cv2.resize is asked for INTER_AREA when the width shrinks,
+    else INTER_LINEAR; OpenCV runs a true area average only when neither axis grows, and
+    INTER_AREA with a growing axis is its bilinear variant.
     """
-    if dst_w < src_w:
+    if interpolation == "area" and dst_w < src_w:
         return RESIZE_AREA if dst_h <= src_h else RESIZE_AREA_GROW
     return RESIZE_LINEAR
 
@@ -60,7 +61,7 @@ def plan_slot(crop: Tuple[int, int, int, int], spec: InputSpec) -> Tuple[Transfo
     would place `frame[y:y + h, x:x + w]`."""
     x, y, w, h = crop
     transform, (rx, ry, rw, rh) = plan_transform(w, h, spec.width, spec.height, spec.resize)
-    return transform, (x, y, w, h, rx, ry, rw, rh, resize_mode(w, h, rw, rh))
+    return transform, (x, y, w, h, rx, ry, rw, rh, resize_mode(w, h, rw, rh, spec.interpolation))
 
 
 def check_frame(frame: Any) -> None:

@@ -23,6 +23,20 @@ def test_default_spec_with_overrides() -> None:
     assert (spec.name, spec.shape, spec.color, spec.mean, spec.scale) == ("input.1", [1, 3, 192, 320], "RGB", [1.0] * 3, [1.0] * 3)
 
 
+def test_interpolation_from_the_project_file_reaches_the_spec(tmp_path: Path) -> None:
+    from edge_sdk.builder.project import read_project
+
+    (tmp_path / "edge.toml").write_text('[input]\nresize = "stretch"\ninterpolation = "area"\n')
+    config = BuildConfig(**read_project(tmp_path / "edge.toml"))
+    default = InputSpec(name="input.1", shape=[1, 3, 384, 640])
+    spec = resolve_input_spec(config, make_detector(), default)
+    assert (spec.resize, spec.interpolation) == ("stretch", "area")
+    assert resolve_input_spec(BuildConfig(), make_detector(), default).interpolation == "linear"
+    (tmp_path / "edge.toml").write_text('[input]\ninterpolation = "cubic"\n')
+    with pytest.raises(ConfigError, match="interpolation must be one of"):
+        resolve_input_spec(BuildConfig(**read_project(tmp_path / "edge.toml")), make_detector(), default)
+
+
 def test_dummy_dims_are_used_when_nothing_else_is_given() -> None:
     spec = resolve_input_spec(BuildConfig(), make_detector(dummy_dims=(1, 3, 64, 96)), None)
     assert spec.shape == [1, 3, 64, 96]

@@ -47,14 +47,14 @@ def cpu_result(frame: np.ndarray, spec: InputSpec) -> np.ndarray:
 
 FRAMES = [(1, 1), (3, 5), (641, 383), (333, 777), (1281, 201), (1920, 1080), (7, 1)]
 OPTIONS = [
-    dict(resize="letterbox", color="BGR", dtype="float32"),
-    dict(resize="letterbox", color="RGB", dtype="float16", mean=MEAN, scale=SCALE, pad_value=114),
-    dict(resize="stretch", color="RGB", dtype="float32", mean=MEAN, scale=SCALE),
-    dict(resize="stretch", color="BGR", dtype="float16", pad_value=255),
+    dict(resize="letterbox", color="BGR", dtype="float32", interpolation="area"),
+    dict(resize="letterbox", color="RGB", dtype="float16", mean=MEAN, scale=SCALE, pad_value=114, interpolation="linear"),
+    dict(resize="stretch", color="RGB", dtype="float32", mean=MEAN, scale=SCALE, interpolation="area"),
+    dict(resize="stretch", color="BGR", dtype="float16", pad_value=255, interpolation="linear"),
 ]
 
 
-@pytest.mark.parametrize("options", OPTIONS, ids=lambda o: "-".join(str(o[k]) for k in ("resize", "color", "dtype")))
+@pytest.mark.parametrize("options", OPTIONS, ids=lambda o: "-".join(str(o[k]) for k in ("resize", "color", "dtype", "interpolation")))
 @pytest.mark.parametrize("size", FRAMES, ids=lambda s: f"{s[0]}x{s[1]}")
 def test_frame_kernel_matches_cpu(fake_gpu, size, options) -> None:
     api, cache = fake_gpu()
@@ -88,11 +88,14 @@ def test_8k_frame(fake_gpu, resize) -> None:
 
 
 def test_resize_modes_follow_the_cpu_choice() -> None:
-    # Preprocessor: INTER_AREA when the width shrinks; OpenCV averages areas only when no axis grows.
-    assert resize_mode(1920, 1080, 640, 360) == RESIZE_AREA
-    assert resize_mode(1280, 200, 640, 384) == RESIZE_AREA_GROW
-    assert resize_mode(320, 240, 640, 384) == RESIZE_LINEAR
-    assert resize_mode(640, 1000, 640, 384) == RESIZE_LINEAR  # same width: INTER_LINEAR
+    # interpolation "area": INTER_AREA when the width shrinks; OpenCV averages areas only when no axis grows.
+    assert resize_mode(1920, 1080, 640, 360, "area") == RESIZE_AREA
+    assert resize_mode(1280, 200, 640, 384, "area") == RESIZE_AREA_GROW
+    assert resize_mode(320, 240, 640, 384, "area") == RESIZE_LINEAR
+    assert resize_mode(640, 1000, 640, 384, "area") == RESIZE_LINEAR  # same width: INTER_LINEAR
+    # "linear" (the default): INTER_LINEAR whatever the sizes
+    assert resize_mode(1920, 1080, 640, 360) == RESIZE_LINEAR
+    assert resize_mode(1920, 1080, 640, 360, "linear") == RESIZE_LINEAR
 
 
 def _pitched_frame(api, h: int, w: int, pitch: int, mapped: bool, seed: int = 1):

