@@ -33,8 +33,12 @@ def _summary(pipeline: Any, wall_s: float, console: Any) -> None:
     layout = pipeline.describe()
     where = {stage["stage"]: stage["runs_on"] for stage in layout["stages"]}
     memory = layout.get("frame_memory") or {}
-    console.print(f"mode {layout['mode']}  ·  preprocess on the {where['preprocess']}, infer and decode on the "
-                  f"{where['infer']}  ·  {layout['pool_size']} frame buffers in {memory.get('path', 'host')} memory")
+    if where["infer"] == where["decode/merge"]:
+        stages = f"infer and decode on the {where['infer']}"
+    else:
+        stages = f"infer on the {where['infer']}, decode on the {where['decode/merge']}"
+    console.print(f"mode {layout['mode']}  ·  preprocess on the {where['preprocess']}, {stages}  ·  "
+                  f"{layout['pool_size']} frame buffers in {memory.get('path', 'host')} memory")
     pct = pipeline.latency.percentiles((50, 95, 99))
     table = Table(title="latency (ms)", title_justify="left")
     for col in ("stage", "p50", "p95", "p99"):

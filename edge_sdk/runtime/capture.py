@@ -198,16 +198,24 @@ class Capture:
     def _has_news(self) -> bool:
         return bool(self._ready) or self._ended or self._error is not None
 
-    def get(self, timeout: Optional[float] = None) -> Optional[FrameSlot]:
-        """The next frame's slot, or None at the end of the stream. Raises the thread's error."""
+    def get(self, timeout: Optional[float] = None, cancel: Optional[threading.Event] = None) -> Optional[FrameSlot]:
+        """The next frame's slot, or None at the end of the stream. Raises the thread's error.
+
+        `cancel`: an Event that, once set (followed by :meth:`wake`), makes a waiting `get`
+        return None with no frame taken; the caller tells it from the end by the Event."""
+        def news() -> bool:
+            return self._has_news() or (cancel is not None and cancel.is_set())
+
         with self._cond:
-            if not self._has_news():
+            if not news():
                 if self._idle_class:
                     first = self.starved_after_s if timeout is None else min(timeout, self.starved_after_s)
-                    if not self._cond.wait_for(self._has_news, first):
+                    if not self._cond.wait_for(news, first):
                         self._leave_idle_class(first)
-                if not self._cond.wait_for(self._has_news, timeout):
+                if not self._cond.wait_for(news, timeout):
                     raise SourceError(f"no frame from {self.source.name} within {timeout:.1f} s")
+            if cancel is not None and cancel.is_set():
+                return None
             if self._ready:
                 slot = self._ready.popleft()
                 self._cond.notify_all()
@@ -215,6 +223,11 @@ class Capture:
             if self._error is not None:
                 raise self._error
             return None
+
+    def wake(self) -> None:
+        """Wake a `get` waiting on another thread, so that it sees its `cancel` Event."""
+        with self._cond:
+            self._cond.notify_all()
 
     def release(self, slot: FrameSlot) -> None:
         """Give a slot back to the pool once its frame is no longer needed, by the CPU or by

@@ -86,14 +86,20 @@ class BatchDetector:
         """(width, height) of one network input."""
         return self.input_spec.width, self.input_spec.height
 
-    def run(self, tensor: np.ndarray, transforms: Sequence[Transform], n: int) -> List[Detections]:
-        """Infer `tensor` (a full batch, or `n` rows of a dynamic one) and decode its first `n` items."""
+    def infer_tensor(self, tensor: np.ndarray) -> List[np.ndarray]:
+        """Run the model on `tensor`; its time is added to `timings["infer"]`."""
         self.stage = "infer"
         t1 = clock()
         feed = self._feed
         feed[self.input_spec.name] = tensor  # the same array every call lets a backend keep its binding
         outputs = self.infer(feed)
         self.inferences += 1
+        self.timings["infer"] += (clock() - t1) * 1000.0
+        return outputs
+
+    def run(self, tensor: np.ndarray, transforms: Sequence[Transform], n: int) -> List[Detections]:
+        """Infer `tensor` (a full batch, or `n` rows of a dynamic one) and decode its first `n` items."""
+        outputs = self.infer_tensor(tensor)
         t2 = clock()
         self.stage = "decode"
         if n < len(tensor) or n < self.batch:
@@ -101,7 +107,6 @@ class BatchDetector:
         results = self.decoder(outputs, transforms)
         t3 = clock()
         self.stage = ""
-        self.timings["infer"] += (t2 - t1) * 1000.0
         self.timings["decode"] += (t3 - t2) * 1000.0
         return results
 
@@ -246,9 +251,18 @@ class FullFrameDetector(DecoderDetector):
 
     def detect(self, frame: np.ndarray, latency: Dict[str, float], info: Dict[str, Any],
                prepared: Optional[PreparedInput] = None) -> Detections:
+        outputs, transform = self.infer_stage(frame, latency, prepared)
+        self.batch.stage = "decode"
+        detections = self.decode_stage(outputs, transform, latency)
+        self.batch.stage = ""
+        return detections
+
+    def infer_stage(self, frame: np.ndarray, latency: Dict[str, float],
+                    prepared: Optional[PreparedInput] = None) -> Tuple[List[np.ndarray], Transform]:
+        """The first half of `detect`: preprocess (unless `prepared` holds this frame's input)
+        and infer. Returns the backend's outputs (its buffers: valid until its next run) and
+        the frame's Transform, for :meth:`decode_stage`, which may run on another thread."""
         batch = self.batch
-        timings = batch.timings
-        batch.reset_timings()
         if prepared is not None and prepared.ready and prepared.spec == self.input_spec:
             tensor, transform = prepared.tensor, prepared.transform
             preprocess_ms = prepared.ms
@@ -259,10 +273,19 @@ class FullFrameDetector(DecoderDetector):
             preprocess_ms = (clock() - t0) * 1000.0
             tensor = batch.preprocessor.tensor
         assert transform is not None
-        detections = batch.run(tensor, (transform,), 1)[0]
+        batch.reset_timings()
+        outputs = batch.infer_tensor(tensor)
         latency["preprocess"] = preprocess_ms
-        latency["infer"] = timings["infer"]
-        latency["decode"] = timings["decode"]
+        latency["infer"] = batch.timings["infer"]
+        batch.stage = ""
+        return outputs, transform
+
+    def decode_stage(self, outputs: Sequence[np.ndarray], transform: Transform, latency: Dict[str, float]) -> Detections:
+        """The second half of `detect`: decode `outputs` of one frame into frame pixels. It
+        touches no state of the infer half, so it may run beside the next frame's inference."""
+        t2 = clock()
+        detections = self.batch.decoder(outputs, (transform,))[0]
+        latency["decode"] = (clock() - t2) * 1000.0
         # A single full-frame pass has nothing to merge; the stage is kept so every mode
         # reports the same stages.
         latency["merge"] = 0.0

@@ -12,8 +12,8 @@ The stages and where each runs:
 |---|---|---|
 | capture | the capture thread (edge_sdk.runtime.capture) | a fixed ring of frame buffers (`pool_size`) |
 | preprocess | the capture thread, right after capture (`beside capture`), or the inference thread (`inline`) | one network input per frame buffer (PreparedInput), plus the prediction cache's thumbnail |
-| infer | the inference thread (the one iterating the pipeline) | the backend's bound output buffers |
-| decode / merge | the inference thread, after infer | the frame's Detections |
+| infer | the inference thread: the one iterating the pipeline, or its own (`runs_ahead`) | the backend's bound output buffers (ahead: copied into one of two output sets) |
+| decode / merge | the inference thread, after infer (ahead: the iterating thread) | the frame's Detections |
 | sinks | the caller's loop body | — |
 
 Where preprocessing runs is a property of the backend and the preprocessor (`placement()`):
@@ -21,6 +21,13 @@ a CPU preprocessor runs beside capture whenever the detector takes a prepared in
 `full`), so inference never waits for it; `preprocess = "inline"` in the config keeps it on the
 inference thread. A GPU preprocessor (edge_sdk.cuda) is enqueued on the inference stream
 instead. The tiles and roi strategies preprocess their own crops as part of their pass.
+
+With a CPU backend that leaves a core free and a full-frame detector whose input is prepared
+beside capture, the infer stage gets a thread of its own (edge_sdk.runtime.infer_thread), one
+frame ahead: the model runs back to back while the iterating thread decodes the previous frame
+and runs the caller's loop body. A swap stops that thread between frames (the frames it already
+inferred are delivered first) and starts a new one if the new detector qualifies. Leaving the
+loop early drops the frame inferred ahead.
 
 Back-pressure and drops are the capture ring's (edge_sdk.runtime.capture): a file is never
 dropped from, a live source keeps the newest frame. With inference on the CPU (the backend's
@@ -33,7 +40,7 @@ from __future__ import annotations
 
 import os
 import threading
-from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Callable, Dict, Generator, Iterator, List, Optional, Tuple
 
 from edge_sdk.errors import ConfigError
 from edge_sdk.runtime.cache import PredictionCache
@@ -123,6 +130,8 @@ class Pipeline:
         self._iterating = False
         self._closed = False
         self._prepare_failed = False
+        self._infer_thread: Any = None  # the InferThread while one runs
+        self._layout_cache: Optional[Tuple[Optional[Detector], Tuple[str, str, bool]]] = None
         self.failed_stage: Optional[str] = None  # the stage whose exception ended the iteration
 
     # -- assembly ------------------------------------------------------------------------------
@@ -145,7 +154,23 @@ class Pipeline:
         capture thread), "inline" (on the inference thread), "stream" (a GPU preprocessor,
         enqueued on the inference stream) or "strategy" (the tiles and roi strategies
         preprocess their own crops)."""
-        return self._placement(detector or self._detector)[0]
+        return self._layout(detector)[0]
+
+    def _layout(self, detector: Optional[Detector] = None) -> Tuple[str, str, bool]:
+        """(placement, why, runs ahead) for `detector` (default: the current one). The current
+        detector's is worked out once, while its backend is live, so that `describe()` after
+        `close()` still says how the frames ran."""
+        if detector is not None and detector is not self._detector:
+            return self._layout_of(detector)
+        if self._layout_cache is None or self._layout_cache[0] is not self._detector:
+            self._layout_cache = (self._detector, self._layout_of(self._detector))
+        return self._layout_cache[1]
+
+    def _layout_of(self, detector: Optional[Detector]) -> Tuple[str, str, bool]:
+        placement, why = self._placement(detector)
+        ahead = (detector is not None and hasattr(detector, "infer_stage") and placement == "capture"
+                 and bool(getattr(detector.backend, "cpu_bound", False)))
+        return placement, why, ahead
 
     def _placement(self, detector: Optional[Detector]) -> Tuple[str, str]:
         """(placement, why)."""
@@ -237,8 +262,7 @@ class Pipeline:
     def describe(self) -> Dict[str, Any]:
         """The stages and where each runs, the model and the mode, for logs and summaries."""
         detector = self._detector
-        placement = self.placement(detector)
-        why = self._placement(detector)[1]
+        placement, why, ahead = self._layout(detector)
         stages = [
             {"stage": "capture", "runs_on": "capture thread"},
             {"stage": "preprocess", "runs_on": {"capture": "capture thread", "inline": "inference thread",
@@ -249,6 +273,10 @@ class Pipeline:
             {"stage": "decode/merge", "runs_on": "inference thread"},
             {"stage": "sinks", "runs_on": "caller"},
         ]
+        if ahead:
+            stages[2] = {"stage": "infer", "runs_on": "infer thread (its own, one frame ahead of decode)",
+                         "why": "a CPU backend leaves a core free: the thread that runs the model does nothing else"}
+            stages[3] = {"stage": "decode/merge", "runs_on": "consumer (the thread iterating the pipeline)"}
         out: Dict[str, Any] = {"mode": getattr(detector, "mode", self.config.mode), "stages": stages,
                                "pool_size": self.config.pool_size}
         if self._capture is not None:
@@ -292,14 +320,28 @@ class Pipeline:
             done.set()
 
     # -- the loop ------------------------------------------------------------------------------
+    def runs_ahead(self, detector: Optional[Detector] = None) -> bool:
+        """Whether the infer stage runs on a thread of its own, one frame ahead of decode
+        (edge_sdk.runtime.infer_thread): a full-frame detector on a CPU backend that leaves a
+        core free, whose frames are preprocessed beside capture."""
+        return self._layout(detector)[2]
+
     def __iter__(self) -> Iterator[FrameResult]:
         self.open()
+        self._iterating = True
+        try:
+            # each part returns True when a swapped-in detector runs in the other arrangement
+            while (yield from (self._iter_ahead() if self.runs_ahead() else self._iter_inline())):
+                pass
+        finally:
+            self._iterating = False
+
+    def _iter_inline(self) -> Generator[FrameResult, None, bool]:
+        """Every stage after capture (and preprocessing, when not beside capture) on this thread."""
         capture = self._capture
-        cache = self._cache
-        assert capture is not None and cache is not None
+        assert capture is not None
         limit = self.config.max_frames
         slot: Optional[FrameSlot] = None
-        self._iterating = True
         try:
             while not limit or self.stats.frames_processed < limit:
                 t_wait = clock()
@@ -309,60 +351,143 @@ class Pipeline:
                     self.failed_stage = "preprocess" if self._prepare_failed else "capture"
                     raise
                 if slot is None:
-                    return
+                    return False
                 latency: Dict[str, float] = {"capture_wait": (clock() - t_wait) * 1000.0}
+                switch = False
                 if self._pending is not None:
                     self._apply_swap()
-                info: Dict[str, Any] = {}
-                if slot.events:
-                    info["events"] = slot.events
-                    if self.on_event is not None:
-                        for event in slot.events:
-                            self.on_event(event)
-                frame = slot.frame
-                prepare = self._prepare
-                prepared, thumbnail = prepare.take(slot) if prepare is not None else (None, None)
-                detections = cache.lookup(frame, thumbnail)
-                cached = detections is not None
-                if detections is None:
-                    detector = self._detector
-                    assert detector is not None
-                    try:
-                        if detector.preprocess_device == "gpu":
-                            # mapped memory: its own device address; pinned: the copy, queued on the stream
-                            ptr = capture.upload(slot, getattr(detector.backend, "stream", None))
-                            detections = detector.detect(frame, latency, info, device_ptr=ptr)
-                        elif prepared is None:
-                            detections = detector.detect(frame, latency, info)
-                        else:
-                            detections = detector.detect(frame, latency, info, prepared)
-                    except BaseException:
-                        self.failed_stage = detector.stage
-                        raise
-                    cache.store(detections)
-                else:
-                    self.stats.cache_hits += 1
-                t_done = clock()
-                latency["total"] = (t_done - slot.t_capture) * 1000.0
-                self.stats.frames_processed += 1
-                self.latency.record(latency, t_done)
-                result = FrameResult(
-                    index=slot.index,
-                    timestamp=slot.timestamp,
-                    detections=detections,
-                    latency_ms=latency,
-                    frame=frame,
-                    cached=cached,
-                    info=info,
-                    ground_truth=slot.ground_truth,
-                )
-                yield result
+                    switch = self.runs_ahead()
+                yield self._process(slot, latency)
                 capture.release(slot)
                 slot = None
+                if switch:
+                    return True
+            return False
         finally:
-            self._iterating = False
             if slot is not None:
                 capture.release(slot)
+
+    def _iter_ahead(self) -> Generator[FrameResult, None, bool]:
+        """Inference on its own thread (InferThread), decode and the caller's loop body here."""
+        from edge_sdk.runtime.infer_thread import InferThread, Item, Pending
+
+        capture, cache = self._capture, self._cache
+        assert capture is not None and cache is not None
+        limit = self.config.max_frames
+        worker = InferThread(capture, self._detector, self._prepare, cache, lambda: self._prepare_failed)
+        self._infer_thread = worker.start()
+        backlog: List[Item] = []
+        stopping = swapped = False
+        item: Optional[Item] = None
+        try:
+            while not limit or self.stats.frames_processed < limit:
+                if not stopping and self._pending is not None:
+                    backlog, stopping = worker.stop(), True  # frames already inferred go out first
+                if stopping:
+                    if not backlog:
+                        if not swapped:
+                            self._apply_swap()
+                        return True
+                    item = backlog.pop(0)
+                else:
+                    item = worker.next()
+                    if item is None:
+                        return False
+                if item.error is not None:
+                    self.failed_stage = item.stage
+                    raise item.error
+                if item.end:
+                    return False
+                slot = item.slot
+                assert slot is not None
+                if item.raw:  # taken after the stop: the swapped-in detector runs it, here
+                    self._apply_swap()
+                    swapped = True
+                    yield self._process(slot, item.latency)
+                else:
+                    info = self._events(slot)
+                    if item.cached is not None:
+                        value = item.cached
+                        detections = value.detections if isinstance(value, Pending) else value
+                        self.stats.cache_hits += 1
+                    else:
+                        try:
+                            detections = item.detector.decode_stage(item.outputs, item.transform, item.latency)
+                        except BaseException:
+                            self.failed_stage = "decode"
+                            raise
+                        if item.pending is not None:
+                            item.pending.detections = detections
+                    yield self._result(slot, detections, item.latency, info, item.cached is not None)
+                capture.release(slot)
+                item.slot = None
+                if not stopping:
+                    worker.recycle(item)
+                item = None
+            return False
+        finally:
+            self._infer_thread = None
+            for held in [item] + backlog + worker.stop():
+                if held is not None and held.slot is not None:
+                    capture.release(held.slot)
+                    held.slot = None
+
+    def _events(self, slot: FrameSlot) -> Dict[str, Any]:
+        """FrameResult.info with the frame's events (camera lost, size changed), reported."""
+        info: Dict[str, Any] = {}
+        if slot.events:
+            info["events"] = slot.events
+            if self.on_event is not None:
+                for event in slot.events:
+                    self.on_event(event)
+        return info
+
+    def _process(self, slot: FrameSlot, latency: Dict[str, float]) -> FrameResult:
+        """Cache lookup, detection and the FrameResult of one frame, on this thread."""
+        capture, cache = self._capture, self._cache
+        assert capture is not None and cache is not None
+        info = self._events(slot)
+        frame = slot.frame
+        prepare = self._prepare
+        prepared, thumbnail = prepare.take(slot) if prepare is not None else (None, None)
+        detections = cache.lookup(frame, thumbnail)
+        cached = detections is not None
+        if detections is None:
+            detector = self._detector
+            assert detector is not None
+            try:
+                if detector.preprocess_device == "gpu":
+                    # mapped memory: its own device address; pinned: the copy, queued on the stream
+                    ptr = capture.upload(slot, getattr(detector.backend, "stream", None))
+                    detections = detector.detect(frame, latency, info, device_ptr=ptr)
+                elif prepared is None:
+                    detections = detector.detect(frame, latency, info)
+                else:
+                    detections = detector.detect(frame, latency, info, prepared)
+            except BaseException:
+                self.failed_stage = detector.stage
+                raise
+            cache.store(detections)
+        else:
+            self.stats.cache_hits += 1
+        return self._result(slot, detections, latency, info, cached)
+
+    def _result(self, slot: FrameSlot, detections: Any, latency: Dict[str, float], info: Dict[str, Any],
+                cached: bool) -> FrameResult:
+        t_done = clock()
+        latency["total"] = (t_done - slot.t_capture) * 1000.0
+        self.stats.frames_processed += 1
+        self.latency.record(latency, t_done)
+        return FrameResult(
+            index=slot.index,
+            timestamp=slot.timestamp,
+            detections=detections,
+            latency_ms=latency,
+            frame=slot.frame,
+            cached=cached,
+            info=info,
+            ground_truth=slot.ground_truth,
+        )
 
     def run(self, callback: Optional[Callable[[FrameResult], None]] = None) -> PipelineStats:
         """Process the whole stream (or `max_frames`), calling `callback` per result."""
@@ -389,6 +514,9 @@ class Pipeline:
             return
         self._closed = True
         try:
+            worker = self._infer_thread
+            if worker is not None:
+                worker.stop()  # an iterator left open ends at its next step
             if self._capture is not None:
                 self._capture.stop()
             elif self._source is not None:

@@ -62,6 +62,13 @@ def test_video_to_jsonl_and_video(bundle: Path, tmp_path: Path) -> None:
     cap.release()
     assert ok and frame.shape == (96, 128, 3)
     assert "frames 9" in result.output and "p99" in result.output
+    from edge_sdk.runtime.pipeline import available_cores
+
+    said = " ".join(result.output.split())  # the console wraps long lines
+    if available_cores() > 1:  # one inference thread leaves a core free: the model gets its own thread
+        assert "infer on the infer thread (its own, one frame ahead of decode), decode on the consumer" in said, said
+    else:
+        assert "infer and decode on the inference thread" in said, said
 
 
 def test_synthetic_source_with_max_frames(bundle: Path, tmp_path: Path) -> None:

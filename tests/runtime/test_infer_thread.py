@@ -1,0 +1,233 @@
+"""The infer stage on its own thread (edge_sdk.runtime.infer_thread): one frame ahead of decode,
+same results as the inline arrangement, order kept, swaps, errors, early exits and the cache."""
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any, Dict, List
+
+import numpy as np
+import pytest
+
+from edge_sdk.preprocess import InputSpec
+from edge_sdk.runtime.config import CacheConfig, PipelineConfig, SourceConfig
+from edge_sdk.runtime.detector import make_detector
+from edge_sdk.runtime.model import Model
+from edge_sdk.runtime.pipeline import Pipeline
+from runtime_factories import CENTERFACE_DECODER, ListSource, scene
+
+SPEC = InputSpec(name="input.1", shape=[1, 3, 32, 64])
+
+
+def config(**kw: Any) -> PipelineConfig:
+    kw.setdefault("threads", 1)
+    kw.setdefault("cache", CacheConfig(enabled=False))
+    kw.setdefault("preprocess", "capture")  # what "auto" picks when inference leaves a core free
+    return PipelineConfig(source=SourceConfig(""), **kw)
+
+
+class CellBackend:
+    """A CPU backend whose 'face' sits in a cell that depends on the frame's mean, so that each
+    frame's result is its own; records which thread ran each inference."""
+
+    input_names = ["input.1"]
+    is_active = True
+    cpu_bound = True
+    threads = 1
+
+    def __init__(self, gate: Any = None) -> None:
+        self.threads_seen: List[str] = []
+        self.gate = gate  # called before each inference (tests that need a rendezvous)
+        self.runs = 0
+
+    def infer(self, feed: Dict[str, np.ndarray]) -> List[np.ndarray]:
+        x = feed["input.1"]
+        if self.gate is not None:
+            self.gate(self.runs)
+        self.runs += 1
+        self.threads_seen.append(threading.current_thread().name)
+        n, h, w = x.shape[0], x.shape[2] // 4, x.shape[3] // 4
+        heat = np.zeros((n, 1, h, w), np.float32)
+        cell = int(x.mean()) % (w - 2) + 1
+        heat[:, 0, 4, cell] = 0.9
+        return [heat, np.zeros((n, 2, h, w), np.float32), np.zeros((n, 2, h, w), np.float32),
+                np.zeros((n, 10, h, w), np.float32)]
+
+
+def frames(n: int) -> List[np.ndarray]:
+    return [np.full((60, 100, 3), 7 * i, np.uint8) for i in range(n)]
+
+
+def detector_on(backend: Any, mode: str = "full") -> Any:
+    return make_detector(mode, Model(backend, SPEC, dict(CENTERFACE_DECODER)))
+
+
+def collect(pipeline: Pipeline) -> List[Any]:
+    return [(r.index, r.detections.xyxy.copy(), dict(r.latency_ms)) for r in pipeline]
+
+
+def infer_threads_alive() -> List[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == "edge-sdk-infer"]
+
+
+def test_results_equal_the_inline_arrangement_in_order() -> None:
+    ahead_backend, inline_backend = CellBackend(), CellBackend()
+    with Pipeline(config(), source=ListSource(frames(14)), detector=detector_on(ahead_backend)) as pipeline:
+        assert pipeline.runs_ahead()
+        stages = {s["stage"]: s["runs_on"] for s in pipeline.describe()["stages"]}
+        ahead = collect(pipeline)
+    with Pipeline(config(preprocess="inline"), source=ListSource(frames(14)), detector=detector_on(inline_backend)) as pipeline:
+        assert not pipeline.runs_ahead()
+        inline = collect(pipeline)
+    assert stages["infer"].startswith("infer thread") and stages["decode/merge"].startswith("consumer")
+    assert [i for i, _, _ in ahead] == list(range(14))
+    for (i, boxes, latency), (j, boxes2, _) in zip(ahead, inline):
+        assert i == j and len(boxes) == 1
+        np.testing.assert_array_equal(boxes, boxes2)
+        assert {"capture_wait", "preprocess", "infer", "decode", "merge", "total"} <= set(latency)
+    assert len({tuple(b[0]) for _, b, _ in ahead}) > 3  # frames differ: a stale output set would show
+    assert set(ahead_backend.threads_seen) == {"edge-sdk-infer"}
+    assert set(inline_backend.threads_seen) == {threading.current_thread().name}
+    assert not infer_threads_alive()
+
+
+def test_the_next_frame_is_inferred_while_the_loop_body_holds_this_one() -> None:
+    """Inline, frame k+1 cannot be inferred before the loop body is done with frame k; ahead,
+    it starts while the body still holds frame k."""
+    started = [threading.Event() for _ in range(8)]
+    backend = CellBackend(lambda run: started[run].set())
+    with Pipeline(config(), source=ListSource(frames(8)), detector=detector_on(backend)) as pipeline:
+        for result in pipeline:
+            if result.index + 1 < 8:
+                assert started[result.index + 1].wait(timeout=10), f"frame {result.index + 1} not inferred ahead"
+
+
+def test_max_frames_early_exit_and_release_every_slot() -> None:
+    backend = CellBackend()
+    with Pipeline(config(max_frames=5, pool_size=4), source=ListSource(frames(20)), detector=detector_on(backend)) as pipeline:
+        assert len(collect(pipeline)) == 5
+        assert not infer_threads_alive()
+        capture = pipeline.capture
+        assert capture is not None and capture.wait_captured(5)
+    with Pipeline(config(), source=ListSource(frames(20)), detector=detector_on(CellBackend())) as pipeline:
+        for result in pipeline:
+            if result.index == 2:
+                break
+        assert not infer_threads_alive()
+        # it goes on with the frames after the one inferred ahead (dropped with the loop): every
+        # slot went back to the pool, or capture would stall here
+        rest = [i for i, _, _ in collect(pipeline)]
+        assert rest[0] in (3, 4) and rest == list(range(rest[0], 20))
+
+
+@pytest.mark.parametrize("mode", ["full", "roi"])
+def test_a_swap_while_ahead_keeps_order_and_uses_the_new_detector(mode: str) -> None:
+    first, second = CellBackend(), CellBackend()
+    done = None
+    with Pipeline(config(), source=ListSource(frames(16)), detector=detector_on(first)) as pipeline:
+        indices = []
+        for result in pipeline:
+            indices.append(result.index)
+            if result.index == 5:
+                done = pipeline.swap_detector(detector_on(second, mode))
+        assert pipeline.runs_ahead() == (mode == "full")
+    assert indices == list(range(16))
+    assert done is not None and done.is_set()
+    # frames 0..5 ran on the first, and so may the one inferred ahead (6); the rest on the second
+    assert first.runs in (6, 7)
+    if mode == "full":
+        assert first.runs + second.runs == 16 and set(second.threads_seen) == {"edge-sdk-infer"}
+    else:  # a coarse pass and fine passes per frame, on the consumer
+        assert second.runs >= 16 - first.runs and "edge-sdk-infer" not in second.threads_seen
+    assert not infer_threads_alive()
+
+
+def test_a_swap_back_to_full_runs_ahead_again() -> None:
+    first, roi, last = CellBackend(), CellBackend(), CellBackend()
+    with Pipeline(config(), source=ListSource(frames(18)), detector=detector_on(first)) as pipeline:
+        indices = []
+        for result in pipeline:
+            indices.append(result.index)
+            if result.index == 4:
+                pipeline.swap_detector(detector_on(roi, "roi"))
+            if result.index == 10:
+                pipeline.swap_detector(detector_on(last))
+    assert indices == list(range(18))
+    assert "edge-sdk-infer" not in roi.threads_seen  # roi runs on the consumer
+    # the frame in hand when the swap is applied runs on the consumer, the rest on the infer thread
+    assert last.threads_seen[0] == threading.current_thread().name and last.runs >= 6
+    assert set(last.threads_seen[1:]) == {"edge-sdk-infer"}
+
+
+@pytest.mark.parametrize("stage", ["infer", "decode"])
+def test_an_error_on_either_side_is_raised_in_the_loop_and_named(stage: str) -> None:
+    backend = CellBackend()
+    detector = detector_on(backend)
+    if stage == "infer":
+        def boom(run: int) -> None:
+            if run == 3:
+                raise RuntimeError("inference failed")
+        backend.gate = boom
+    else:
+        decode = detector.batch.decoder
+
+        def bad_decode(outputs: Any, transforms: Any) -> Any:
+            if bad_decode.calls == 3:  # type: ignore[attr-defined]
+                raise RuntimeError("decoding failed")
+            bad_decode.calls += 1  # type: ignore[attr-defined]
+            return decode(outputs, transforms)
+        bad_decode.calls = 0  # type: ignore[attr-defined]
+        detector.batch.decoder = bad_decode
+    seen = []
+    with Pipeline(config(), source=ListSource(frames(10)), detector=detector) as pipeline:
+        with pytest.raises(RuntimeError, match="failed"):
+            for result in pipeline:
+                seen.append(result.index)
+        assert pipeline.failed_stage == stage
+        assert seen == [0, 1, 2]
+    assert not infer_threads_alive()
+
+
+def test_a_capture_error_names_capture() -> None:
+    with Pipeline(config(), source=ListSource([scene(0), ValueError("camera gone")]), detector=detector_on(CellBackend())) as pipeline:
+        with pytest.raises(ValueError, match="camera gone"):
+            list(pipeline)
+        assert pipeline.failed_stage == "capture"
+
+
+def test_the_cache_answers_repeated_frames_in_order() -> None:
+    still = [np.full((60, 100, 3), 50, np.uint8)] * 4 + [np.full((60, 100, 3), 120, np.uint8)] * 4
+    backend = CellBackend()
+    cfg = config(cache=CacheConfig(enabled=True, threshold=2.0))
+    with Pipeline(cfg, source=ListSource(still), detector=detector_on(backend)) as pipeline:
+        results = [(r.cached, r.detections.xyxy.copy()) for r in pipeline]
+        hits = pipeline.stats.cache_hits
+    assert [c for c, _ in results] == [False, True, True, True, False, True, True, True]
+    assert backend.runs == 2 and hits == 6
+    for cached, boxes in results[1:4]:
+        np.testing.assert_array_equal(boxes, results[0][1])
+    for cached, boxes in results[5:]:
+        np.testing.assert_array_equal(boxes, results[4][1])
+    assert not np.array_equal(results[0][1], results[4][1])
+
+
+def test_the_default_bundle_path_runs_ahead_with_onnxruntime(tiny_bundle: Path) -> None:
+    cfg = PipelineConfig(source=SourceConfig(""), bundle=str(tiny_bundle), threads=1, preprocess="capture",
+                         cache=CacheConfig(enabled=False))
+    with Pipeline(cfg, source=ListSource([scene(i) for i in range(6)])) as pipeline:
+        assert pipeline.runs_ahead()
+        assert len(collect(pipeline)) == 6
+    # the summary printed after the run says how the frames ran, though the backend is closed
+    stages = {s["stage"]: s for s in pipeline.describe()["stages"]}
+    assert stages["infer"]["runs_on"].startswith("infer thread")
+    assert "inference uses 1 of" in stages["preprocess"]["why"] or "config" in stages["preprocess"]["why"]
+
+
+def test_close_with_an_iterator_left_open_stops_the_thread() -> None:
+    pipeline = Pipeline(config(), source=ListSource(frames(30)), detector=detector_on(CellBackend())).open()
+    it = iter(pipeline)
+    assert next(it).index == 0 and next(it).index == 1
+    assert infer_threads_alive()
+    pipeline.close()
+    assert not infer_threads_alive()
+    assert list(it) == []  # the open iterator ends quietly
