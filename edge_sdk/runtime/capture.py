@@ -203,9 +203,7 @@ class Capture:
 
         `cancel`: an Event that, once set (followed by :meth:`wake`), makes a waiting `get`
         return None with no frame taken; the caller tells it from the end by the Event."""
-        def news() -> bool:
-            return self._has_news() or (cancel is not None and cancel.is_set())
-
+        news = self._has_news if cancel is None else (lambda: self._has_news() or cancel.is_set())
         with self._cond:
             if not news():
                 if self._idle_class:

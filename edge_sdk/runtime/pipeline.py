@@ -47,6 +47,7 @@ from edge_sdk.runtime.cache import PredictionCache
 from edge_sdk.runtime.capture import Capture, FrameSlot
 from edge_sdk.runtime.config import PipelineConfig
 from edge_sdk.runtime.detector import Detector, PreparedInput, make_detector
+from edge_sdk.runtime.infer_thread import InferThread, Item, Pending
 from edge_sdk.runtime.model import Model, load_model
 from edge_sdk.runtime.sources import Source, open_source
 from edge_sdk.runtime.timing import LatencyWindow, clock
@@ -369,8 +370,6 @@ class Pipeline:
 
     def _iter_ahead(self) -> Generator[FrameResult, None, bool]:
         """Inference on its own thread (InferThread), decode and the caller's loop body here."""
-        from edge_sdk.runtime.infer_thread import InferThread, Item, Pending
-
         capture, cache = self._capture, self._cache
         assert capture is not None and cache is not None
         limit = self.config.max_frames

@@ -102,22 +102,52 @@ def test_the_next_frame_is_inferred_while_the_loop_body_holds_this_one() -> None
                 assert started[result.index + 1].wait(timeout=10), f"frame {result.index + 1} not inferred ahead"
 
 
+def count_slots(pipeline: Pipeline) -> Dict[str, int]:
+    """Counts the slots taken from the capture ring and given back, from the pipeline's side."""
+    capture = pipeline.capture
+    assert capture is not None
+    counts = {"taken": 0, "released": 0}
+    get, release = capture.get, capture.release
+
+    def counting_get(*args: Any, **kwargs: Any) -> Any:
+        slot = get(*args, **kwargs)
+        counts["taken"] += slot is not None
+        return slot
+
+    def counting_release(slot: Any) -> None:
+        counts["released"] += 1
+        release(slot)
+
+    capture.get, capture.release = counting_get, counting_release  # type: ignore[method-assign]
+    return counts
+
+
 def test_max_frames_early_exit_and_release_every_slot() -> None:
-    backend = CellBackend()
-    with Pipeline(config(max_frames=5, pool_size=4), source=ListSource(frames(20)), detector=detector_on(backend)) as pipeline:
-        assert len(collect(pipeline)) == 5
+    started = [threading.Event() for _ in range(20)]
+    with Pipeline(config(max_frames=5, pool_size=4), source=ListSource(frames(20)),
+                  detector=detector_on(CellBackend(lambda run: started[run].set()))) as pipeline:
+        counts = count_slots(pipeline)
+        for result in pipeline:
+            if result.index == 4:  # the last one: the thread has taken the next frame ahead
+                assert started[5].wait(10)
+        assert result.index == 4 and pipeline.stats.frames_processed == 5
         assert not infer_threads_alive()
-        capture = pipeline.capture
-        assert capture is not None and capture.wait_captured(5)
-    with Pipeline(config(), source=ListSource(frames(20)), detector=detector_on(CellBackend())) as pipeline:
+        # the frame inferred ahead went back to the ring too
+        assert counts["taken"] >= 6 and counts["released"] == counts["taken"]
+    started = [threading.Event() for _ in range(20)]
+    with Pipeline(config(), source=ListSource(frames(20)),
+                  detector=detector_on(CellBackend(lambda run: started[run].set()))) as pipeline:
+        counts = count_slots(pipeline)
         for result in pipeline:
             if result.index == 2:
+                assert started[3].wait(10)
                 break
         assert not infer_threads_alive()
+        assert counts["taken"] >= 4 and counts["released"] == counts["taken"]
         # it goes on with the frames after the one inferred ahead (dropped with the loop): every
         # slot went back to the pool, or capture would stall here
         rest = [i for i, _, _ in collect(pipeline)]
-        assert rest[0] in (3, 4) and rest == list(range(rest[0], 20))
+        assert rest[0] in (4, 5) and rest == list(range(rest[0], 20))
 
 
 @pytest.mark.parametrize("mode", ["full", "roi"])
@@ -220,7 +250,7 @@ def test_the_default_bundle_path_runs_ahead_with_onnxruntime(tiny_bundle: Path) 
     # the summary printed after the run says how the frames ran, though the backend is closed
     stages = {s["stage"]: s for s in pipeline.describe()["stages"]}
     assert stages["infer"]["runs_on"].startswith("infer thread")
-    assert "inference uses 1 of" in stages["preprocess"]["why"] or "config" in stages["preprocess"]["why"]
+    assert stages["preprocess"]["why"] == "preprocess = 'capture' in the config"
 
 
 def test_close_with_an_iterator_left_open_stops_the_thread() -> None:
@@ -231,3 +261,34 @@ def test_close_with_an_iterator_left_open_stops_the_thread() -> None:
     pipeline.close()
     assert not infer_threads_alive()
     assert list(it) == []  # the open iterator ends quietly
+
+
+def test_a_get_waiting_for_a_frame_returns_none_when_cancelled_and_the_next_get_waits_again() -> None:
+    from edge_sdk.runtime.capture import Capture
+
+    release = threading.Event()
+
+    class Held(ListSource):
+        """Delivers its first frame once `release` is set."""
+
+        def read(self, out: Any = None) -> Any:
+            release.wait(10)
+            return super().read(out)
+
+    capture = Capture(Held(frames(2)), pool_size=3).start()
+    try:
+        cancel = threading.Event()
+        got: List[Any] = []
+        waiter = threading.Thread(target=lambda: got.append(capture.get(cancel=cancel)))
+        waiter.start()
+        cancel.set()
+        capture.wake()
+        waiter.join(10)
+        assert not waiter.is_alive() and got == [None]
+        release.set()
+        slot = capture.get(timeout=10)  # the cancel was that caller's alone: this one gets the frame
+        assert slot is not None and slot.index == 0
+        capture.release(slot)
+    finally:
+        release.set()
+        capture.stop()
