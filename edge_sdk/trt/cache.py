@@ -173,23 +173,24 @@ class EngineCache:
             except OSError as exc:
                 return None, f"{name} is unreadable ({exc.strerror or exc})"
 
-    def _read_json(self, folder: Optional[int], name: str) -> Optional[Dict[str, Any]]:
+    def _read_json(self, folder: Optional[int], name: str) -> Tuple[Optional[Dict[str, Any]], str]:
+        """(the JSON object in `name`, "") or (None, why not): missing, unreadable or not an object."""
         from edge_sdk.validate import UntrustedInput, loads_untrusted
 
-        data, _why = self._read(folder, name, MAX_JSON_BYTES)
+        data, why = self._read(folder, name, MAX_JSON_BYTES)
         if data is None:
-            return None
+            return None, why
         try:
             obj = loads_untrusted(data, MAX_JSON_BYTES, what=str(self.root / name))
         except UntrustedInput:
-            return None
-        return obj if isinstance(obj, dict) else None
+            return None, f"{name} is unreadable"
+        return (obj, "") if isinstance(obj, dict) else (None, f"{name} is unreadable")
 
     def read_json(self, path: Path) -> Optional[Dict[str, Any]]:
         """A JSON object kept in the cache folder (`path` is one of this cache's paths), or None
         when missing, a link, unreadable or not an object; EngineCacheError for an untrusted folder."""
         with self._folder() as folder:
-            return self._read_json(folder, Path(path).name)
+            return self._read_json(folder, Path(path).name)[0]
 
     def path(self, key: EngineKey) -> Path:
         return self.root / key.filename
@@ -228,14 +229,11 @@ class EngineCache:
             data, why = self._read(folder, engine)
             if data is None:
                 return None, why if why == "not cached" else f"{why}; rebuilding"
-            meta_bytes, why = self._read(folder, sidecar, MAX_JSON_BYTES)
-            if meta_bytes is None:
-                if why == "not cached":
-                    return None, f"{engine} has no sidecar (an interrupted write); rebuilding"
-                return None, f"{why}; rebuilding"
-            meta = self._read_json(folder, sidecar)
+            meta, why = self._read_json(folder, sidecar)
         if meta is None:
-            return None, f"{sidecar} is unreadable; rebuilding"
+            if why == "not cached":
+                return None, f"{engine} has no sidecar (an interrupted write); rebuilding"
+            return None, f"{why}; rebuilding"
         if meta.get("key") != key.to_dict():
             return None, f"{sidecar} describes another engine; rebuilding"
         if len(data) != meta.get("size"):
