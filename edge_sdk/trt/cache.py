@@ -19,7 +19,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import hashlib
-import json
 import os
 import re
 import stat
@@ -131,14 +130,17 @@ class EngineCache:
     @contextlib.contextmanager
     def _folder(self) -> Iterator[Optional[int]]:
         """A descriptor of the cache folder, checked (check_folder); None when there is no folder yet."""
+        fd: Optional[int] = None
         try:
             fd = os.open(self.root, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0))
         except FileNotFoundError:
-            yield None
-            return
+            pass
         except OSError as exc:
             raise EngineCacheError(f"cannot open the engine cache {self.root} ({exc.strerror or exc}): fix its "
                                    "permissions, or use another one (--cache-dir, or $EDGE_SDK_ENGINE_CACHE)") from exc
+        if fd is None:
+            yield None
+            return
         try:
             check_folder(self.root, os.fstat(fd))
             yield fd

@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 from edge_sdk.cli import app
 from edge_sdk.trt import engine as engine_mod
 from fakes.fake_tensorrt import decode_engine
-from trt_bundles import ORIN, XAVIER
+from trt_bundles import ORIN
 
 
 @pytest.fixture
