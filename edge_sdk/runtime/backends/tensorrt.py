@@ -203,8 +203,8 @@ class TensorRTBackend(Backend):
         if options:
             raise BackendError(f"the tensorrt backend does not take option(s) {', '.join(sorted(options))}")
         from edge_sdk.cuda import require_cuda
-        from edge_sdk.trt.device import GpuInfo
         from edge_sdk.trt.cache import EngineCache
+        from edge_sdk.trt.device import GpuInfo
         from edge_sdk.trt.engine import batch_range, build_engine, trt_api
 
         trt = _imports.tensorrt()
