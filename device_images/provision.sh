@@ -10,14 +10,17 @@
 #      bindings, pip, venv) and jetson-stats (the jtop service) when missing;
 #   3. creates the system user edge-sdk, in the groups video and jtop;
 #   4. installs edge-sdk into /opt/edge-sdk/venv (with JetPack's packages visible);
-#   5. writes /etc/edge-sdk/device.toml and /etc/edge-sdk/edge-sdk.env once (never overwrites);
+#   5. writes /etc/edge-sdk/device.toml and /etc/edge-sdk/edge-sdk.env once (never overwrites;
+#      an edge-sdk.env others can read is set back to mode 600);
 #   6. sets the target's power mode (nvpmodel) and pins the clocks at boot (jetson_clocks);
 #   7. installs and enables the systemd units (it does not start edge-sdk: that needs a bundle).
 #
+# Every option is checked before anything is read or changed; a bad one exits 2 and changes nothing.
 # Options:
-#   --target NAME     a folder of device_images/ (default: xavier-nx)
+#   --target NAME     a folder of device_images/ holding a target.env (default: xavier-nx)
 #   --device-id ID    the device id written into a new device.toml (default: the host name)
-#   --broker URL      mqtts://host:8883 for a new device.toml; without it telemetry goes to the journal
+#   --broker URL      mqtts://HOST[:PORT] (or mqtt://) for a new device.toml, HOST a name or address;
+#                     without it telemetry goes to the journal
 #   --package SPEC    what pip installs (default: this checkout with the mqtt, jetson, pycuda extras)
 #   --no-install      skip step 4 (e.g. when the daemon runs in the Dockerfile.l4t container)
 #   --no-power        skip step 6
@@ -47,37 +50,77 @@ die() {  # die CODE MESSAGE
   echo "error: $2" >&2
   exit "$1"
 }
+need() {  # need OPTION VALUE-COUNT WHAT: the option's value is there and is not another option
+  if [ "$2" -lt 2 ] || [[ "$3" == --* ]]; then die 2 "$1 needs $4 (see --help)"; fi
+}
 
+# Every argument is checked before anything is read from it or changed: a bad one changes nothing.
 while [ "$#" -gt 0 ]; do
   case "$1" in
-    --target) target=${2:?--target needs a name}; shift 2 ;;
-    --device-id) device_id=${2:?--device-id needs an id}; shift 2 ;;
-    --broker) broker=${2:?--broker needs a URL}; shift 2 ;;
-    --package) package=${2:?--package needs a pip requirement}; shift 2 ;;
+    --target) need "$1" "$#" "${2-}" "a name"; target=$2; shift 2 ;;
+    --device-id) need "$1" "$#" "${2-}" "an id"; device_id=$2; shift 2 ;;
+    --broker) need "$1" "$#" "${2-}" "a URL"; broker=$2; shift 2 ;;
+    --package) need "$1" "$#" "${2-}" "a pip requirement"; package=$2; shift 2 ;;
     --no-install) install=0; shift ;;
     --no-power) power=0; shift ;;
     --dry-run) dry=1; shift ;;
-    --root) root=${2:?--root needs a folder}; root=${root%/}; shift 2 ;;
+    --root) need "$1" "$#" "${2-}" "a folder"; root=${2%/}; shift 2 ;;
     -h|--help) sed -n '2,/^# shellcheck/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) die 2 "unknown option $1 (see --help)" ;;
   esac
 done
 
-env_file="$here/$target/target.env"
-if [ ! -f "$env_file" ]; then
-  known=""
-  for f in "$here"/*/target.env; do known="$known $(basename "$(dirname "$f")")"; done
+# --target: the name of a folder of device_images/ that holds a target.env (no path, no link)
+known=""
+for f in "$here"/*/target.env; do
+  [ -f "$f" ] && [ ! -L "$f" ] && known="$known $(basename "$(dirname "$f")")"
+done
+if ! [[ "$target" =~ ^[a-z0-9][a-z0-9-]*$ ]] || [[ " $known " != *" $target "* ]]; then
   die 2 "no target '$target': choose one of$known"
 fi
-# shellcheck source=xavier-nx/target.env
-. "$env_file"
-[ -n "$root" ] || [ "$dry" = 1 ] || [ "$EUID" -eq 0 ] || die 2 "run it as root (sudo), or with --dry-run"
+env_file="$here/$target/target.env"
 if [ -n "$device_id" ] && ! [[ "$device_id" =~ ^[A-Za-z0-9._-]+$ ]]; then
   die 2 "--device-id '$device_id': use letters, digits, '-', '_' and '.' only (it is part of MQTT topics)"
 fi
-if [ -n "$broker" ] && ! [[ "$broker" =~ ^mqtts?://[^/[:space:]]+$ ]]; then
-  die 2 "--broker '$broker' must look like mqtts://host:8883 (or mqtt://host:1883)"
+# --broker: mqtt(s)://HOST[:PORT], HOST a DNS name, an IPv4 address or a bracketed IPv6 address
+host_re='([A-Za-z0-9]([A-Za-z0-9.-]{0,251}[A-Za-z0-9])?|\[[0-9A-Fa-f:.]{2,45}\])'
+if [ -n "$broker" ]; then
+  if ! [[ "$broker" =~ ^mqtts?://${host_re}(:([0-9]{1,5}))?$ ]] \
+     || { [ -n "${BASH_REMATCH[4]}" ] && { [ "${BASH_REMATCH[4]}" -lt 1 ] || [ "${BASH_REMATCH[4]}" -gt 65535 ]; }; }; then
+    die 2 "--broker '$broker' must look like mqtts://host:8883 (or mqtt://host:1883): a host name or address and a port from 1 to 65535, nothing else"
+  fi
 fi
+if [ -n "$package" ] && { [[ "$package" == -* ]] || [[ "$package" =~ [[:space:][:cntrl:]] ]]; }; then
+  die 2 "--package '$package' must be one pip requirement (a name, path or URL), not an option"
+fi
+if [ -n "$root" ] && [ ! -d "$root" ]; then
+  die 2 "--root '$root' is not a folder"
+fi
+[ -n "$root" ] || [ "$dry" = 1 ] || [ "$EUID" -eq 0 ] || die 2 "run it as root (sudo), or with --dry-run"
+secrets="$root/etc/edge-sdk/edge-sdk.env"
+if [ -L "$secrets" ] || { [ -e "$secrets" ] && [ ! -f "$secrets" ]; }; then
+  die 2 "$secrets is not a plain file (a link?): remove it, and run this again to write a new secret"
+fi
+# The device config is rendered now, so that nothing is left to fail half-way (it is installed in step 5).
+config="$root/etc/edge-sdk/device.toml"
+rendered=""
+if [ ! -e "$config" ]; then
+  id_value=${device_id:-$(hostname)}
+  if ! [[ "$id_value" =~ ^[A-Za-z0-9._-]{1,64}$ ]]; then
+    die 2 "the host name '$id_value' cannot be the device id (letters, digits, '-', '_' and '.' only): give one with --device-id"
+  fi
+  rendered=$(mktemp)
+  trap 'rm -f "$rendered"' EXIT
+  # the values are checked above: no '|', '&', '\' or quote reaches sed or the TOML file
+  if [ -n "$broker" ]; then
+    sed -e "s|@DEVICE_ID@|$id_value|" -e "s|@BROKER_URL@|$broker|" -e '/@MQTT_BEGIN@/d; /@MQTT_END@/d' \
+      "$here/device.toml" > "$rendered"
+  else
+    sed -e "s|@DEVICE_ID@|$id_value|" -e '/@MQTT_BEGIN@/,/@MQTT_END@/d' "$here/device.toml" > "$rendered"
+  fi
+fi
+# shellcheck source=xavier-nx/target.env
+. "$env_file"
 
 say() { printf '%-7s %s\n' "$1" "$2"; }
 ok() { say ok "$1"; }
@@ -187,23 +230,12 @@ install_file() {  # install_file SRC DEST MODE; sets units_changed for unit file
 ensure_dir "$root/etc/edge-sdk" 755
 ensure_dir "$root/opt/edge-sdk/bundles" 755
 
-config="$root/etc/edge-sdk/device.toml"
-if [ -e "$config" ]; then
+if [ -z "$rendered" ]; then
   ok "$config (kept as it is)"
 else
-  rendered=$(mktemp)
-  trap 'rm -f "$rendered"' EXIT
-  id_value=${device_id:-$(hostname)}
-  if [ -n "$broker" ]; then
-    sed -e "s|@DEVICE_ID@|$id_value|" -e "s|@BROKER_URL@|$broker|" -e '/@MQTT_BEGIN@/d; /@MQTT_END@/d' \
-      "$here/device.toml" > "$rendered"
-  else
-    sed -e "s|@DEVICE_ID@|$id_value|" -e '/@MQTT_BEGIN@/,/@MQTT_END@/d' "$here/device.toml" > "$rendered"
-  fi
   install_file "$rendered" "$config" 644
 fi
 
-secrets="$root/etc/edge-sdk/edge-sdk.env"
 write_secrets() {
   umask 077
   {
@@ -212,10 +244,15 @@ write_secrets() {
     echo "EDGE_SDK_CMD_SECRET=$(od -An -tx1 -N32 /dev/urandom | tr -d ' \n')"
   } > "$secrets"
 }
-if [ -e "$secrets" ]; then
-  ok "$secrets (kept as it is)"
-else
+secrets_mode=$([ -e "$secrets" ] && stat -c %a "$secrets" || true)
+if [ -z "$secrets_mode" ]; then
   change "write $secrets with a new command secret" write_secrets
+elif [ "$secrets_mode" != 600 ]; then
+  # the secret signs commands: readable by others, anyone on the board could sign them
+  change "chmod 600 $secrets (it was $secrets_mode: the command secret is root's only; kept as it is otherwise)" \
+    chmod 600 "$secrets"
+else
+  ok "$secrets (kept as it is)"
 fi
 
 # -- 6. power ----------------------------------------------------------------------------------------

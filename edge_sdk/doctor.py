@@ -362,12 +362,14 @@ def probe_broker(env: Env, plan: Plan) -> Check:
 
 
 def probe_disk(env: Env, plan: Plan) -> Check:
-    folder = plan.cache_dir
-    if folder is None:
-        from edge_sdk.trt.cache import default_cache_dir
+    from edge_sdk.trt.cache import EngineCache, EngineCacheError
 
-        folder = default_cache_dir()
-    folder = Path(folder)
+    cache = EngineCache(plan.cache_dir)
+    folder = cache.root
+    try:
+        cache.check()
+    except EngineCacheError as exc:
+        return Check("disk", "engine cache disk", MISSING, f"{folder}: refused (others could plant an engine)", str(exc))
     probe = folder
     while not probe.exists() and probe != probe.parent:
         probe = probe.parent

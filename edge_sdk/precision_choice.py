@@ -23,6 +23,7 @@ from __future__ import annotations
 import statistics
 import time
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional
 
@@ -138,7 +139,8 @@ def choose_engine(
         notes.extend(f"{precision}: {n}" for n in result.notes)
         say(f"timing and verifying the {precision} engine")
         backend = TensorRTBackend(result.path, bundle=bundle, cuda=api, dla_core=dla_core, engine_cached=result.cached,
-                                  notes=result.notes, tensorrt_version=result.tensorrt)
+                                  notes=result.notes, tensorrt_version=result.tensorrt,
+                                  read_engine=partial(EngineCache(cache_dir).read_engine, result.key))
         backend.precision, backend.precision_reason = precision, "a candidate of the device choice"
         with backend:
             median = time_backend(backend, feed, warmup, iterations)

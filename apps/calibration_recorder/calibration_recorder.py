@@ -22,10 +22,15 @@ by time and count, up to `--max-images`. With `--on-alert` the recorder subscrib
 `alerts` topic and starts when a `calibration_drift` alert is raised (each message is checked
 against the alert schema first; anything else is ignored). The camera: a V4L2/CSI camera opens
 once, so run the recorder while the daemon is stopped, or on a second stream of the camera (RTSP).
+
+A full disk (or quota) stops the recording cleanly: the images written before stay (each one
+complete: the frame being written is dropped with its temporary file), the summary says how many,
+and the exit code is DiskFullError's.
 """
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import sys
 import threading
@@ -43,6 +48,24 @@ THUMB = (32, 18)
 NO_CONTENT_STD = 3.0  # as edge_sdk.drift: a frame this flat holds nothing to calibrate on
 
 
+class DiskFullError(EdgeSdkError):
+    """The disk under --out is full: recording stopped, and the images written before are kept."""
+
+    exit_code = 12
+
+    def __init__(self, out: Path, written: List[Path], cause: OSError) -> None:
+        self.out = out
+        self.written = written
+        super().__init__(
+            f"the disk holding {out} is full ({cause.strerror or cause}): recording stopped after {len(written)} "
+            f"image(s), kept in {out} (each complete; the frame being written was dropped). Free some space or "
+            "choose another --out, then record again to add to them"
+        )
+
+
+FULL_DISK = (errno.ENOSPC, errno.EDQUOT)
+
+
 class Selector:
     """Decides which frames to keep; keeps only thumbnails (a few hundred bytes each)."""
 
@@ -52,6 +75,7 @@ class Selector:
         self.per_bin = max(1, self.max_images // BRIGHTNESS_BINS)
         self.bins = [0] * BRIGHTNESS_BINS
         self.thumbs: List[np.ndarray] = []
+        self._thumb_bins: List[int] = []
         self._grey: Optional[np.ndarray] = None
         self._thumb = np.empty((THUMB[1], THUMB[0]), np.uint8)
 
@@ -77,23 +101,35 @@ class Selector:
         if self.thumbs and min(float(np.abs(thumb - t).mean()) for t in self.thumbs) <= self.min_change:
             return None
         self.thumbs.append(thumb)
+        self._thumb_bins.append(b)
         self.bins[b] += 1
         return f"scene change, brightness bin {b}"
+
+    def forget_last(self) -> None:
+        """Undo the last frame kept (it could not be written)."""
+        self.thumbs.pop()
+        self.bins[self._thumb_bins.pop()] -= 1
 
 
 def record(source_uri: str, out: Path, selector: Selector, duration_s: float = 0.0, max_frames: int = 0,
            every: int = 1, stop: Optional[threading.Event] = None) -> List[Path]:
     """Read the source, offer every `every`-th frame to `selector`, write what it keeps into `out`;
     until `duration_s` (0: no limit), `max_frames` read (0: no limit), the source ends, the
-    selector is full or `stop` is set. Returns the files written."""
+    selector is full or `stop` is set. Returns the files written; DiskFullError (holding them) when
+    the disk is full."""
     from edge_sdk.fsutil import atomic_write_bytes
     from edge_sdk.runtime.sources import open_source
 
     cv2 = _imports.cv2()
-    out.mkdir(parents=True, exist_ok=True)
+    written: List[Path] = []
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        if exc.errno in FULL_DISK:
+            raise DiskFullError(out, written, exc) from exc
+        raise
     source = open_source(source_uri)
     source.open()
-    written: List[Path] = []
     start = time.monotonic()
     stamp = time.strftime("%Y%m%d-%H%M%S")
     n = 0
@@ -115,7 +151,13 @@ def record(source_uri: str, out: Path, selector: Selector, duration_s: float = 0
             if not ok:
                 continue
             path = out / f"rec_{stamp}_{selector.kept:04d}.jpg"
-            atomic_write_bytes(path, jpg.tobytes())
+            try:
+                atomic_write_bytes(path, jpg.tobytes())  # on an error it leaves no file behind
+            except OSError as exc:
+                if exc.errno not in FULL_DISK:
+                    raise
+                selector.forget_last()
+                raise DiskFullError(out, written, exc) from exc
             written.append(path)
     finally:
         source.close()
@@ -212,6 +254,11 @@ def main(argv: Optional[Sequence[str]] = None, ready: Optional[threading.Event] 
             print(f"calibration_drift: {trigger.message}", file=sys.stderr)
         selector = Selector(args.max_images, args.min_change)
         written = record(args.source, args.out, selector, args.duration, args.max_frames, args.every)
+    except DiskFullError as exc:
+        print(json.dumps({"out": str(args.out), "images": len(exc.written), "brightness_bins": selector.bins,
+                          "stopped": "disk full"}))
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_code
     except EdgeSdkError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code

@@ -6,13 +6,16 @@ runtime: precision `auto` on the TensorRT backend runs the engine it names
 """
 from __future__ import annotations
 
-from typing import Any, Dict, Optional
+import logging
+from typing import Any, Dict, List, Optional
 
 from edge_sdk.manifest import Bundle
 from edge_sdk.precision import BEST, PRECISIONS
 from edge_sdk.trt.cache import EngineCache, EngineKey
 
 REPORT_VERSION = 1
+MAX_CANDIDATES = 8  # rows a report may hold (fp16, int8, fp32 today)
+log = logging.getLogger(__name__)
 
 
 def report_key(bundle: Bundle, tensorrt: str, sm: str, dla_core: Optional[int]) -> EngineKey:
@@ -20,26 +23,69 @@ def report_key(bundle: Bundle, tensorrt: str, sm: str, dla_core: Optional[int]) 
     return EngineKey(bundle.hash, tensorrt, sm, BEST, dla_core)
 
 
-def read_device_report(cache: EngineCache, key: EngineKey) -> Optional[Dict[str, Any]]:
-    """The stored choice for `key` (precision "best"), or None when there is none or it does not
-    describe this key (a report is a file on disk: its fields are checked, not trusted)."""
-    from edge_sdk.validate import UntrustedInput, loads_untrusted
+def _number(value: Any, low: float, high: float) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and low <= value <= high
 
-    path = cache.device_report_path(key)
-    try:
-        with open(path, "rb") as f:
-            report = loads_untrusted(f.read(1 << 20), 1 << 20, what=str(path))
-    except (OSError, UntrustedInput):
-        return None
-    if not isinstance(report, dict) or report.get("key") != key.to_dict():
-        return None
+
+def report_errors(report: Any, key: EngineKey) -> List[str]:
+    """What makes a stored report unusable for `key` ([] for a usable one). A report is a file on
+    disk: every field the runtime reads is checked, and the chosen precision must be a row that
+    passed the gate and is the fastest of those that did (what `edge-sdk engine` chooses)."""
+    if not isinstance(report, dict):
+        return ["not a JSON object"]
+    errors = []
+    if report.get("version") != REPORT_VERSION:
+        errors.append(f"version {report.get('version')!r} is not {REPORT_VERSION}")
+    if report.get("key") != key.to_dict():
+        errors.append("it describes another bundle, TensorRT, GPU or DLA core")
     chosen = report.get("chosen")
+    if chosen not in PRECISIONS:
+        errors.append(f"chosen {chosen!r} is not one of {', '.join(PRECISIONS)}")
     rows = report.get("candidates")
-    if chosen not in PRECISIONS or not isinstance(rows, list):
+    if not isinstance(rows, list) or not 1 <= len(rows) <= MAX_CANDIDATES:
+        return errors + [f"candidates must be a list of 1 to {MAX_CANDIDATES} rows"]
+    seen = set()
+    for i, row in enumerate(rows):
+        if not isinstance(row, dict):
+            errors.append(f"candidates[{i}] is not an object")
+            continue
+        precision = row.get("precision")
+        if precision not in PRECISIONS or precision in seen:
+            errors.append(f"candidates[{i}].precision {precision!r} is unknown or repeated")
+        seen.add(precision)
+        if not _number(row.get("median_ms"), 0.0, 3.6e6):
+            errors.append(f"candidates[{i}].median_ms is not a number of milliseconds")
+        f1 = row.get("f1_vs_fp32")
+        if f1 is not None and not _number(f1, 0.0, 1.0):
+            errors.append(f"candidates[{i}].f1_vs_fp32 is not null or a number in [0, 1]")
+        for flag in ("passed", "chosen"):
+            if not isinstance(row.get(flag), bool):
+                errors.append(f"candidates[{i}].{flag} is not true or false")
+    if errors:
+        return errors
+    marked = [r for r in rows if r["chosen"]]
+    if len(marked) != 1 or marked[0]["precision"] != chosen:
+        return [f"chosen {chosen!r} is not the one row marked chosen"]
+    if marked[0]["passed"] is not True:
+        return [f"the {chosen} row says passed: false (it failed the accuracy gate)"]
+    fastest = min(r["median_ms"] for r in rows if r["passed"])
+    if marked[0]["median_ms"] > fastest:
+        return [f"{chosen} is not the fastest row that passed"]
+    return []
+
+
+def read_device_report(cache: EngineCache, key: EngineKey) -> Optional[Dict[str, Any]]:
+    """The stored choice for `key` (precision "best"), or None when there is none or it is not
+    usable (report_errors; said in a warning). EngineCacheError when the cache folder is not trusted."""
+    path = cache.device_report_path(key)
+    raw = cache.read_json(path)  # no link followed, bounded, untrusted JSON
+    if raw is None:
         return None
-    if not any(isinstance(r, dict) and r.get("precision") == chosen and r.get("chosen") is True for r in rows):
+    errors = report_errors(raw, key)
+    if errors:
+        log.warning("ignoring the device report %s: %s", path, "; ".join(errors[:3]))
         return None
-    return report
+    return raw
 
 
 def summary(report: Dict[str, Any]) -> Dict[str, Any]:

@@ -910,6 +910,7 @@ def build_engine(
         plan.notes.append(f"the bundle was made for SM {made_for}; building for this GPU (SM {gpu.sm})")
     key = EngineKey(bundle.hash, api.version, gpu.sm, precision, dla_core)
     cache = EngineCache(cache_dir)
+    cache.check()  # an untrusted folder is refused before anything in it is read or written
     notes = list(plan.notes)
     if recalibrate and not plan.calibrate:
         notes.append(f"--recalibrate has no effect here: the {precision} engine on TensorRT {api.version} uses no calibrator")

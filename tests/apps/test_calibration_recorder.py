@@ -3,6 +3,8 @@ from synthetic://, and recording started by a calibration_drift alert through a 
 from __future__ import annotations
 
 import json
+import os
+import sys
 import threading
 import time
 from pathlib import Path
@@ -13,7 +15,8 @@ import pytest
 from edge_sdk.preprocess import load_image
 from edge_sdk.telemetry import schemas
 
-from app_loader import load_app
+from app_loader import APPS, load_app
+from full_disk import run_on_small_disk
 from polling import wait_until
 
 cv2 = pytest.importorskip("cv2")
@@ -102,3 +105,26 @@ def test_record_after_the_alert(tmp_path: Path, broker, message_log) -> None:
     log.client.publish(schemas.topic("cam-2", "alerts"), json.dumps(alert("cam-2")).encode(), qos=1).wait_for_publish(5)
     worker.join(60)
     assert codes == [0] and 1 <= len(list(out.glob("*.jpg"))) <= 4
+
+
+def test_a_full_disk_stops_the_recording_cleanly_and_keeps_what_was_written(tmp_path: Path) -> None:
+    """A real ENOSPC: a 300 KiB tmpfs under --out holds two of these ~120 KB JPEGs, not three."""
+    disk, kept = tmp_path / "disk", tmp_path / "kept"
+    disk.mkdir()
+    kept.mkdir()
+    argv = [sys.executable, str(APPS / "calibration_recorder" / "calibration_recorder.py"),
+            "--source", "synthetic://faces?width=640&height=384&count=40&seed=2", "--out", str(disk / "calib-new"),
+            "--max-images", "400", "--max-frames", "400", "--min-change", "2", "--duration", "0"]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(APPS.parent), os.environ.get("PYTHONPATH", "")]))
+    result = run_on_small_disk(argv, disk, 300, kept, env=env)
+    assert "Traceback" not in result.stderr and result.returncode == 12, result.stderr
+    summary = json.loads(result.stdout)
+    files = sorted((kept / "calib-new").iterdir())
+    assert summary["stopped"] == "disk full" and summary["images"] == len(files) >= 1
+    assert sum(summary["brightness_bins"]) == len(files)  # the frame that did not fit is not counted
+    assert f"recording stopped after {len(files)} image(s), kept in {disk / 'calib-new'}" in result.stderr
+    assert "Free some space or choose another --out" in result.stderr
+    for f in files:  # no temporary file left, and every image whole (read_image refuses a truncated JPEG)
+        assert f.suffix == ".jpg" and not f.name.startswith(".")
+        assert load_image(str(f)).shape == (384, 640, 3)
+    assert rec.DiskFullError.exit_code == 12  # the code the app's README documents

@@ -86,6 +86,17 @@ def test_a_xavier_nx_with_everything_is_ready(tmp_path: Path) -> None:
     assert ready(list(checks.values()))
 
 
+def test_an_engine_cache_others_can_write_into_fails_the_disk_check(tmp_path: Path) -> None:
+    root = jetson_root(tmp_path)
+    plan = plan_for(device_config())
+    plan.cache_dir = tmp_path / "engines"
+    plan.cache_dir.mkdir(mode=0o700)
+    assert by_key(diagnose(jetson_env(root), plan))["disk"].ok
+    plan.cache_dir.chmod(0o777)
+    disk = by_key(diagnose(jetson_env(root), plan))["disk"]
+    assert disk.status == MISSING and f"chmod go-w {plan.cache_dir}" in disk.fix
+
+
 @pytest.mark.parametrize("remove,key", [
     ("etc/nv_tegra_release", "l4t"),
     ("proc/812/comm", "camera"),  # the Argus daemon is not running: csi:// cannot open

@@ -126,11 +126,14 @@ class FakeSystem:
             path.chmod(0o755)
 
     def run(self, *args: str, target: str = "xavier-nx") -> subprocess.CompletedProcess:
+        return self.run_bare("--target", target, "--root", str(self.root), *args)
+
+    def run_bare(self, *args: str) -> subprocess.CompletedProcess:
+        """provision.sh with exactly these arguments (the fakes first on PATH)."""
         env = dict(os.environ, PATH=f"{self.bin}:{os.environ['PATH']}", STATE=str(self.state), LOG=str(self.log),
                    FAKEBIN=str(self.bin), FAKEROOT=str(self.root), PYTHON=str(self.bin / "python3"),
                    FAKE_EDGE_SDK_VERSION=VERSION)
-        return subprocess.run(["bash", str(SCRIPT), "--target", target, "--root", str(self.root), *args],
-                              env=env, capture_output=True, text=True, timeout=120)
+        return subprocess.run(["bash", str(SCRIPT), *args], env=env, capture_output=True, text=True, timeout=120)
 
     def snapshot(self) -> Dict[str, Tuple[int, str]]:
         """Every file and folder under the fake root and the fake state: mode and content hash."""
@@ -276,3 +279,104 @@ def test_bad_options_are_refused_with_the_fix(tmp_path: Path, args: List[str], m
     result = system.run(*args)
     assert result.returncode == 2 and message in result.stderr
     assert system.logged() == []
+
+
+def test_a_target_outside_device_images_is_never_read(tmp_path: Path) -> None:
+    """`--target ../x` used to source x/target.env (as root under sudo) before any other check."""
+    system = FakeSystem(tmp_path)
+    evil = tmp_path / "evil"
+    evil.mkdir()
+    marker = tmp_path / "sourced"
+    (evil / "target.env").write_text((ROOT / "device_images/xavier-nx/target.env").read_text()
+                                     + f"touch {marker}\n")
+    before = system.snapshot()
+    for target in (os.path.relpath(evil, SCRIPT.parent), str(evil), "xavier-nx/../xavier-nx", ".", ""):
+        result = system.run("--device-id", "cam-1", target=target)
+        assert result.returncode == 2, (target, result.stdout, result.stderr)
+        assert f"no target '{target}': choose one of orin-nano xavier-nx" in result.stderr
+    assert not marker.exists()
+    assert system.logged() == [] and system.snapshot() == before
+
+
+@pytest.mark.parametrize("broker", [
+    "mqtts://broker|lan:8883",  # the sed delimiter
+    "mqtts://broker\\1:8883",  # a back-reference sed refuses, after the steps before it ran
+    "mqtts://broker&lan:8883",  # sed's "the whole match"
+    'mqtts://broker"lan:8883',  # ends the TOML string
+    "mqtts://broker'lan:8883",
+    "mqtts://broker.lan:99999",
+    "mqtts://broker.lan:0",
+    "mqtts://broker.lan:",
+    "mqtts://-broker.lan:8883",
+    "mqtts://user@broker.lan:8883",
+])
+def test_a_broker_url_that_could_break_the_files_is_refused_before_anything_changes(tmp_path: Path, broker: str) -> None:
+    system = FakeSystem(tmp_path)
+    before = system.snapshot()
+    result = system.run("--device-id", "cam-1", "--broker", broker)
+    assert result.returncode == 2 and f"--broker '{broker}' must look like mqtts://host:8883" in result.stderr
+    assert system.logged() == [] and system.snapshot() == before
+
+
+@pytest.mark.parametrize("broker", ["mqtts://broker.lan:8883", "mqtt://10.0.0.7:1883", "mqtts://broker.lan",
+                                    "mqtts://[fd00::7]:8883", "mqtts://b:65535"])
+def test_every_good_broker_url_is_written_as_given(tmp_path: Path, broker: str) -> None:
+    system = FakeSystem(tmp_path)
+    result = system.run("--device-id", "cam-1", "--broker", broker, "--no-install", "--no-power")
+    assert result.returncode == 0, result.stderr
+    assert f'url = "{broker}"' in (system.root / "etc/edge-sdk/device.toml").read_text().splitlines()
+
+
+def test_a_host_name_that_cannot_be_a_device_id_is_refused_first(tmp_path: Path) -> None:
+    system = FakeSystem(tmp_path)
+    (system.bin / "hostname").write_text("#!/bin/bash\necho 'cam \"1\"'\n")
+    (system.bin / "hostname").chmod(0o755)
+    before = system.snapshot()
+    result = system.run()
+    assert result.returncode == 2 and "give one with --device-id" in result.stderr
+    assert system.logged() == [] and system.snapshot() == before
+    assert system.run("--device-id", "cam-1", "--no-install", "--no-power").returncode == 0
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--broker"], "--broker needs a URL"),
+    (["--target", "--dry-run"], "--target needs a name"),
+    (["--package", "--index-url=http://elsewhere/simple"], "--package needs a pip requirement"),
+    (["--package", "-e /elsewhere"], "--package '-e /elsewhere' must be one pip requirement"),
+    (["--root", "/no/such/folder"], "--root '/no/such/folder' is not a folder"),
+])
+def test_more_bad_options_are_refused_with_the_fix(tmp_path: Path, args: List[str], message: str) -> None:
+    system = FakeSystem(tmp_path)
+    # the fake root first (a later --root replaces it), the option under test last
+    result = system.run_bare("--root", str(system.root), "--device-id", "cam-1", *args)
+    assert result.returncode == 2 and message in result.stderr, result.stderr
+    assert system.logged() == []
+
+
+def test_a_secrets_file_others_can_read_is_made_root_only_and_kept(tmp_path: Path) -> None:
+    system = FakeSystem(tmp_path)
+    secrets = system.root / "etc/edge-sdk/edge-sdk.env"
+    secrets.parent.mkdir(parents=True)
+    secrets.write_text("EDGE_SDK_CMD_SECRET=" + "ab" * 32 + "\n")
+    secrets.chmod(0o644)
+    dry = system.run("--device-id", "cam-1", "--dry-run")
+    assert f"would   chmod 600 {secrets} (it was 644" in dry.stdout and stat.S_IMODE(secrets.stat().st_mode) == 0o644
+    result = system.run("--device-id", "cam-1")
+    assert result.returncode == 0, result.stderr
+    assert f"change  chmod 600 {secrets} (it was 644" in result.stdout
+    assert stat.S_IMODE(secrets.stat().st_mode) == 0o600
+    assert secrets.read_text() == "EDGE_SDK_CMD_SECRET=" + "ab" * 32 + "\n"  # the operators' secret stays
+    assert f"ok      {secrets} (kept as it is)" in system.run("--device-id", "cam-1").stdout
+
+
+def test_a_secrets_file_that_is_a_link_is_refused_before_anything_changes(tmp_path: Path) -> None:
+    system = FakeSystem(tmp_path)
+    secrets = system.root / "etc/edge-sdk/edge-sdk.env"
+    secrets.parent.mkdir(parents=True)
+    target = tmp_path / "elsewhere.env"
+    target.write_text("")
+    secrets.symlink_to(target)
+    before = system.snapshot()
+    result = system.run("--device-id", "cam-1")
+    assert result.returncode == 2 and "is not a plain file" in result.stderr
+    assert system.logged() == [] and system.snapshot() == before and target.read_text() == ""

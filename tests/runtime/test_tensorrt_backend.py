@@ -362,3 +362,18 @@ def test_stream_handles_as_tensorrt_takes_them() -> None:
     cudart = pytest.importorskip("cuda.cudart", reason="cuda-python (the nvrtc extra)")
     assert stream_handle(cudart.cudaStream_t(0x1234)) == 0x1234
     assert stream_handle(type("PycudaStream", (), {"handle": 0x5678})()) == 0x5678
+
+
+def test_the_engine_checked_is_the_engine_deserialized(env) -> None:
+    """An engine replaced between the lookup (from_bundle checks it against its sidecar) and
+    activate() is never run: activate reads the bytes once, checks them, deserializes them."""
+    from edge_sdk.runtime.backends.tensorrt import TensorRTBackend
+    from edge_sdk.trt.cache import EngineCacheError
+
+    trt, cuda, bundle, cache = env("8.5")
+    backend = TensorRTBackend.from_bundle(bundle, "fp32", cuda=cuda, cache_dir=cache)
+    swapped = trt.engine([{"name": "input.1", "shape": [1, 3, 32, 64]}])  # a valid engine, not the one checked
+    backend.engine_path.write_bytes(swapped)
+    with pytest.raises(EngineCacheError, match="changed after it was looked up"):
+        backend.activate()
+    assert not backend.is_active and trt.engines_built() == 1

@@ -7,8 +7,10 @@ from typing import Any, Callable
 
 import pytest
 
+from edge_sdk.trt import calibrator as calibrator_mod
+from edge_sdk.trt import engine as engine_mod
 from fakes.fake_tensorrt import FAKES, FakeTensorRT
-from trt_bundles import write_bundle
+from trt_bundles import XAVIER, write_bundle
 
 
 @pytest.fixture
@@ -38,6 +40,15 @@ def install_trt(monkeypatch: pytest.MonkeyPatch) -> Callable[..., FakeTensorRT]:
 def no_trt(monkeypatch: pytest.MonkeyPatch) -> None:
     """Make `import tensorrt` fail, whether or not TensorRT is installed."""
     monkeypatch.setitem(sys.modules, "tensorrt", None)
+
+
+@pytest.fixture
+def on_xavier(monkeypatch: pytest.MonkeyPatch, install_trt: Callable[..., FakeTensorRT]) -> FakeTensorRT:
+    """A fake TensorRT 8.5 on a Xavier NX (calibration buffers from the fake's device memory)."""
+    fake = install_trt("8.5")
+    monkeypatch.setattr(engine_mod, "detect_gpu", lambda: XAVIER)
+    monkeypatch.setattr(calibrator_mod, "allocate_device_buffer", fake.device_memory.allocate)
+    return fake
 
 
 @pytest.fixture

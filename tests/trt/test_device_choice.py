@@ -265,3 +265,76 @@ def test_the_model_the_daemon_runs_describes_the_choice(device, tmp_path: Path, 
     assert described["device_choice"]["chosen"] == "int8"
     assert [(r["precision"], r["median_ms"], r["passed"], r["chosen"]) for r in described["device_choice"]["table"]] == [
         ("fp16", 2.0, True, False), ("int8", 1.0, True, True)]
+
+
+def _choose_failed_int8(report: Dict[str, Any]) -> None:
+    report["chosen"] = "int8"
+    for row in report["candidates"]:
+        row["chosen"] = row["precision"] == "int8"  # its own row still says passed: false
+
+
+def _passed_as_text(report: Dict[str, Any]) -> None:
+    _choose_failed_int8(report)
+    report["candidates"][1]["passed"] = "yes"
+
+
+def _slower_than_a_passing_row(report: Dict[str, Any]) -> None:
+    report["candidates"][1]["passed"] = True  # int8 (1 ms) passes, fp16 (4 ms) stays chosen
+
+
+def _median_as_text(report: Dict[str, Any]) -> None:
+    report["candidates"][0]["median_ms"] = "fast"
+
+
+def _repeated_row(report: Dict[str, Any]) -> None:
+    report["candidates"].append(dict(report["candidates"][0], chosen=False))
+
+
+def _no_version(report: Dict[str, Any]) -> None:
+    del report["version"]
+
+
+def _f1_out_of_range(report: Dict[str, Any]) -> None:
+    report["candidates"][0]["f1_vs_fp32"] = 7
+
+
+def _many_rows(report: Dict[str, Any]) -> None:
+    report["candidates"] += [dict(report["candidates"][1], chosen=False) for _ in range(50)]
+
+
+@pytest.mark.parametrize("edit, why", [
+    (_choose_failed_int8, "the int8 row says passed: false"),
+    (_passed_as_text, "candidates[1].passed is not true or false"),
+    (_slower_than_a_passing_row, "fp16 is not the fastest row that passed"),
+    (_median_as_text, "candidates[0].median_ms is not a number"),
+    (_repeated_row, "candidates[2].precision 'fp16' is unknown or repeated"),
+    (_no_version, "version None is not 1"),
+    (_f1_out_of_range, "candidates[0].f1_vs_fp32 is not null or a number in [0, 1]"),
+    (_many_rows, "candidates must be a list of 1 to 8 rows"),
+])
+def test_a_planted_or_broken_report_is_never_followed(device, tmp_path: Path, caplog, edit, why: str) -> None:
+    trt, cuda = device(latency={"fp16": 4.0, "int8": 1.0}, distort={"int8": drop_left_half})
+    bundle, cache = choice_bundle(tmp_path / "b"), tmp_path / "engines"
+    choice = choose(bundle, cuda, cache)
+    assert choice.chosen == "fp16"
+    stored = json.loads(choice.path.read_text())
+    edit(stored)
+    choice.path.write_text(json.dumps(stored))
+    loaded = Bundle.load(bundle)
+    with caplog.at_level("WARNING"):
+        assert read_device_report(EngineCache(cache), report_key(loaded, trt.__version__, "7.2", None)) is None
+    assert any(why in r.getMessage() and str(choice.path) in r.getMessage() for r in caplog.records)
+    backend = select_backend("tensorrt", bundle=loaded, cache_dir=cache)
+    assert "chosen on this device" not in backend.precision_reason and backend.device_choice is None
+
+
+def test_a_report_reached_through_a_link_is_not_read(device, tmp_path: Path) -> None:
+    trt, cuda = device(latency={"fp16": 4.0, "int8": 1.0}, distort={"int8": drop_left_half})
+    bundle, cache = choice_bundle(tmp_path / "b"), tmp_path / "engines"
+    choice = choose(bundle, cuda, cache)
+    key = report_key(Bundle.load(bundle), trt.__version__, "7.2", None)
+    assert read_device_report(EngineCache(cache), key)["chosen"] == "fp16"
+    elsewhere = tmp_path / "report.json"
+    choice.path.rename(elsewhere)  # the very same, valid report, now behind a link
+    choice.path.symlink_to(elsewhere)
+    assert read_device_report(EngineCache(cache), key) is None

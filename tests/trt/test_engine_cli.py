@@ -8,23 +8,14 @@ import pytest
 from typer.testing import CliRunner
 
 from edge_sdk.cli import app
-from edge_sdk.trt import calibrator as calibrator_mod
 from edge_sdk.trt import engine as engine_mod
 from fakes.fake_tensorrt import decode_engine
-from trt_bundles import ORIN, XAVIER
+from trt_bundles import ORIN
 
 
 @pytest.fixture
 def runner() -> CliRunner:
     return CliRunner()
-
-
-@pytest.fixture
-def on_xavier(monkeypatch: pytest.MonkeyPatch, install_trt):
-    fake = install_trt("8.5")
-    monkeypatch.setattr(engine_mod, "detect_gpu", lambda: XAVIER)
-    monkeypatch.setattr(calibrator_mod, "allocate_device_buffer", fake.device_memory.allocate)
-    return fake
 
 
 def _json(result) -> dict:

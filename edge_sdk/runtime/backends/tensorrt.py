@@ -42,6 +42,7 @@ and fake_cuda_host.py) that follow TensorRT 8.5/10/11's bindings; tests/device h
 from __future__ import annotations
 
 import logging
+from functools import partial
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
@@ -129,9 +130,12 @@ class TensorRTBackend(Backend):
         engine_cached: bool = True,
         notes: Sequence[str] = (),
         tensorrt_version: str = "",
+        read_engine: Optional[Callable[[], bytes]] = None,
     ) -> None:
         """`rebuild()` builds the engine again (ignoring the cache) and returns its path; it is
-        called once when the cached engine does not deserialize."""
+        called once when the cached engine does not deserialize. `read_engine()` gives the bytes to
+        deserialize (default: the file at `engine_path`); for a cached engine, EngineCache.read_engine:
+        read once, checked against the sidecar, and those same bytes deserialized."""
         super().__init__()
         self.engine_path = Path(engine_path)
         self.bundle = bundle
@@ -142,6 +146,7 @@ class TensorRTBackend(Backend):
         self.notes: List[str] = list(notes)
         self.tensorrt_version = tensorrt_version
         self._rebuild = rebuild
+        self._read_engine = read_engine
         self.device_choice: Optional[Dict[str, Any]] = None  # edge_sdk.trt.choice.summary of the choice that picked it
         self.stream: Any = None
         self.graph: Any = None
@@ -198,6 +203,7 @@ class TensorRTBackend(Backend):
         if options:
             raise BackendError(f"the tensorrt backend does not take option(s) {', '.join(sorted(options))}")
         from edge_sdk.cuda import require_cuda
+        from edge_sdk.trt.cache import EngineCache
         from edge_sdk.trt.device import GpuInfo
         from edge_sdk.trt.engine import batch_range, build_engine, trt_api
 
@@ -224,7 +230,8 @@ class TensorRTBackend(Backend):
             return Path(build(True).path)
 
         backend = cls(result.path, bundle=bundle, cuda=api, dla_core=dla_core, use_graphs=use_graphs, rebuild=rebuild,
-                      engine_cached=result.cached, notes=result.notes, tensorrt_version=str(getattr(trt, "__version__", "")))
+                      engine_cached=result.cached, notes=result.notes, tensorrt_version=str(getattr(trt, "__version__", "")),
+                      read_engine=partial(EngineCache(cache_dir).read_engine, result.key))
         backend.precision, backend.precision_reason, backend.device_choice = variant, reason, choice
         return backend
 
@@ -275,7 +282,7 @@ class TensorRTBackend(Backend):
         start = len(getattr(self._logger, "messages", []))
         self._log_from = start
         try:
-            data = self.engine_path.read_bytes()
+            data = self._read_engine() if self._read_engine is not None else self.engine_path.read_bytes()
         except OSError as exc:
             raise BackendError(f"cannot read the engine {self.engine_path} ({exc.strerror or exc}); rebuild it with "
                                "`edge-sdk engine BUNDLE --force`") from exc
