@@ -4,15 +4,14 @@ broker; a subscriber of the test's own reads what the device publishes."""
 from __future__ import annotations
 
 import json
-import threading
 from pathlib import Path
-from typing import Optional
 
 import pytest
 
 from edge_sdk.daemon import Daemon, daemon_config_from_dict
 from edge_sdk.telemetry import schemas
 
+from test_daemon import Running
 from tiny_bundle import make_tiny_bundle
 
 pytest.importorskip("onnxruntime")
@@ -34,32 +33,23 @@ def test_detection_messages_carry_the_class_name(tmp_path: Path, broker, message
         "telemetry": {"interval_s": 0.2, "detections": "frame"},
         "mqtt": {"url": broker.url, "queue_dir": str(tmp_path / "queue"), "reconnect_min_s": 0.1, "reconnect_max_s": 0.5},
     })
-    daemon = Daemon(cfg)
-    code: Optional[int] = None
-
-    def run() -> None:
-        nonlocal code
-        code = daemon.run()
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
+    running = Running(Daemon(cfg))
     try:
         assert log.wait(lambda m: sum(len(d["detections"]) for d in log.on("detections")) >= 5, timeout=30)
     finally:
-        daemon.request_stop("test")
-        thread.join(30)
-    assert code == 0
+        assert running.stop() == 0
     found = [det for message in log.on("detections") for det in message["detections"]]
     assert found and all(det["label"] == "face" and det["class_id"] == 0 for det in found)
     for message in log.on("detections"):
         assert schemas.errors(message) == [], message
 
 
-def test_the_schema_takes_a_label_only_as_a_name() -> None:
-    def message(label: object) -> dict:
-        return {"schema": "edge-sdk/detections/1", "device_id": "d", "ts": 1, "seq": 1, "kind": "frame",
-                "detections": [{"xyxy": [0, 0, 1, 1], "score": 0.5, "class_id": 0, "label": label}]}
+def message(label: object) -> dict:
+    return {"schema": "edge-sdk/detections/1", "device_id": "d", "ts": 1, "seq": 1, "kind": "frame",
+            "detections": [{"xyxy": [0, 0, 1, 1], "score": 0.5, "class_id": 0, "label": label}]}
 
+
+def test_the_schema_takes_a_label_only_as_a_name() -> None:
     assert schemas.errors(message("face")) == []
     assert schemas.errors(message(3)) != []
     assert schemas.errors(message("")) != []
@@ -68,10 +58,6 @@ def test_the_schema_takes_a_label_only_as_a_name() -> None:
 
 def test_the_monitor_takes_named_detections_and_drops_bad_names() -> None:
     from edge_sdk.telemetry.fleet import Fleet
-
-    def message(label: object) -> dict:
-        return {"schema": "edge-sdk/detections/1", "device_id": "d", "ts": 1, "seq": 1, "kind": "frame",
-                "detections": [{"xyxy": [0, 0, 1, 1], "score": 0.5, "class_id": 0, "label": label}]}
 
     fleet = Fleet()
     assert fleet.update("edge-sdk/d/detections", message("face")) is not None
