@@ -66,14 +66,14 @@ def resolve_head(model: Any, decoder_spec: Optional[Dict[str, Any]], labels_file
     task = str(meta.get("task", "")).strip().lower() or None
     kind = str(spec.get("type", "")).lower() if spec else None
     fmt = _end2end_format(model, meta, outs)
+    if spec is not None or fmt is not None:
+        _check_task(task, "end2end" if fmt is not None else str(kind))
     if fmt is not None and (spec is None or kind in RAW_TYPES):
         spec = _end2end_spec(spec, fmt, outs)
         progress.info(f"decoder: end2end ({fmt}): the model ends in NMS ({', '.join(o.name for o in outs)})"
                       + (f", in place of {kind}" if kind else ""))
-    elif spec is not None and kind in RAW_TYPES:
-        _check_task(task, kind)
-        if kind in YOLO_TYPES:
-            spec = _yolo_head(spec, task, meta, outs, len(labels) if labels else None, labels_from, labels_error)
+    elif spec is not None and kind in YOLO_TYPES:
+        spec = _yolo_head(spec, task, meta, outs, len(labels) if labels else None, labels_from, labels_error)
     if labels is None:
         return spec
     if spec is None:
@@ -114,7 +114,9 @@ def _end2end_format(model: Any, meta: Dict[str, str], outs: List[Output]) -> Opt
     if fmt is not None:
         return fmt
     first = outs[0].dims if outs else ()
-    rows = len(first) == 3 and first[2] is not None and first[2] >= 6 and len(outs) <= 2
+    # [N, max_det, 6 + extra]: more rows than values per row (a raw head is [N, 4 + C, anchors])
+    rows = (len(first) == 3 and first[2] is not None and first[2] >= 6 and (first[1] is None or first[1] > first[2])
+            and len(outs) <= 2)
     if rows and (ops & set(NMS_OPS) or _flag(meta.get("end2end")) or _nms_arg(meta.get("args"))):
         return "rows"
     return None
@@ -170,6 +172,8 @@ def _roles(fmt: str, outs: List[Output]) -> Optional[List[str]]:
 
 # -- YOLO heads ----------------------------------------------------------------------------------
 def _check_task(task: Optional[str], kind: str) -> None:
+    """ModelError for a head no decoder reads right: rotated boxes, a classifier, a yolov5 decoder on
+    a YOLOv8/11 segment or pose head."""
     if task == "obb":
         raise ModelError(
             f"the model is an oriented-box (OBB) head (metadata task 'obb'): its boxes are rotated (x, y, w, h, angle), "

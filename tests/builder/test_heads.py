@@ -160,6 +160,25 @@ def test_an_obb_head_is_refused_with_exit_4() -> None:
     assert info.value.exit_code == 4
 
 
+def test_an_obb_export_with_nms_is_refused_too() -> None:
+    """Ultralytics' nms=True OBB export: rows x, y, w, h, score, class, angle: rotated, not corners."""
+    obb_rows = np.concatenate([rows(), np.full((300, 1), 0.3, np.float32)], axis=1)
+    model = nms_rows_model(obb_rows, ultralytics_metadata("obb", NAMES))
+    with pytest.raises(ModelError, match=r"oriented-box \(OBB\) head"):
+        resolved(model, None)
+
+
+def test_a_raw_head_is_not_taken_for_nms_rows_whatever_the_metadata_says() -> None:
+    """A YOLO26 exported without its end-to-end branch keeps `end2end: True` in its metadata, but
+    its output is the raw [1, 4 + C, anchors] head."""
+    pred = yolo_columns(NET_BOXES, CLASSES, SCORES, 3)
+    model = constant_outputs_model({"output0": pred}, ultralytics_metadata("detect", NAMES, end2end="True",
+                                                                            args="{'batch': 1, 'nms': True}"))
+    spec = resolved(model, {"type": "yolov8"})
+    assert spec is not None and spec["type"] == "yolov8"
+    assert_found(decode(spec, run(model)), [0, 2, 1])
+
+
 @pytest.mark.parametrize("extra, guess", [(1, "oriented-box"), (51, "pose head"), (7, "another layout")])
 def test_columns_beyond_the_named_classes_are_not_read_as_classes(extra: int, guess: str) -> None:
     """No task in the metadata, but its names count 3 classes: 4 + 3 + extra columns is refused."""
