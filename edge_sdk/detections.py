@@ -10,13 +10,16 @@ from typing import Any, Dict, Iterable, List, Union
 import numpy as np
 
 LABEL = "label"  # data key of the class names (N,) str, set by a decoder given labels
+# data keys of points (N, P, 2) as (x, y) in the boxes' pixel space: CenterFace's landmarks, a pose
+# head's keypoints. Whatever moves the boxes moves these.
+POINT_KEYS = ("landmarks", "keypoints")
 
 
 @dataclass
 class Detections:
     """N detections: `xyxy (N, 4) float32`, `confidence (N,) float32`, `class_id (N,) int32`.
 
-    `data` holds extra per-detection arrays of length N (e.g. `landmarks (N, 5, 2)`);
+    `data` holds extra per-detection arrays of length N (e.g. `landmarks (N, 5, 2)`, `label (N,)`);
     `metadata` holds free-form information about the whole set.
     """
 
