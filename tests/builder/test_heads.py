@@ -263,3 +263,24 @@ def test_build_picks_end2end_for_a_model_ending_in_nms(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     decoder = json.loads((tmp_path / "bundle" / "manifest.json").read_text())["decoder"]
     assert decoder == {"type": "end2end", "format": "rows", "labels": ["human", "bike", "automobile"], "num_classes": 3}
+
+
+def test_a_built_segmentation_bundle_detects_with_names(tmp_path: Path) -> None:
+    """build → detect on 640x480 frames: the JSONL holds the seg model's boxes in frame pixels, named."""
+    import cv2
+    from typer.testing import CliRunner
+
+    from edge_sdk.cli import app
+
+    assert build(tmp_path, seg_model(), "--decoder", "yolov8").exit_code == 0
+    frames = tmp_path / "frames"
+    frames.mkdir()
+    cv2.imwrite(str(frames / "a.png"), np.full((480, 640, 3), 90, np.uint8))
+    out = tmp_path / "out.jsonl"
+    result = CliRunner().invoke(app, ["detect", str(frames), "--bundle", str(tmp_path / "bundle"), "--jsonl", str(out),
+                                      "--backend", "onnxruntime", "--quiet"])
+    assert result.exit_code == 0, result.output
+    (line,) = [json.loads(text) for text in out.read_text().splitlines()]
+    assert [(d["label"], d["class_id"], d["score"]) for d in line["detections"]] == [("car", 2, 0.9), ("bicycle", 1, 0.8),
+                                                                                     ("person", 0, 0.6)]
+    np.testing.assert_allclose([d["xyxy"] for d in line["detections"]], FRAME_BOXES[[0, 2, 1]], atol=0.01)
