@@ -149,7 +149,7 @@ class YOLOv8Decoder(Decoder):
         sel = pred[:, cols].T.astype(np.float32)
         class_id = sel[:, 4 : 4 + classes].argmax(axis=1).astype(np.int32)
         boxes = cxcywh_to_xyxy(sel[:, 0], sel[:, 1], sel[:, 2], sel[:, 3])
-        data: Dict[str, np.ndarray] = {}
+        data = {}
         if self.head == "pose":
             kpt = sel[:, 4 + classes :].reshape(len(sel), self.keypoints[0], self.keypoints[1])
             data["keypoints"] = np.ascontiguousarray(kpt[:, :, :2])

@@ -284,3 +284,14 @@ def test_a_built_segmentation_bundle_detects_with_names(tmp_path: Path) -> None:
     assert [(d["label"], d["class_id"], d["score"]) for d in line["detections"]] == [("car", 2, 0.9), ("bicycle", 1, 0.8),
                                                                                      ("person", 0, 0.6)]
     np.testing.assert_allclose([d["xyxy"] for d in line["detections"]], FRAME_BOXES[[0, 2, 1]], atol=0.01)
+
+
+def test_edge_toml_names_a_labels_file_relative_to_itself(tmp_path: Path) -> None:
+    from edge_sdk.builder.project import make_config
+
+    (tmp_path / "edge.toml").write_text('model = "m.onnx"\nlabels = "names/coco.yaml"\n')
+    assert make_config({}, tmp_path).labels == tmp_path / "names" / "coco.yaml"
+    assert make_config({"labels": Path("other.txt")}, tmp_path).labels == Path("other.txt")  # the flag wins
+    (tmp_path / "edge.toml").write_text("labels = 3\n")
+    with pytest.raises(ConfigError, match=r"'labels' in .*edge.toml must be the path of a labels file"):
+        make_config({}, tmp_path)
