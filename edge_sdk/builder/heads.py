@@ -74,6 +74,8 @@ def resolve_head(model: Any, decoder_spec: Optional[Dict[str, Any]], labels_file
                       + (f", in place of {kind}" if kind else ""))
     elif spec is not None and kind in YOLO_TYPES:
         spec = _yolo_head(spec, task, meta, outs, len(labels) if labels else None, labels_from, labels_error)
+    elif spec is not None and kind == "yolov5":
+        _check_yolov5(outs, len(labels) if labels else spec.get("num_classes"), labels_from, labels_error)
     if labels is None:
         return spec
     if spec is None:
@@ -221,6 +223,22 @@ def _yolo_head(spec: Dict[str, Any], task: Optional[str], meta: Dict[str, str], 
     if channels is not None and classes is not None and extra is not None and channels != 4 + classes + extra:
         raise labels_error(_mismatch(preds[0], channels, classes, extra, head, labels_from, len(protos)))
     return spec
+
+
+def _check_yolov5(outs: List[Output], classes: Any, labels_from: str, labels_error: type) -> None:
+    """A YOLOv5 head is one [N, anchors, 5 + C] output; a segmentation export adds 32 mask
+    coefficients per row and a prototypes output, which the yolov5 decoder does not read."""
+    if any(len(o.dims) == 4 for o in outs):
+        raise ModelError(
+            f"the model has a mask prototypes output ({', '.join(o.name for o in outs if len(o.dims) == 4)}): a YOLOv5 "
+            f"segmentation head, whose mask coefficients the yolov5 decoder would read as classes. {SUPPORTED}"
+        )
+    rows = outs[0].dims[2] if len(outs) == 1 and len(outs[0].dims) == 3 else None
+    if rows is not None and isinstance(classes, int) and rows != 5 + classes:
+        raise labels_error(
+            f"output {outs[0].name!r} {list(outs[0].dims)} has {rows} values per box, but {labels_from or 'decoder.num_classes'} "
+            f"names {classes} classes (a YOLOv5 head has 5 + classes). Give one class name per class the model outputs"
+        )
 
 
 def _channels(pred: Output) -> Optional[int]:

@@ -190,6 +190,28 @@ def test_columns_beyond_the_named_classes_are_not_read_as_classes(extra: int, gu
         resolved(model, {"type": "yolov8"})
 
 
+def yolov5_rows(extra: int = 0) -> np.ndarray:
+    """[1, anchors, 5 + C + extra] as YOLOv5 writes it: cx, cy, w, h, objectness, class scores."""
+    columns = yolo_columns(NET_BOXES, CLASSES, SCORES, 3, extra=extra)
+    objectness = np.zeros((1, 1, columns.shape[2]), np.float32)
+    return np.ascontiguousarray(np.concatenate([columns[:, :4], objectness, columns[:, 4:]], axis=1).transpose(0, 2, 1))
+
+
+def test_a_yolov5_segmentation_export_is_refused() -> None:
+    proto = np.full((1, 32, H // 4, W // 4), 0.5, np.float32)
+    model = constant_outputs_model({"output0": yolov5_rows(32), "output1": proto}, {"stride": "32", "names": str(dict(enumerate(NAMES)))})
+    with pytest.raises(ModelError, match=r"mask prototypes output \(output1\): a YOLOv5 segmentation head"):
+        resolved(model, {"type": "yolov5"})
+
+
+def test_a_yolov5_head_must_match_its_names() -> None:
+    model = constant_outputs_model({"output0": yolov5_rows()}, {"names": str(dict(enumerate(NAMES + ["bus"])))})
+    with pytest.raises(ModelError, match=r"has 8 values per box, but the model's metadata \(names\) names 4 classes"):
+        resolved(model, {"type": "yolov5"})
+    model = constant_outputs_model({"output0": yolov5_rows()}, {"names": str(dict(enumerate(NAMES)))})
+    assert resolved(model, {"type": "yolov5"}) == {"type": "yolov5", "labels": NAMES, "num_classes": 3}
+
+
 def test_a_plain_detect_head_with_its_names_decodes_with_labels() -> None:
     model = constant_outputs_model({"output0": yolo_columns(NET_BOXES, CLASSES, SCORES, 3)}, ultralytics_metadata("detect", NAMES))
     spec = resolved(model, {"type": "yolo11"})
