@@ -6,9 +6,9 @@ ONNX metadata (Ultralytics writes `task`, `names`, `kpt_shape`):
 * a model that ends in NMS gets the `end2end` decoder (with no decoder configured, or where a
   YOLO decoder was named for it), its output format fixed in the spec;
 * a YOLOv8/11 segmentation head is decoded for its boxes (`head = "segment"`), a pose head for
-  its boxes and keypoints (`head = "pose"`); an oriented-box (OBB) head, a classifier, or a head
-  whose outputs do not add up to its classes is refused (ModelError, exit 4) instead of being
-  read as extra classes;
+  its boxes and keypoints (`head = "pose"`); an oriented-box (OBB) head, a classifier, a YOLOv5
+  segmentation head, or a head whose outputs do not add up to its classes is refused (ModelError,
+  exit 4) instead of being read as extra classes;
 * class names come from `--labels FILE`, else the decoder's `labels`, else the metadata's
   `names`, and go into the decoder spec (the manifest's `decoder.labels`).
 """
