@@ -9,12 +9,17 @@ from typing import Any, Dict, Iterable, List, Union
 
 import numpy as np
 
+LABEL = "label"  # data key of the class names (N,) str, set by a decoder given labels
+# data keys of points (N, P, 2) as (x, y) in the boxes' pixel space: CenterFace's landmarks, a pose
+# head's keypoints. Whatever moves the boxes moves these.
+POINT_KEYS = ("landmarks", "keypoints")
+
 
 @dataclass
 class Detections:
     """N detections: `xyxy (N, 4) float32`, `confidence (N,) float32`, `class_id (N,) int32`.
 
-    `data` holds extra per-detection arrays of length N (e.g. `landmarks (N, 5, 2)`);
+    `data` holds extra per-detection arrays of length N (e.g. `landmarks (N, 5, 2)`, `label (N,)`);
     `metadata` holds free-form information about the whole set.
     """
 
@@ -81,15 +86,22 @@ class Detections:
         )
 
     def to_records(self, ndigits: int = 2) -> List[Dict[str, Any]]:
-        """JSON-ready list: [{"xyxy": [...], "score": s, "class_id": c}, ...]."""
-        return [
-            {
-                "xyxy": [round(float(v), ndigits) for v in box],
-                "score": round(float(s), 4),
-                "class_id": int(c),
-            }
-            for box, s, c in zip(self.xyxy, self.confidence, self.class_id)
-        ]
+        """JSON-ready list: [{"xyxy": [...], "score": s, "class_id": c, "label": name}, ...];
+        "label" where `data["label"]` names the class (the decoder's labels), else left out."""
+        labels = self.data.get(LABEL)
+        records = []
+        for i, (box, s, c) in enumerate(zip(self.xyxy, self.confidence, self.class_id)):
+            record: Dict[str, Any] = {"xyxy": [round(float(v), ndigits) for v in box], "score": round(float(s), 4),
+                                      "class_id": int(c)}
+            if labels is not None and labels[i]:
+                record["label"] = str(labels[i])
+            records.append(record)
+        return records
+
+    def label(self, i: int) -> str:
+        """The class name of detection `i`, or "" when the decoder has no name for it."""
+        labels = self.data.get(LABEL)
+        return str(labels[i]) if labels is not None else ""
 
 
 def box_area(xyxy: np.ndarray) -> np.ndarray:

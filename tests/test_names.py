@@ -72,7 +72,7 @@ def test_no_set_of_names_is_declared_twice() -> None:
         ('class Precision(str, Enum):\n    fp32 = "fp32"\n    fp16 = "fp16"\n    int8 = "int8"', ["precisions"]),
         ('B = ("auto", "onnxruntime", "onnxruntime-cpu", "onnxruntime-cuda", "onnxruntime-tensorrt", "tensorrt")',
          ["backend names"]),
-        ('D = ("centerface", "yolov5", "yolov8", "yolo11", "yolox", "ssd")', ["decoder names"]),
+        ('D = ("centerface", "yolov5", "yolov8", "yolo11", "yolox", "ssd", "end2end")', ["decoder names"]),
         # subsets are how code asks about a few of them: allowed
         ('wants_int8 = precision in ("int8", "best")', []),
         ('on_gpu = ("onnxruntime-cuda", "onnxruntime-tensorrt", "tensorrt")', []),

@@ -3,7 +3,8 @@ network input (:class:`~edge_sdk.preprocess.InputSpec`) and its output decoder.
 
 The embedded model brings its own input and decoder, and so does its file given by path
 (recognised by its sha256); `--input-name`, `--input-size`, `[input]` and `--decoder` override
-them. Any other model's input comes from its graph.
+them. Any other model's input comes from its graph. The decoder is then fitted to the model's
+head and given its class names (:mod:`~edge_sdk.builder.heads`).
 """
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from typing import Any, Dict, Optional
 
 from edge_sdk.builder import graph as graph_mod
 from edge_sdk.builder.default_model import DEFAULT_MODEL, ensure_model
+from edge_sdk.builder.heads import resolve_head
 from edge_sdk.builder.progress import BuildProgress
 from edge_sdk.builder.project import BuildConfig
 from edge_sdk.errors import ConfigError
@@ -51,6 +53,7 @@ def resolve_model(config: BuildConfig, cache_dir: Optional[Path], progress: Buil
         decoder_spec = dict(config.decoder)
     model = graph_mod.model_from_path(path)
     spec = resolve_input_spec(config, model, default_spec)
+    decoder_spec = resolve_head(model, decoder_spec, config.labels, progress)
     return ModelInputs(path=path, name=name, source=_model_source(config, path), model=model, spec=spec,
                        decoder_spec=decoder_spec, decoder=_make_decoder(decoder_spec, spec))
 

@@ -2,6 +2,7 @@
 
 ```toml
 model = "models/detector.onnx"      # relative paths are relative to edge.toml
+labels = "coco.yaml"                # class names: one per line, or a dataset YAML's `names` (default: the model's metadata)
 
 [input]
 name = "images"
@@ -66,6 +67,7 @@ class BuildConfig:
     resize: Optional[str] = None
     interpolation: Optional[str] = None
     decoder: Optional[Dict[str, Any]] = None
+    labels: Optional[Path] = None  # class names file (edge_sdk.labels.read_labels_file); None: decoder.labels or the model's metadata
     dla_core: Optional[int] = None
     workspace_mib: int = 2048
     timing_cache: Optional[Path] = None
@@ -153,7 +155,7 @@ def parse_floats(value: Any, key: str, source: str = "command line") -> List[flo
     return items
 
 
-_TOP_KEYS = {"model", "input", "decoder", "build"}
+_TOP_KEYS = {"model", "labels", "input", "decoder", "build"}
 _INPUT_KEYS = {"name": "input_name", "size": "input_size", "mean": "mean", "scale": "scale", "color": "color", "resize": "resize",
                "interpolation": "interpolation"}
 _BUILD_KEYS = {
@@ -161,7 +163,7 @@ _BUILD_KEYS = {
     "timing_cache", "min_f1", "allow_accuracy_loss", "int8_fallback", "max_calib_images", "holdout_fraction",
     "search_margin", "probe", "equalize",
 }
-_PATH_KEYS = {"model", "out", "calib", "timing_cache"}
+_PATH_KEYS = {"model", "labels", "out", "calib", "timing_cache"}
 
 
 def read_project(path: Path) -> Dict[str, Any]:
@@ -177,6 +179,10 @@ def read_project(path: Path) -> Dict[str, Any]:
         if not isinstance(raw["model"], str):
             raise ConfigError(f"'model' in {src} must be a path string")
         values["model"] = raw["model"]
+    if "labels" in raw:
+        if not isinstance(raw["labels"], str):
+            raise ConfigError(f"'labels' in {src} must be the path of a labels file")
+        values["labels"] = raw["labels"]
     for section in ("input", "decoder", "build"):
         if section in raw and not isinstance(raw[section], dict):
             raise ConfigError(f"[{section}] in {src} must be a table")

@@ -29,6 +29,7 @@ def build(
     scale: Optional[str] = typer.Option(None, "--scale", help="Per-channel factor applied after the mean: the network sees (pixel - mean) * scale.", show_default=False),
     color: Optional[str] = typer.Option(None, "--color", help="Channel order the network expects: BGR | RGB.", show_default=False),
     decoder: Optional[str] = typer.Option(None, "--decoder", help="Output decoder type, e.g. centerface or yolov8 (an unknown type lists the known ones), or a JSON spec such as '{\"type\": \"yolov8\", \"score_threshold\": 0.25}'.", show_default=False),
+    labels: Optional[Path] = typer.Option(None, "--labels", help="Class names: a text file with one name per line (class id = line - 1), or a dataset YAML with `names` (as Ultralytics' coco.yaml). [default: the model's metadata `names`, if any]", show_default=False),
     dla_core: Optional[int] = typer.Option(None, "--dla-core", help="Run the engine on this DLA core with GPU fallback (as trtexec --useDLACore).", show_default=False),
     workspace: Optional[int] = typer.Option(None, "--workspace", help="Builder workspace limit in MiB (as trtexec --memPoolSize=workspace). [default: 2048]", show_default=False),
     timing_cache: Optional[Path] = typer.Option(None, "--timing-cache", help="TensorRT timing cache file to read and update (as trtexec --timingCacheFile).", show_default=False),
@@ -53,7 +54,7 @@ def build(
     cli: Dict[str, Any] = {
         "model": model, "target": target, "out": out, "precision": precision, "calib": calib,
         "calib_method": calib_method, "percentile": percentile, "input_name": input_name, "input_size": input_size,
-        "mean": mean, "scale": scale, "color": color, "decoder": _decoder_spec(decoder), "dla_core": dla_core,
+        "mean": mean, "scale": scale, "color": color, "decoder": _decoder_spec(decoder), "labels": labels, "dla_core": dla_core,
         "workspace_mib": workspace, "timing_cache": timing_cache, "min_f1": min_f1,
         "search_margin": search_margin, "allow_accuracy_loss": True if allow_accuracy_loss else None, "int8_fallback": int8_fallback,
         "max_calib_images": max_calib_images, "probe": False if no_probe else None,

@@ -5,7 +5,9 @@
 
 Every decoder returns boxes in FRAME pixels (each batch item's Transform maps them back) and
 shares the spec keys `score_threshold`, `nms_iou`, `class_agnostic`, `max_detections`,
-`pre_nms_topk`, `num_classes` and `output_names`; each type documents its own extra keys.
+`pre_nms_topk`, `num_classes`, `output_names` and `labels` (class names, index = class id: each
+detection gets `data["label"]`); each type documents its own extra keys. Models that end in
+NMS take the `end2end` decoder.
 """
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from typing import Any, Dict, List, Mapping, Type, Union
 
 from edge_sdk.decoders._base import Decoder
 from edge_sdk.decoders.centerface import CenterFaceDecoder
+from edge_sdk.decoders.end2end import End2EndDecoder
 from edge_sdk.decoders.nms import nms
 from edge_sdk.decoders.ssd import SSDDecoder
 from edge_sdk.decoders.yolo import YOLOv5Decoder, YOLOv8Decoder
@@ -27,6 +30,7 @@ DECODERS: Dict[str, Type[Decoder]] = {
     "yolo11": YOLOv8Decoder,
     "yolox": YOLOXDecoder,
     "ssd": SSDDecoder,
+    "end2end": End2EndDecoder,
 }
 
 # The decoder the default model (CenterFace) ships with.
@@ -55,6 +59,7 @@ __all__ = [
     "CenterFaceDecoder",
     "DECODERS",
     "Decoder",
+    "End2EndDecoder",
     "SSDDecoder",
     "YOLOXDecoder",
     "YOLOv5Decoder",

@@ -6,8 +6,9 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 
 from edge_sdk.decoders.nms import nms
-from edge_sdk.detections import Detections
+from edge_sdk.detections import LABEL, Detections
 from edge_sdk.errors import BackendError, ConfigError
+from edge_sdk.labels import check_labels
 from edge_sdk.preprocess import InputSpec, Transform
 
 COMMON_KEYS = (
@@ -19,6 +20,7 @@ COMMON_KEYS = (
     "pre_nms_topk",
     "num_classes",
     "output_names",
+    "labels",
 )
 
 
@@ -58,6 +60,18 @@ class Decoder:
         if names is not None and (not isinstance(names, (list, tuple)) or not all(isinstance(n, str) for n in names)):
             raise ConfigError(f"decoder.output_names must be a list of output names, got {names!r}")
         self.output_names: Optional[List[str]] = list(names) if names is not None else None
+        labels = self.spec.get("labels")
+        self.labels: Optional[List[str]] = None if labels is None else check_labels(labels, "decoder.labels")
+        if self.labels is not None:
+            if self.num_classes is None:
+                self.num_classes = len(self.labels)  # the model's outputs are checked against it
+            elif self.num_classes != len(self.labels):
+                raise ConfigError(
+                    f"decoder.labels names {len(self.labels)} classes but decoder.num_classes is {self.num_classes}; "
+                    "give one name per class the model outputs"
+                )
+            # class id -> name; ids the names do not cover get "" (no label)
+            self._label_of = np.array(self.labels + [""])
 
     # -- what subclasses provide ---------------------------------------------------------------
     def check_outputs(self, outputs: List[np.ndarray]) -> None:
@@ -76,15 +90,21 @@ class Decoder:
     point_keys: Tuple[str, ...] = ()
 
     # -- the shared part -------------------------------------------------------------------------
+    def batched(self, outputs: List[np.ndarray]) -> List[int]:
+        """The outputs whose first dimension is the batch (all, unless a decoder says otherwise)."""
+        return list(range(len(outputs)))
+
     def __call__(self, outputs: Sequence[np.ndarray], transforms: Sequence[Transform]) -> List[Detections]:
         arrays = [np.asarray(o) for o in outputs]
         self.check_outputs(arrays)
-        n = arrays[0].shape[0]
-        for k, a in enumerate(arrays):
+        batched = self.batched(arrays)
+        n = arrays[batched[0]].shape[0]
+        for k in batched:
+            a = arrays[k]
             if a.shape[0] != n:
                 raise BackendError(
                     f"{self.type_name} decoder: output {self._name(k)} has batch {a.shape[0]}, output "
-                    f"{self._name(0)} has batch {n}; all outputs must share the leading batch dimension"
+                    f"{self._name(batched[0])} has batch {n}; all outputs must share the leading batch dimension"
                 )
         if len(transforms) != n:
             raise BackendError(
@@ -104,6 +124,9 @@ class Decoder:
         for key in self.point_keys:
             if key in out:
                 out[key] = points_to_frame(out[key], transform)
+        if self.labels is not None:
+            ids = class_id[keep]
+            out[LABEL] = self._label_of[np.where((ids >= 0) & (ids < len(self.labels)), ids, len(self.labels))]
         return Detections(transform.to_frame(boxes[keep]), scores[keep], class_id[keep], out)
 
     def _name(self, k: int) -> str:

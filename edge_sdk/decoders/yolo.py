@@ -5,7 +5,7 @@
 * YOLOv8 / YOLO11: one output [N, 4 + C, boxes] = (cx, cy, w, h, class scores...), no
   objectness. `layout` says which axis holds the channels: "channels_first" (the export's
   default), "boxes_first" ([N, boxes, 4 + C]) or "auto" (the axis equal to 4 + num_classes,
-  else the shorter one).
+  else the shorter one). Segmentation and pose heads: see :class:`YOLOv8Decoder`.
 
 Each box gets its best class; with `class_agnostic` false (the default) NMS runs per class.
 """
@@ -22,8 +22,9 @@ from edge_sdk.decoders._base import (
     cxcywh_to_xyxy,
     empty_candidates,
     spec_choice,
+    spec_int,
 )
-from edge_sdk.errors import BackendError
+from edge_sdk.errors import BackendError, ConfigError
 from edge_sdk.preprocess import InputSpec
 
 Candidates = Tuple[np.ndarray, np.ndarray, np.ndarray, Dict[str, np.ndarray]]
@@ -66,55 +67,90 @@ class YOLOv5Decoder(Decoder):
         return cxcywh_to_xyxy(raw[:, 0], raw[:, 1], raw[:, 2], raw[:, 3])
 
 
+HEADS = ("detect", "segment", "pose")
+
+
 class YOLOv8Decoder(Decoder):
-    """[N, 4 + C, boxes] (or [N, boxes, 4 + C]): box, class scores; no objectness."""
+    """[N, 4 + C (+ extra), boxes] (or [N, boxes, 4 + C (+ extra)]): box, class scores; no objectness.
+
+    `head` says what follows the class scores in each column: "detect" nothing; "segment"
+    (YOLOv8/11-seg) `mask_channels` mask coefficients (default 32), with the [N, 32, h, w]
+    prototype output beside it, which is ignored (boxes only); "pose" (YOLOv8/11-pose) keypoints,
+    `keypoints` = [K, D] values each (default [17, 3]: x, y, visibility), returned as
+    `data["keypoints"]` (boxes, K, 2) in frame pixels. Oriented boxes (OBB) are not decoded.
+    """
 
     type_name = "yolov8"
-    extra_keys = ("layout",)
+    extra_keys = ("layout", "head", "mask_channels", "keypoints")
 
     def __init__(self, spec: Mapping[str, Any], input_spec: InputSpec) -> None:
         super().__init__(spec, input_spec)
         self.layout = spec_choice(self.spec, "layout", "auto", ("auto", "channels_first", "boxes_first"))
+        self.head = spec_choice(self.spec, "head", "detect", HEADS)
+        self.mask_channels = spec_int(self.spec, "mask_channels", 32, 1) if self.head == "segment" else 0
+        self.keypoints: Tuple[int, int] = (0, 0)
+        if self.head == "pose":
+            kpt = self.spec.get("keypoints", [17, 3])
+            if (not isinstance(kpt, (list, tuple)) or len(kpt) != 2 or not all(isinstance(v, int) and not isinstance(v, bool) for v in kpt)
+                    or kpt[0] < 1 or kpt[1] not in (2, 3)):
+                raise ConfigError(f"decoder.keypoints must be [count, 2 or 3] such as [17, 3], got {kpt!r}")
+            self.keypoints = (int(kpt[0]), int(kpt[1]))
+            if self.num_classes is None:
+                self.num_classes = 1  # YOLOv8/11-pose: one class (person)
+        self.point_keys = ("keypoints",) if self.head == "pose" else ()
+        self.extra = self.mask_channels + self.keypoints[0] * self.keypoints[1]
 
     def _channels_first(self, shape: Tuple[int, ...]) -> bool:
         if self.layout != "auto":
             return self.layout == "channels_first"
         if self.num_classes:
-            want = 4 + self.num_classes
+            want = 4 + self.num_classes + self.extra
             if shape[1] == want:
                 return True
             if shape[2] == want:
                 return False
         return shape[1] <= shape[2]
 
+    def _pred(self, outputs: List[np.ndarray]) -> int:
+        """The index of the prediction output (a segmentation model's other one is its prototypes)."""
+        return 0 if self.head != "segment" or outputs[0].ndim == 3 or len(outputs) == 1 else 1
+
     def check_outputs(self, outputs: List[np.ndarray]) -> None:
-        check_count(self, outputs, (1,), "one output [N, 4 + classes, boxes]")
-        check_ndim(self, outputs, 0, 3, "[N, 4 + classes, boxes]")
-        shape = tuple(outputs[0].shape)
+        if self.head == "segment":
+            check_count(self, outputs, (1, 2), "one output [N, 4 + classes + masks, boxes] (and the mask prototypes)")
+        else:
+            check_count(self, outputs, (1,), f"one output [N, 4 + classes{' + keypoints' if self.extra else ''}, boxes]")
+        k = self._pred(outputs)
+        check_ndim(self, outputs, k, 3, "[N, 4 + classes, boxes]")
+        shape = tuple(outputs[k].shape)
         channels = shape[1] if self._channels_first(shape) else shape[2]
-        expected = 4 + self.num_classes if self.num_classes else None
-        if channels < 5 or (expected is not None and channels != expected):
-            want = expected if expected is not None else "4 + classes (>= 5)"
+        expected = 4 + self.num_classes + self.extra if self.num_classes else None
+        if channels < 5 + self.extra or (expected is not None and channels != expected):
+            want = expected if expected is not None else f"4 + classes{f' + {self.extra}' if self.extra else ''}"
             raise BackendError(
-                f"{self.type_name} decoder: output {self._name(0)} of shape {list(shape)} has {channels} values per "
-                f"box (layout {self.layout}), expected {want}. Check decoder.num_classes, decoder.layout and "
-                "decoder.type in the manifest"
+                f"{self.type_name} decoder: output {self._name(k)} of shape {list(shape)} has {channels} values per "
+                f"box (layout {self.layout}, head {self.head}), expected {want}. Check decoder.num_classes, "
+                "decoder.head, decoder.layout and decoder.type in the manifest"
             )
 
     def candidates(self, outputs: List[np.ndarray], i: int) -> Candidates:
-        pred = outputs[0][i]
-        if self._channels_first(outputs[0].shape):
-            best = pred[4:].max(axis=0)
-            cols = np.nonzero(best > self.score_threshold)[0]
-            if cols.size == 0:
-                return empty_candidates()
-            sel = pred[:, cols].T.astype(np.float32)
-        else:
-            best = pred[:, 4:].max(axis=1)
-            cols = np.nonzero(best > self.score_threshold)[0]
-            if cols.size == 0:
-                return empty_candidates()
-            sel = pred[cols].astype(np.float32)
-        class_id = sel[:, 4:].argmax(axis=1).astype(np.int32)
+        k = self._pred(outputs)
+        pred = outputs[k][i]
+        if not self._channels_first(outputs[k].shape):
+            pred = pred.T
+        classes = pred.shape[0] - 4 - self.extra
+        best = pred[4 : 4 + classes].max(axis=0)
+        cols = np.nonzero(best > self.score_threshold)[0]
+        if cols.size == 0:
+            boxes, scores, class_id, data = empty_candidates()
+            if self.head == "pose":
+                data = {"keypoints": np.zeros((0, self.keypoints[0], 2), np.float32)}
+            return boxes, scores, class_id, data
+        sel = pred[:, cols].T.astype(np.float32)
+        class_id = sel[:, 4 : 4 + classes].argmax(axis=1).astype(np.int32)
         boxes = cxcywh_to_xyxy(sel[:, 0], sel[:, 1], sel[:, 2], sel[:, 3])
-        return boxes, best[cols].astype(np.float32), class_id, {}
+        data = {}
+        if self.head == "pose":
+            kpt = sel[:, 4 + classes :].reshape(len(sel), self.keypoints[0], self.keypoints[1])
+            data["keypoints"] = np.ascontiguousarray(kpt[:, :, :2])
+        return boxes, best[cols].astype(np.float32), class_id, data

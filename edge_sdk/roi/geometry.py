@@ -14,7 +14,7 @@ from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from edge_sdk.detections import Detections
+from edge_sdk.detections import POINT_KEYS, Detections
 
 Region = Tuple[int, int, int, int]
 
@@ -366,10 +366,11 @@ def canvases_needed(sizes: Sequence[Tuple[int, int]], canvas_w: int, canvas_h: i
 
 
 def detections_to_frame(det: Detections, placement: Placement) -> Detections:
-    """Map detections found in a canvas back to frame pixels (boxes and any 'landmarks')."""
+    """Map detections found in a canvas back to frame pixels (boxes and any points: POINT_KEYS)."""
     data = dict(det.data)
-    if "landmarks" in data and len(det):
-        data["landmarks"] = placement.points_to_frame(data["landmarks"])
+    for key in POINT_KEYS:
+        if key in data and len(det):
+            data[key] = placement.points_to_frame(data[key])
     return Detections(placement.to_frame(det.xyxy), det.confidence, det.class_id, data, dict(det.metadata))
 
 
@@ -379,8 +380,9 @@ def scale_detections(det: Detections, sx: float, sy: float) -> Detections:
         return det
     xyxy = np.asarray(det.xyxy, dtype=np.float32) * np.asarray([sx, sy, sx, sy], np.float32)
     data = dict(det.data)
-    if "landmarks" in data and len(det):
-        data["landmarks"] = np.asarray(data["landmarks"], dtype=np.float32) * np.asarray([sx, sy], np.float32)
+    for key in POINT_KEYS:
+        if key in data and len(det):
+            data[key] = np.asarray(data[key], dtype=np.float32) * np.asarray([sx, sy], np.float32)
     return Detections(xyxy, det.confidence, det.class_id, data, dict(det.metadata))
 
 

@@ -12,6 +12,7 @@ from typing import Any, Optional, TextIO, Tuple
 import numpy as np
 
 from edge_sdk import _imports
+from edge_sdk.detections import POINT_KEYS
 from edge_sdk.errors import ConfigError
 from edge_sdk.runtime.types import FrameResult
 from edge_sdk.validate import dumps_outgoing
@@ -78,17 +79,19 @@ def _color(class_id: int) -> Tuple[int, int, int]:
 
 
 def draw_detections(frame: np.ndarray, result: FrameResult, thickness: int = 2) -> np.ndarray:
-    """Draw boxes, scores and landmarks of `result` onto `frame` in place; returns `frame`."""
+    """Draw boxes, class names and scores, and landmarks or keypoints of `result` onto `frame` in place; returns `frame`."""
     cv2 = _imports.cv2()
     det = result.detections
-    landmarks = det.data.get("landmarks")
+    points = [det.data[key] for key in POINT_KEYS if key in det.data]
     for i, (box, score, cid) in enumerate(zip(det.xyxy, det.confidence, det.class_id)):
         x1, y1, x2, y2 = (int(round(float(v))) for v in box)
         color = _color(int(cid))
         cv2.rectangle(frame, (x1, y1), (x2, y2), color, thickness)
-        cv2.putText(frame, f"{float(score):.2f}", (x1, max(0, y1 - 4)), cv2.FONT_HERSHEY_SIMPLEX, 0.45, color, 1, cv2.LINE_AA)
-        if landmarks is not None:
-            for x, y in np.asarray(landmarks[i]).reshape(-1, 2):
+        label = det.label(i)
+        text = f"{label} {float(score):.2f}" if label else f"{float(score):.2f}"
+        cv2.putText(frame, text, (x1, max(0, y1 - 4)), cv2.FONT_HERSHEY_SIMPLEX, 0.45, color, 1, cv2.LINE_AA)
+        for found in points:
+            for x, y in np.asarray(found[i]).reshape(-1, 2):
                 cv2.circle(frame, (int(round(float(x))), int(round(float(y)))), 2, (0, 0, 255), -1)
     return frame
 

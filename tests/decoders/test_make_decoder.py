@@ -15,11 +15,11 @@ SPEC = InputSpec(name="input.1", shape=[1, 3, 384, 640])
 def test_every_type_builds_with_defaults(kind: str) -> None:
     decoder = make_decoder({"type": kind}, SPEC)
     assert isinstance(decoder, Decoder)
-    assert 0.0 < decoder.score_threshold < 1.0 and 0.0 < decoder.nms_iou < 1.0
+    assert 0.0 < decoder.score_threshold < 1.0 and 0.0 < decoder.nms_iou <= 1.0  # end2end: 1.0, the model's NMS only
 
 
 def test_known_types() -> None:
-    assert known_types() == ["centerface", "ssd", "yolo11", "yolov5", "yolov8", "yolox"]
+    assert known_types() == ["centerface", "end2end", "ssd", "yolo11", "yolov5", "yolov8", "yolox"]
 
 
 def test_centerface_defaults_match_the_reference_decode() -> None:
@@ -35,7 +35,7 @@ def test_input_spec_may_be_a_manifest_dict() -> None:
 @pytest.mark.parametrize(
     "spec, message",
     [
-        ({"type": "retinanet"}, r"unknown decoder type 'retinanet'; known types: centerface, ssd, yolo11"),
+        ({"type": "retinanet"}, r"unknown decoder type 'retinanet'; known types: centerface, end2end, ssd, yolo11"),
         ({}, r"unknown decoder type None"),
         ("centerface", r"must be a mapping"),
         ({"type": "centerface", "treshold": 0.5}, r"does not know the key\(s\) \['treshold'\]"),

@@ -278,3 +278,12 @@ def test_thrifty_merge_joins_only_where_the_union_saves_pixels(regions, expected
     merged, first = g.merge_regions_indexed(np.array(regions), 100, 100, thrifty=True)
     assert [tuple(r) for r in merged.tolist()] == expected
     assert first.tolist() == list(range(len(expected)))
+
+
+def test_pose_keypoints_move_with_their_boxes() -> None:
+    det = Detections(np.array([[200, 100, 240, 140]]), np.array([0.9]), np.array([0]),
+                     {"keypoints": np.array([[[200, 100], [240, 140]]], np.float32), "label": np.array(["person"])})
+    out = g.detections_to_frame(det, g.Placement((1000, 500, 1100, 600), 200, 100, 2.0))
+    assert out.data["keypoints"][0].tolist() == [[1000, 500], [1020, 520]]
+    assert out.data["label"].tolist() == ["person"]
+    assert g.scale_detections(det, 6.0, 5.0).data["keypoints"][0].tolist() == [[1200, 500], [1440, 700]]

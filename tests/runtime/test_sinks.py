@@ -59,3 +59,16 @@ def test_draw_detections_marks_box_and_landmarks() -> None:
 def test_unknown_video_type() -> None:
     with pytest.raises(ConfigError, match="unknown video type '.gif'"):
         VideoSink("out.gif")
+
+
+def test_draw_detections_writes_the_class_name_before_the_score() -> None:
+    cv2 = pytest.importorskip("cv2")
+    det = Detections(np.array([[10.0, 30.0, 90.0, 60.0], [100.0, 30.0, 150.0, 60.0]]), np.array([0.9, 0.75]),
+                     np.array([2, 7]), {"label": np.array(["car", ""])})
+    frame = draw_detections(np.zeros((80, 200, 3), np.uint8), FrameResult(0, 0.0, det))
+    # what cv2 draws for "car 0.90" above the first box and "0.75" (no name for class 7) above the second
+    expected = np.zeros((80, 200, 3), np.uint8)
+    for (x1, y1, x2, y2), text, color in (((10, 30, 90, 60), "car 0.90", (255, 64, 64)), ((100, 30, 150, 60), "0.75", (0, 128, 255))):
+        cv2.rectangle(expected, (x1, y1), (x2, y2), color, 2)
+        cv2.putText(expected, text, (x1, y1 - 4), cv2.FONT_HERSHEY_SIMPLEX, 0.45, color, 1, cv2.LINE_AA)
+    np.testing.assert_array_equal(frame, expected)
