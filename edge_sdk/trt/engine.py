@@ -43,6 +43,7 @@ from edge_sdk.trt.calibrator import (
     calibration_tensors,
     make_calibrator,
 )
+from edge_sdk.trt import log as trt_log
 from edge_sdk.trt.device import GpuInfo, detect_gpu
 
 PORTABILITY = (
@@ -101,25 +102,11 @@ def trt_api(trt: Any) -> TrtApi:
 
 
 # --- TensorRT's log, kept for error messages --------------------------------------------------
+# One logger per process (edge_sdk.trt.log): each build listens for the scope of its work.
 
 
-def make_logger(trt: Any) -> Any:
-    """A `trt.ILogger` that keeps warnings and errors (shown when a parse or build fails)."""
-
-    class CollectingLogger(trt.ILogger):  # type: ignore[misc, name-defined]
-        def __init__(self) -> None:
-            trt.ILogger.__init__(self)
-            self.messages: List[Tuple[str, str]] = []
-
-        def log(self, severity: Any, msg: str) -> None:
-            if int(severity) <= int(trt.ILogger.Severity.WARNING):
-                self.messages.append((getattr(severity, "name", str(severity)), str(msg)))
-
-    return CollectingLogger()
-
-
-def _log_tail(logger: Any, n: int = 8) -> str:
-    lines = [f"{s}: {m}" for s, m in getattr(logger, "messages", [])][-n:]
+def _log_tail(listener: Any, n: int = 8) -> str:
+    lines = [f"{s}: {m}" for s, m in getattr(listener, "messages", [])][-n:]
     return ("\nTensorRT log:\n  " + "\n  ".join(lines)) if lines else ""
 
 
@@ -127,21 +114,24 @@ def _log_tail(logger: Any, n: int = 8) -> str:
 
 
 class NetworkFromOnnxPath:
-    """`()` -> (builder, network, parser): the ONNX file parsed into a TensorRT network."""
+    """`()` -> (builder, network, parser): the ONNX file parsed into a TensorRT network. The
+    builder and the parser log to the process's one logger (edge_sdk.trt.log)."""
 
-    def __init__(self, path: PathLike, strongly_typed: bool = False, logger: Any = None) -> None:
+    def __init__(self, path: PathLike, strongly_typed: bool = False) -> None:
         self.path = Path(path)
         self.strongly_typed = strongly_typed
-        self.logger = logger
 
     def __call__(self) -> Tuple[Any, Any, Any]:
         trt = _imports.tensorrt()
+        with trt_log.listen() as tail:
+            return self._parse(trt, tail)
+
+    def _parse(self, trt: Any, tail: trt_log.Listener) -> Tuple[Any, Any, Any]:
         api = trt_api(trt)
-        if self.logger is None:
-            self.logger = make_logger(trt)
+        logger = trt_log.process_logger(trt)
         if not self.path.is_file():
             raise ModelError(f"{self.path} does not exist; copy the whole bundle folder again")
-        builder = trt.Builder(self.logger)
+        builder = trt.Builder(logger)
         flags = 0
         if api.explicit_batch_flag:
             flags |= 1 << int(trt.NetworkDefinitionCreationFlag.EXPLICIT_BATCH)
@@ -150,7 +140,7 @@ class NetworkFromOnnxPath:
                 raise BackendError(f"TensorRT {api.version} cannot build strongly typed networks; update TensorRT")
             flags |= 1 << int(trt.NetworkDefinitionCreationFlag.STRONGLY_TYPED)
         network = builder.create_network(flags)
-        parser = trt.OnnxParser(network, self.logger)
+        parser = trt.OnnxParser(network, logger)
         if hasattr(parser, "parse_from_file"):  # resolves external weights next to the file
             ok = parser.parse_from_file(str(self.path))
         else:
@@ -161,7 +151,7 @@ class NetworkFromOnnxPath:
                 f"TensorRT {api.version} cannot parse {self.path.name}: "
                 + "; ".join(errors or ["no parser error reported"])
                 + ". Rebuild the bundle, or check the model's operators against the TensorRT ONNX parser"
-                + _log_tail(self.logger)
+                + _log_tail(tail)
             )
         return builder, network, parser
 
@@ -470,13 +460,14 @@ _OOM = re.compile(r"out of memory|outofmemory|could not be allocated|cudaErrorMe
                   r"failed to allocate|\bOOM\b", re.IGNORECASE)
 
 
-def out_of_memory(logger: Any) -> bool:
+def out_of_memory(listener: Any) -> bool:
     """True when TensorRT's log says the build ran out of (GPU) memory."""
-    return any(_OOM.search(m) for _s, m in getattr(logger, "messages", []))
+    return any(_OOM.search(m) for _s, m in getattr(listener, "messages", []))
 
 
 class EngineBytesFromNetwork:
-    """`()` -> serialized engine bytes. Saves the timing cache afterwards when asked."""
+    """`()` -> serialized engine bytes. Saves the timing cache afterwards when asked. `log`:
+    what TensorRT logged while parsing and building (edge_sdk.trt.log.Listener), after a call."""
 
     def __init__(
         self,
@@ -487,13 +478,18 @@ class EngineBytesFromNetwork:
         self.network_loader = network_loader
         self.config_loader = config_loader
         self.save_timing_cache = Path(save_timing_cache) if save_timing_cache is not None else None
+        self.log: Optional[trt_log.Listener] = None
 
     def __call__(self) -> bytes:
+        with trt_log.listen() as tail:
+            self.log = tail
+            return self._build(tail)
+
+    def _build(self, logger: trt_log.Listener) -> bytes:
         builder, network, _parser = self.network_loader()
         config = self.config_loader(builder, network)
         serialized = builder.build_serialized_network(network, config)
         if serialized is None:
-            logger = getattr(self.network_loader, "logger", None)
             if out_of_memory(logger):
                 limit = getattr(self.config_loader, "workspace_mib", None)
                 now = f" (workspace limit now {limit} MiB)" if limit else " (no workspace limit: TensorRT may take all free memory)"
@@ -668,7 +664,7 @@ def _precision_of(fmt: str) -> str:
     return "other"
 
 
-def inspect_engine(trt: Any, data: bytes, logger: Any) -> Tuple[Optional[List[Any]], str]:
+def inspect_engine(trt: Any, data: bytes) -> Tuple[Optional[List[Any]], str]:
     """(layers of the engine inspector's JSON, "") or (None, why not). TensorRT >= 8.2:
     `engine.create_engine_inspector().get_engine_information(LayerInformationFormat.JSON)`."""
     runtime_cls = getattr(trt, "Runtime", None)
@@ -676,9 +672,10 @@ def inspect_engine(trt: Any, data: bytes, logger: Any) -> Tuple[Optional[List[An
     if runtime_cls is None or fmt is None:
         return None, f"TensorRT {getattr(trt, '__version__', '?')} has no engine inspector (TensorRT >= 8.2 has)"
     try:
-        engine = runtime_cls(logger).deserialize_cuda_engine(data)
+        with trt_log.listen() as tail:
+            engine = runtime_cls(trt_log.process_logger(trt)).deserialize_cuda_engine(data)
         if engine is None or not hasattr(engine, "create_engine_inspector"):
-            return None, "the engine did not deserialize for inspection" + _log_tail(logger, 2)
+            return None, "the engine did not deserialize for inspection" + _log_tail(tail, 2)
         text = engine.create_engine_inspector().get_engine_information(fmt)
     except Exception as exc:  # the report is information: a failed inspection is said in it, the engine stands
         return None, f"the engine inspector failed: {type(exc).__name__}: {exc}"
@@ -980,8 +977,9 @@ def build_engine(
     )
     say(f"building the {precision} engine from {VARIANT_FILES[plan.variant]} (TensorRT {api.version}, {gpu.name}); this can take minutes")
     started = time.perf_counter()
+    engine_bytes = EngineBytesFromNetwork(network, config, save_timing_cache=timing_cache)
     try:
-        data = EngineBytesFromNetwork(network, config, save_timing_cache=timing_cache)()
+        data = engine_bytes()
     except BackendError:
         if feed is not None and feed.error is not None:
             raise feed.error  # the calibrator's own error says more than "the build failed"
@@ -1004,8 +1002,10 @@ def build_engine(
             "batches": feed.batches_fed,
         }
     say("reading the engine's layers")
-    warnings = [m for sev, m in getattr(network.logger, "messages", []) if sev == "WARNING"]
-    layers, why = inspect_engine(trt, data, network.logger) if config.detailed else (None, "no engine inspector in this TensorRT")
+    with trt_log.listen() as inspected:
+        layers, why = inspect_engine(trt, data) if config.detailed else (None, "no engine inspector in this TensorRT")
+    warnings = [m for sev, m in (engine_bytes.log.messages if engine_bytes.log else []) + inspected.messages
+                if sev == "WARNING"]
     report = summarize_layers(layers, why, warnings, dla_core is not None, config.pinning.pinned)
     report["pinned"]["skipped"] = dict(config.pinning.skipped)
     batch_info: Dict[str, Any] = (

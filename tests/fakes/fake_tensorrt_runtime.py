@@ -153,9 +153,8 @@ class FakeRuntime:
     def __init__(self, logger: Any) -> None:
         if not isinstance(logger, FakeILogger) or not getattr(logger, "_fake_initialized", False):
             raise TypeError("Runtime(): logger must be a tensorrt.ILogger whose __init__ was called")
-        self.logger = logger
+        self.logger = self.trt.adopt_logger(self, logger, "createInferRuntime")
         self.DLA_core = 0  # IRuntime::setDLACore / getDLACore (pyCore.cpp: def_property "DLA_core")
-        self.trt.loggers.append(logger)
 
     def deserialize_cuda_engine(self, serialized_engine: Any) -> Optional["FakeEngine"]:
         """pyCoreDoc.h (8.5.2) RuntimeDoc::deserialize_cuda_engine: "The ICudaEngine, or None if it

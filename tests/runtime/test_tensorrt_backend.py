@@ -293,6 +293,27 @@ def test_a_stale_cached_engine_is_rebuilt_never_run(env, caplog, spoil) -> None:
     assert "layers" in backend._engine.record and backend._engine.record["tensorrt"] == trt.__version__
 
 
+@pytest.mark.parametrize("spoil", [other_version, other_gpu])
+def test_a_second_runner_reads_why_its_engine_did_not_load(env, spoil) -> None:
+    """TensorRT keeps the first logger while a Runtime lives: the second runner reads the
+    process logger too, so the reason its cached engine failed to deserialize reaches its notes."""
+    from edge_sdk.trt import log as trt_log
+
+    trt, cuda, bundle, cache = env("8.5")
+    listeners = trt_log.listening()  # runners other tests left active still listen
+    first = open_backend(trt, cuda, bundle, cache)
+    why = spoil(trt, bundle, cache)
+    second = open_backend(trt, cuda, bundle, cache)
+    assert any(why in note for note in second.describe()["engine_notes"]), second.describe()["engine_notes"]
+    x = frame_tensor(4)
+    for backend in (first, second):
+        np.testing.assert_allclose(backend.infer({"input.1": x})[0], expected(x)["537"], rtol=1e-5)
+    assert trt_log.listening() == listeners + 2
+    first.deactivate()
+    second.deactivate()
+    assert trt_log.listening() == listeners
+
+
 def test_dla_core_runs_with_gpu_fallback_and_no_graphs(env) -> None:
     trt, cuda, bundle, cache = env("8.5")
     from edge_sdk.runtime.backends.tensorrt import TensorRTBackend

@@ -150,7 +150,8 @@ class TensorRTBackend(Backend):
 
     def _reset(self) -> None:
         self._trt: Any = None
-        self._logger: Any = None
+        self._logger: Any = None  # edge_sdk.trt.log.Listener while active
+        self._deserialize_log: List[Tuple[str, str]] = []
         self._runtime: Any = None
         self._engine: Any = None
         self._context: Any = None
@@ -237,13 +238,15 @@ class TensorRTBackend(Backend):
 
             self.cuda = require_cuda("auto")
         trt = _imports.tensorrt()
-        from edge_sdk.trt.engine import _log_tail, make_logger
+        from edge_sdk.trt import log as trt_log
+        from edge_sdk.trt.engine import _log_tail
 
         self._trt = trt
         self.tensorrt_version = str(getattr(trt, "__version__", self.tensorrt_version))
         try:
-            self._logger = make_logger(trt)
-            self._runtime = trt.Runtime(self._logger)
+            # TensorRT keeps one logger per process: the runner listens to it while active.
+            self._logger = trt_log.subscribe(trt_log.Listener(keep=64))
+            self._runtime = trt.Runtime(trt_log.process_logger(trt))
             if self.dla_core is not None:
                 self._runtime.DLA_core = int(self.dla_core)
             engine = self._deserialize()
@@ -272,18 +275,20 @@ class TensorRTBackend(Backend):
             raise
 
     def _deserialize(self) -> Any:
-        start = len(getattr(self._logger, "messages", []))
-        self._log_from = start
+        from edge_sdk.trt import log as trt_log
+
         try:
             data = self.engine_path.read_bytes()
         except OSError as exc:
             raise BackendError(f"cannot read the engine {self.engine_path} ({exc.strerror or exc}); rebuild it with "
                                "`edge-sdk engine BUNDLE --force`") from exc
-        return self._runtime.deserialize_cuda_engine(data)
+        with trt_log.listen() as tail:
+            engine = self._runtime.deserialize_cuda_engine(data)
+        self._deserialize_log = tail.messages
+        return engine
 
     def _log_text(self) -> str:
-        messages = getattr(self._logger, "messages", [])[getattr(self, "_log_from", 0):]
-        return "; ".join(m for _s, m in messages[-3:])
+        return "; ".join(m for _s, m in self._deserialize_log[-3:])
 
     def _read_io(self) -> None:
         trt, engine = self._trt, self._engine
@@ -556,6 +561,10 @@ class TensorRTBackend(Backend):
             if self._input_dev is not None:
                 api.free_device(self._input_dev)
         self._context = self._engine = self._runtime = None
+        if self._logger is not None:
+            from edge_sdk.trt import log as trt_log
+
+            trt_log.unsubscribe(self._logger)
         self.stream = None
         self.graph = None
         self._reset()
