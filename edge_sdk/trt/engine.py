@@ -258,6 +258,10 @@ class BatchRange:
                 f"max {self.max}: check --opt-batch / --max-batch (or roi.max_fine_inputs)"
             )
 
+    @property
+    def static(self) -> bool:
+        return self.min == self.opt == self.max
+
     def to_dict(self) -> Dict[str, int]:
         return {"min": self.min, "opt": self.opt, "max": self.max}
 
@@ -316,6 +320,10 @@ def add_batch_profile(
         raise BackendError(f"TensorRT refused the optimization profile {shapes}")
     names = ", ".join(t.name for t in dynamic)
     return shapes, profile, f"dynamic batch on {names}: optimization profile batch {batch.min}..{batch.max}, tuned for {batch.opt}"
+
+
+def _dynamic_batch(network: Any) -> bool:
+    return any(len(t.shape) and int(t.shape[0]) < 0 for t in (network.get_input(i) for i in range(network.num_inputs)))
 
 
 def calibration_profile(trt: Any, builder: Any, network: Any, config: Any, input_shapes: Mapping[str, Sequence[int]]) -> bool:
@@ -408,7 +416,18 @@ class CreateConfig:
         if self.pins:
             self._pin(trt, api, network, config)
         if self.batch is not None:
-            self.profile, _profile, note = add_batch_profile(trt, builder, network, config, self.batch, self.input_shapes)
+            batch = self.batch
+            if self.dla_core is not None and not batch.static and _dynamic_batch(network):
+                # The DLA has no dynamic dimensions: a profile whose min, opt and max differ sends
+                # every layer to the GPU (silently, with GPU fallback). Build for the batch TensorRT
+                # is told it will run.
+                batch = BatchRange(batch.opt, batch.opt, batch.opt)
+                self.notes.append(
+                    f"the DLA runs static shapes only (min = opt = max): the engine is built for batch {batch.opt} "
+                    f"(--opt-batch), not {self.batch.min}..{self.batch.max}, and runs exactly {batch.opt} input(s) at a "
+                    "time; a batch range would move every layer to the GPU"
+                )
+            self.profile, _profile, note = add_batch_profile(trt, builder, network, config, batch, self.input_shapes)
             self.notes.append(note)
             if self.profile is not None and self.calibrator is not None:
                 calibration_profile(trt, builder, network, config, self.input_shapes)
@@ -695,6 +714,7 @@ def summarize_layers(
     warnings: Sequence[str],
     dla: bool,
     pinned: Mapping[str, str],
+    dla_core: Optional[int] = None,
 ) -> Dict[str, Any]:
     """The layer report: how many layers run INT8 / FP16 / FP32, on the DLA or the GPU; which
     pinned layers got their precision; tensors the calibration cache had no scale for; the
@@ -720,6 +740,8 @@ def summarize_layers(
         "warnings": list(dict.fromkeys(warnings)),
         "note": why or None,
     }
+    if dla:
+        report["dla"] = {"core": dla_core, "subgraphs": 0, "gpu_layers": 0}
     if layers is None:
         report["pinned"]["not_found"] = sorted(pinned)
         return report
@@ -745,6 +767,8 @@ def summarize_layers(
         report["layers"].append({"name": name, "type": kind, "precision": precision, "device": "DLA" if on_dla else "GPU"})
         for part in name.split(" + "):
             found.setdefault(part.strip(), precision)
+    if dla:
+        report["dla"].update(subgraphs=report["devices"]["DLA"], gpu_layers=report["devices"]["GPU"])
     for name, want in sorted(pinned.items()):
         got = found.get(name)
         if got is None:
@@ -766,6 +790,9 @@ def report_lines(report: Dict[str, Any]) -> List[str]:
         lines.append(f"layers: {counts} ({where}; {report.get('reformats', 0)} reformat(s))")
     elif report.get("note"):
         lines.append(f"layers: {report['note']}")
+    dla = report.get("dla")
+    if dla and report.get("detailed") and not dla["subgraphs"]:
+        lines.append(f"DLA core {dla['core']}: no layer runs on it; all {dla['gpu_layers']} run on the GPU")
     pinned = report.get("pinned") or {}
     if pinned.get("requested"):
         bad = pinned.get("not_honoured") or {}
@@ -786,6 +813,12 @@ def report_warnings(report: Dict[str, Any]) -> List[str]:
             f"{len(missing)} tensor(s) have no scale in the calibration cache, so TensorRT left their layers out of INT8: "
             + ", ".join(missing[:10]) + (" ..." if len(missing) > 10 else "")
             + " (run `edge-sdk engine BUNDLE --recalibrate` to calibrate every tensor on the device)"
+        )
+    dla = report.get("dla")
+    if dla and report.get("detailed") and not dla["subgraphs"]:
+        out.append(
+            f"no layer runs on DLA core {dla['core']}: TensorRT moved all {dla['gpu_layers']} to the GPU (GPU fallback); "
+            "check the build warnings for why, or leave --dla-core out"
         )
     others = [w for w in report.get("warnings") or [] if not _MISSING_SCALE.search(w)]
     if others:
@@ -1006,7 +1039,7 @@ def build_engine(
         layers, why = inspect_engine(trt, data) if config.detailed else (None, "no engine inspector in this TensorRT")
     warnings = [m for sev, m in (engine_bytes.log.messages if engine_bytes.log else []) + inspected.messages
                 if sev == "WARNING"]
-    report = summarize_layers(layers, why, warnings, dla_core is not None, config.pinning.pinned)
+    report = summarize_layers(layers, why, warnings, dla_core is not None, config.pinning.pinned, dla_core)
     report["pinned"]["skipped"] = dict(config.pinning.skipped)
     batch_info: Dict[str, Any] = (
         {"profile": config.profile, "range": batch.to_dict()} if config.profile is not None

@@ -719,7 +719,21 @@ class FakeBuilder:
             if not (weak or network.model["types"] in ("fp16", "qdq")):
                 self._fail("DLA supports FP16 and INT8 only")
                 return None
-            unsupported = network.model.get("dla_unsupported", [])
+            unsupported = list(network.model.get("dla_unsupported", []))
+            dynamic = sorted(name for name, s in shapes.items() if not s["min"] == s["opt"] == s["max"])
+            if dynamic:
+                # The DLA supports no dynamic dimensions: with a profile whose min, opt and max
+                # differ, every layer is unsupported on the DLA (falls back to the GPU, with a
+                # warning per layer, or fails the build without GPU fallback).
+                if "GPU_FALLBACK" not in flags:
+                    self._fail(f"{network.layers[0].name}: DLA does not support dynamic shapes (input {dynamic[0]} has "
+                               "a profile whose min, opt and max differ) and GPU fallback is not enabled")
+                    return None
+                for layer in network.layers:
+                    if layer.name not in unsupported:
+                        trt.warn(f"Layer '{layer.name}' ({layer.type.name}): DLA does not support dynamic shapes "
+                                 f"(input {dynamic[0]}); falling back to GPU")
+                        unsupported.append(layer.name)
             if unsupported and "GPU_FALLBACK" not in flags:
                 self._fail(f"layer {unsupported[0]} cannot run on DLA and GPU fallback is not enabled")
                 return None

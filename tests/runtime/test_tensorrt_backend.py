@@ -230,6 +230,18 @@ def test_dynamic_batch_within_the_profile(env, version: str) -> None:
     assert backend.describe()["batch"] == {"min": 1, "max": 8, "dynamic": True}
 
 
+def test_an_engine_built_for_one_batch_says_so(env) -> None:
+    """A DLA engine of a dynamic-batch model has one batch size (min = opt = max)."""
+    trt, cuda, bundle, cache = env("8.5")
+    profile = {"input.1": [[4, 3, 32, 64]] * 3}
+    put_engine(trt, bundle, cache, trt.engine([{"name": "input.1", "shape": [-1, 3, 32, 64]}], profiles=[profile]))
+    backend = open_backend(trt, cuda, bundle, cache)
+    x = frame_tensor(2, 4)
+    np.testing.assert_allclose(backend.infer({"input.1": x})[0], expected(x)["537"], rtol=1e-5)
+    with pytest.raises(BackendError, match="2 rows for 'input.1', but the engine was built for exactly 4"):
+        backend.infer({"input.1": frame_tensor(0, 2)})
+
+
 def test_dynamic_batch_of_an_engine_the_builder_made(monkeypatch, tmp_path) -> None:
     """A model whose batch is -1: the builder writes the profile (batch 1..max_batch), the backend reads it."""
     cuda = FakeRuntimeCuda(props=DISCRETE)

@@ -480,6 +480,10 @@ class TensorRTBackend(Backend):
             raise BackendError(f"input {name!r} has shape {list(shape)}, the engine expects {['N'] + list(want[1:])}")
         rows = shape[0]
         if not self._min_rows <= rows <= self._max_rows:
+            if self._dynamic and self._min_rows == self._max_rows:
+                raise BackendError(
+                    f"{rows} rows for {name!r}, but the engine was built for exactly {self._max_rows} (a DLA engine has one "
+                    "batch size): send that many crops per batch, or rebuild it with --opt-batch")
             if self._dynamic:
                 raise BackendError(
                     f"{rows} rows for {name!r}, but the engine's optimization profile takes {self._min_rows} to "
