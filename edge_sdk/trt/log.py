@@ -16,8 +16,9 @@ Polygraphy keeps one process-wide logger for this reason (`backend/trt/util.py`,
 A `Listener` receives every message logged while it is subscribed, whichever thread or
 object logged it (TensorRT's messages do not say which builder or runtime they come from): two
 builds at once each read both. A library that handed TensorRT a logger of its own before this
-one, and still holds a Builder or Runtime, takes every message: nothing here can change that. Subscribing and logging are thread-safe. Messages nobody
-listens to go to Python's `logging` (errors as errors, warnings as debug: TensorRT repeats them).
+one, and still holds a Builder or Runtime, takes every message: nothing here can change that.
+Subscribing and logging are thread-safe. Messages nobody listens to go to Python's `logging`
+(errors as errors, the rest as debug: TensorRT repeats its warnings).
 """
 from __future__ import annotations
 
