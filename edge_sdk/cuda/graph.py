@@ -56,11 +56,21 @@ class FrameGraph:
         try:
             work()
         except BaseException:
-            # Leave capture mode whatever happened, or the stream stays unusable.
-            graph = self.api.end_capture(self.stream)
-            self.api.destroy_graph(graph)
+            # Leave capture mode whatever happened, or the stream stays unusable. A capture the
+            # failure invalidated ends with an error and no graph (cudaStreamEndCapture); the
+            # work's own error says more, so that is the one raised.
+            try:
+                graph = self.api.end_capture(self.stream)
+            except Exception:
+                graph = None
+            if graph is not None:
+                self.api.destroy_graph(graph)
             raise
         return self.api.end_capture(self.stream)
+
+    def __contains__(self, key: Hashable) -> bool:
+        """A graph is kept for `key` (the next run with it replays)."""
+        return key in self._graphs
 
     def invalidate(self) -> None:
         """Drop every graph (buffers were reallocated: the captured pointers are stale)."""

@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 from pathlib import Path
 from typing import Any, Dict, Optional
 
 from edge_sdk import _imports
 
 log = logging.getLogger(__name__)
+
+JETSON_STATS = "4.3.2"  # the jetson-stats the `jetson` extra pins and device_images/*/target.env install
 
 
 def is_jetson() -> bool:
@@ -43,7 +46,11 @@ class SystemStats:
         try:
             j.start()
         except jtop_mod.JtopException as exc:
-            log.warning("jetson-stats unavailable (%s); GPU, temperature and power fields are omitted", exc)
+            mismatch = jtop_mismatch(str(exc))
+            if mismatch is not None:
+                log.error("%s", mismatch)
+            else:
+                log.warning("jetson-stats unavailable (%s); GPU, temperature and power fields are omitted", exc)
             return None
         return j
 
@@ -94,6 +101,27 @@ def _proc_stats(state: SystemStats) -> Dict[str, Any]:
     except OSError:  # not Linux: leave the fields out
         return out
     return out
+
+
+# jetson-stats 4.x (jtop/jtop.py, jtop.start): the client refuses a service of another version.
+_JTOP_MISMATCH = re.compile(r"jtop service: \[(?P<service>[^\]]*)\] and client: \[(?P<client>[^\]]*)\]")
+
+
+def jtop_mismatch(message: str) -> Optional[str]:
+    """What to say at start-up when jtop's client (jetson-stats in this environment) and the
+    host's jtop service are of different versions; None for any other jtop error. jtop's own
+    message advises restarting the service, which does not help when the two installs differ."""
+    m = _JTOP_MISMATCH.search(message)
+    if m is None:
+        return None
+    service, client = m.group("service"), m.group("client")
+    return (
+        f"the jtop service runs jetson-stats {service}, this environment has jetson-stats {client}: jtop refuses to "
+        "connect, so telemetry omits GPU load, temperatures and power. Install the service's version here: "
+        f'pip install "jetson-stats=={service}" (edge-sdk[jetson] pins {JETSON_STATS}, what device_images/provision.sh '
+        f'installs), or put the host on {client}: sudo pip3 install "jetson-stats=={client}" && '
+        "sudo systemctl restart jtop.service"
+    )
 
 
 def jtop_fields(stats: Dict[str, Any]) -> Dict[str, Any]:

@@ -43,6 +43,7 @@ from edge_sdk.trt.calibrator import (
     calibration_tensors,
     make_calibrator,
 )
+from edge_sdk.trt import log as trt_log
 from edge_sdk.trt.device import GpuInfo, detect_gpu
 
 PORTABILITY = (
@@ -101,25 +102,11 @@ def trt_api(trt: Any) -> TrtApi:
 
 
 # --- TensorRT's log, kept for error messages --------------------------------------------------
+# One logger per process (edge_sdk.trt.log): each build listens for the scope of its work.
 
 
-def make_logger(trt: Any) -> Any:
-    """A `trt.ILogger` that keeps warnings and errors (shown when a parse or build fails)."""
-
-    class CollectingLogger(trt.ILogger):  # type: ignore[misc, name-defined]
-        def __init__(self) -> None:
-            trt.ILogger.__init__(self)
-            self.messages: List[Tuple[str, str]] = []
-
-        def log(self, severity: Any, msg: str) -> None:
-            if int(severity) <= int(trt.ILogger.Severity.WARNING):
-                self.messages.append((getattr(severity, "name", str(severity)), str(msg)))
-
-    return CollectingLogger()
-
-
-def _log_tail(logger: Any, n: int = 8) -> str:
-    lines = [f"{s}: {m}" for s, m in getattr(logger, "messages", [])][-n:]
+def _log_tail(listener: Any, n: int = 8) -> str:
+    lines = [f"{s}: {m}" for s, m in getattr(listener, "messages", [])][-n:]
     return ("\nTensorRT log:\n  " + "\n  ".join(lines)) if lines else ""
 
 
@@ -127,21 +114,24 @@ def _log_tail(logger: Any, n: int = 8) -> str:
 
 
 class NetworkFromOnnxPath:
-    """`()` -> (builder, network, parser): the ONNX file parsed into a TensorRT network."""
+    """`()` -> (builder, network, parser): the ONNX file parsed into a TensorRT network. The
+    builder and the parser log to the process's one logger (edge_sdk.trt.log)."""
 
-    def __init__(self, path: PathLike, strongly_typed: bool = False, logger: Any = None) -> None:
+    def __init__(self, path: PathLike, strongly_typed: bool = False) -> None:
         self.path = Path(path)
         self.strongly_typed = strongly_typed
-        self.logger = logger
 
     def __call__(self) -> Tuple[Any, Any, Any]:
         trt = _imports.tensorrt()
+        with trt_log.listen() as tail:
+            return self._parse(trt, tail)
+
+    def _parse(self, trt: Any, tail: trt_log.Listener) -> Tuple[Any, Any, Any]:
         api = trt_api(trt)
-        if self.logger is None:
-            self.logger = make_logger(trt)
+        logger = trt_log.process_logger(trt)
         if not self.path.is_file():
             raise ModelError(f"{self.path} does not exist; copy the whole bundle folder again")
-        builder = trt.Builder(self.logger)
+        builder = trt.Builder(logger)
         flags = 0
         if api.explicit_batch_flag:
             flags |= 1 << int(trt.NetworkDefinitionCreationFlag.EXPLICIT_BATCH)
@@ -150,7 +140,7 @@ class NetworkFromOnnxPath:
                 raise BackendError(f"TensorRT {api.version} cannot build strongly typed networks; update TensorRT")
             flags |= 1 << int(trt.NetworkDefinitionCreationFlag.STRONGLY_TYPED)
         network = builder.create_network(flags)
-        parser = trt.OnnxParser(network, self.logger)
+        parser = trt.OnnxParser(network, logger)
         if hasattr(parser, "parse_from_file"):  # resolves external weights next to the file
             ok = parser.parse_from_file(str(self.path))
         else:
@@ -161,7 +151,7 @@ class NetworkFromOnnxPath:
                 f"TensorRT {api.version} cannot parse {self.path.name}: "
                 + "; ".join(errors or ["no parser error reported"])
                 + ". Rebuild the bundle, or check the model's operators against the TensorRT ONNX parser"
-                + _log_tail(self.logger)
+                + _log_tail(tail)
             )
         return builder, network, parser
 
@@ -268,6 +258,10 @@ class BatchRange:
                 f"max {self.max}: check --opt-batch / --max-batch (or roi.max_fine_inputs)"
             )
 
+    @property
+    def static(self) -> bool:
+        return self.min == self.opt == self.max
+
     def to_dict(self) -> Dict[str, int]:
         return {"min": self.min, "opt": self.opt, "max": self.max}
 
@@ -326,6 +320,10 @@ def add_batch_profile(
         raise BackendError(f"TensorRT refused the optimization profile {shapes}")
     names = ", ".join(t.name for t in dynamic)
     return shapes, profile, f"dynamic batch on {names}: optimization profile batch {batch.min}..{batch.max}, tuned for {batch.opt}"
+
+
+def _dynamic_batch(network: Any) -> bool:
+    return any(len(t.shape) and int(t.shape[0]) < 0 for t in (network.get_input(i) for i in range(network.num_inputs)))
 
 
 def calibration_profile(trt: Any, builder: Any, network: Any, config: Any, input_shapes: Mapping[str, Sequence[int]]) -> bool:
@@ -418,7 +416,18 @@ class CreateConfig:
         if self.pins:
             self._pin(trt, api, network, config)
         if self.batch is not None:
-            self.profile, _profile, note = add_batch_profile(trt, builder, network, config, self.batch, self.input_shapes)
+            batch = self.batch
+            if self.dla_core is not None and not batch.static and _dynamic_batch(network):
+                # The DLA has no dynamic dimensions: a profile whose min, opt and max differ sends
+                # every layer to the GPU (silently, with GPU fallback). Build for the batch TensorRT
+                # is told it will run.
+                batch = BatchRange(batch.opt, batch.opt, batch.opt)
+                self.notes.append(
+                    f"the DLA runs static shapes only (min = opt = max): the engine is built for batch {batch.opt} "
+                    f"(--opt-batch), not {self.batch.min}..{self.batch.max}, and runs exactly {batch.opt} input(s) at a "
+                    "time; a batch range would move every layer to the GPU"
+                )
+            self.profile, _profile, note = add_batch_profile(trt, builder, network, config, batch, self.input_shapes)
             self.notes.append(note)
             if self.profile is not None and self.calibrator is not None:
                 calibration_profile(trt, builder, network, config, self.input_shapes)
@@ -470,13 +479,14 @@ _OOM = re.compile(r"out of memory|outofmemory|could not be allocated|cudaErrorMe
                   r"failed to allocate|\bOOM\b", re.IGNORECASE)
 
 
-def out_of_memory(logger: Any) -> bool:
+def out_of_memory(listener: Any) -> bool:
     """True when TensorRT's log says the build ran out of (GPU) memory."""
-    return any(_OOM.search(m) for _s, m in getattr(logger, "messages", []))
+    return any(_OOM.search(m) for _s, m in getattr(listener, "messages", []))
 
 
 class EngineBytesFromNetwork:
-    """`()` -> serialized engine bytes. Saves the timing cache afterwards when asked."""
+    """`()` -> serialized engine bytes. Saves the timing cache afterwards when asked. `log`:
+    what TensorRT logged while parsing and building (edge_sdk.trt.log.Listener), after a call."""
 
     def __init__(
         self,
@@ -487,13 +497,18 @@ class EngineBytesFromNetwork:
         self.network_loader = network_loader
         self.config_loader = config_loader
         self.save_timing_cache = Path(save_timing_cache) if save_timing_cache is not None else None
+        self.log: Optional[trt_log.Listener] = None
 
     def __call__(self) -> bytes:
+        with trt_log.listen() as tail:
+            self.log = tail
+            return self._build(tail)
+
+    def _build(self, logger: trt_log.Listener) -> bytes:
         builder, network, _parser = self.network_loader()
         config = self.config_loader(builder, network)
         serialized = builder.build_serialized_network(network, config)
         if serialized is None:
-            logger = getattr(self.network_loader, "logger", None)
             if out_of_memory(logger):
                 limit = getattr(self.config_loader, "workspace_mib", None)
                 now = f" (workspace limit now {limit} MiB)" if limit else " (no workspace limit: TensorRT may take all free memory)"
@@ -668,7 +683,7 @@ def _precision_of(fmt: str) -> str:
     return "other"
 
 
-def inspect_engine(trt: Any, data: bytes, logger: Any) -> Tuple[Optional[List[Any]], str]:
+def inspect_engine(trt: Any, data: bytes) -> Tuple[Optional[List[Any]], str]:
     """(layers of the engine inspector's JSON, "") or (None, why not). TensorRT >= 8.2:
     `engine.create_engine_inspector().get_engine_information(LayerInformationFormat.JSON)`."""
     runtime_cls = getattr(trt, "Runtime", None)
@@ -676,9 +691,10 @@ def inspect_engine(trt: Any, data: bytes, logger: Any) -> Tuple[Optional[List[An
     if runtime_cls is None or fmt is None:
         return None, f"TensorRT {getattr(trt, '__version__', '?')} has no engine inspector (TensorRT >= 8.2 has)"
     try:
-        engine = runtime_cls(logger).deserialize_cuda_engine(data)
+        with trt_log.listen() as tail:
+            engine = runtime_cls(trt_log.process_logger(trt)).deserialize_cuda_engine(data)
         if engine is None or not hasattr(engine, "create_engine_inspector"):
-            return None, "the engine did not deserialize for inspection" + _log_tail(logger, 2)
+            return None, "the engine did not deserialize for inspection" + _log_tail(tail, 2)
         text = engine.create_engine_inspector().get_engine_information(fmt)
     except Exception as exc:  # the report is information: a failed inspection is said in it, the engine stands
         return None, f"the engine inspector failed: {type(exc).__name__}: {exc}"
@@ -698,6 +714,7 @@ def summarize_layers(
     warnings: Sequence[str],
     dla: bool,
     pinned: Mapping[str, str],
+    dla_core: Optional[int] = None,
 ) -> Dict[str, Any]:
     """The layer report: how many layers run INT8 / FP16 / FP32, on the DLA or the GPU; which
     pinned layers got their precision; tensors the calibration cache had no scale for; the
@@ -723,6 +740,8 @@ def summarize_layers(
         "warnings": list(dict.fromkeys(warnings)),
         "note": why or None,
     }
+    if dla:
+        report["dla"] = {"core": dla_core, "subgraphs": 0, "gpu_layers": 0}
     if layers is None:
         report["pinned"]["not_found"] = sorted(pinned)
         return report
@@ -748,6 +767,8 @@ def summarize_layers(
         report["layers"].append({"name": name, "type": kind, "precision": precision, "device": "DLA" if on_dla else "GPU"})
         for part in name.split(" + "):
             found.setdefault(part.strip(), precision)
+    if dla:
+        report["dla"].update(subgraphs=report["devices"]["DLA"], gpu_layers=report["devices"]["GPU"])
     for name, want in sorted(pinned.items()):
         got = found.get(name)
         if got is None:
@@ -769,6 +790,9 @@ def report_lines(report: Dict[str, Any]) -> List[str]:
         lines.append(f"layers: {counts} ({where}; {report.get('reformats', 0)} reformat(s))")
     elif report.get("note"):
         lines.append(f"layers: {report['note']}")
+    dla = report.get("dla")
+    if dla and report.get("detailed") and not dla["subgraphs"]:
+        lines.append(f"DLA core {dla['core']}: no layer runs on it; all {dla['gpu_layers']} run on the GPU")
     pinned = report.get("pinned") or {}
     if pinned.get("requested"):
         bad = pinned.get("not_honoured") or {}
@@ -789,6 +813,12 @@ def report_warnings(report: Dict[str, Any]) -> List[str]:
             f"{len(missing)} tensor(s) have no scale in the calibration cache, so TensorRT left their layers out of INT8: "
             + ", ".join(missing[:10]) + (" ..." if len(missing) > 10 else "")
             + " (run `edge-sdk engine BUNDLE --recalibrate` to calibrate every tensor on the device)"
+        )
+    dla = report.get("dla")
+    if dla and report.get("detailed") and not dla["subgraphs"]:
+        out.append(
+            f"no layer runs on DLA core {dla['core']}: TensorRT moved all {dla['gpu_layers']} to the GPU (GPU fallback); "
+            "check the build warnings for why, or leave --dla-core out"
         )
     others = [w for w in report.get("warnings") or [] if not _MISSING_SCALE.search(w)]
     if others:
@@ -981,8 +1011,9 @@ def build_engine(
     )
     say(f"building the {precision} engine from {VARIANT_FILES[plan.variant]} (TensorRT {api.version}, {gpu.name}); this can take minutes")
     started = time.perf_counter()
+    engine_bytes = EngineBytesFromNetwork(network, config, save_timing_cache=timing_cache)
     try:
-        data = EngineBytesFromNetwork(network, config, save_timing_cache=timing_cache)()
+        data = engine_bytes()
     except BackendError:
         if feed is not None and feed.error is not None:
             raise feed.error  # the calibrator's own error says more than "the build failed"
@@ -1005,9 +1036,11 @@ def build_engine(
             "batches": feed.batches_fed,
         }
     say("reading the engine's layers")
-    warnings = [m for sev, m in getattr(network.logger, "messages", []) if sev == "WARNING"]
-    layers, why = inspect_engine(trt, data, network.logger) if config.detailed else (None, "no engine inspector in this TensorRT")
-    report = summarize_layers(layers, why, warnings, dla_core is not None, config.pinning.pinned)
+    with trt_log.listen() as inspected:
+        layers, why = inspect_engine(trt, data) if config.detailed else (None, "no engine inspector in this TensorRT")
+    warnings = [m for sev, m in (engine_bytes.log.messages if engine_bytes.log else []) + inspected.messages
+                if sev == "WARNING"]
+    report = summarize_layers(layers, why, warnings, dla_core is not None, config.pinning.pinned, dla_core)
     report["pinned"]["skipped"] = dict(config.pinning.skipped)
     batch_info: Dict[str, Any] = (
         {"profile": config.profile, "range": batch.to_dict()} if config.profile is not None

@@ -27,6 +27,11 @@ What each version has, as those files say:
   `Builder.platform_has_fast_int8`. Every network is strongly typed: STRONGLY_TYPED is still an
   enum member (value 0, where 10 has 1) but deprecated and ignored, and using it logs a warning.
 
+Loggers: TensorRT 8.x keeps the first ILogger handed to a Builder or Runtime while any of them
+lives (NVIDIA/TensorRT #1475); a different logger given to a later one receives nothing, and
+the kept logger hears the warning TensorRT prints for it. The fakes do the same
+(`FakeTensorRT.adopt_logger`): every message goes to the kept logger only.
+
 Calibrator callbacks go through trampolines that behave as [PyInt8] 8.5.2's: an exception
 raised in `get_batch_size`, `get_batch`, `read_calibration_cache` or `write_calibration_cache`
 is caught, printed to stderr as `[ERROR] Exception caught in get_batch(): ...`, and TensorRT
@@ -53,6 +58,7 @@ import os
 import struct
 import sys
 import types
+import weakref
 from collections import defaultdict
 from enum import IntEnum
 from typing import Any, Dict, List, Optional, Sequence, Set, Union
@@ -590,8 +596,7 @@ class FakeBuilder:
     def __init__(self, logger: Any) -> None:
         if not isinstance(logger, FakeILogger) or not getattr(logger, "_fake_initialized", False):
             raise TypeError("Builder(): logger must be a tensorrt.ILogger whose __init__ was called")
-        self.logger = logger
-        self.trt.loggers.append(logger)
+        self.logger = self.trt.adopt_logger(self, logger, "createInferBuilder")
         self.num_DLA_cores = self.trt.num_dla_cores
         self.platform_has_fast_fp16 = True
 
@@ -714,7 +719,21 @@ class FakeBuilder:
             if not (weak or network.model["types"] in ("fp16", "qdq")):
                 self._fail("DLA supports FP16 and INT8 only")
                 return None
-            unsupported = network.model.get("dla_unsupported", [])
+            unsupported = list(network.model.get("dla_unsupported", []))
+            dynamic = sorted(name for name, s in shapes.items() if not s["min"] == s["opt"] == s["max"])
+            if dynamic:
+                # The DLA supports no dynamic dimensions: with a profile whose min, opt and max
+                # differ, every layer is unsupported on the DLA (falls back to the GPU, with a
+                # warning per layer, or fails the build without GPU fallback).
+                if "GPU_FALLBACK" not in flags:
+                    self._fail(f"{network.layers[0].name}: DLA does not support dynamic shapes (input {dynamic[0]} has "
+                               "a profile whose min, opt and max differ) and GPU fallback is not enabled")
+                    return None
+                for layer in network.layers:
+                    if layer.name not in unsupported:
+                        trt.warn(f"Layer '{layer.name}' ({layer.type.name}): DLA does not support dynamic shapes "
+                                 f"(input {dynamic[0]}); falling back to GPU")
+                        unsupported.append(layer.name)
             if unsupported and "GPU_FALLBACK" not in flags:
                 self._fail(f"layer {unsupported[0]} cannot run on DLA and GPU fallback is not enabled")
                 return None
@@ -916,7 +935,7 @@ class FakeRuntime:
     def __init__(self, logger: Any) -> None:
         if not isinstance(logger, FakeILogger) or not getattr(logger, "_fake_initialized", False):
             raise TypeError("Runtime(): logger must be a tensorrt.ILogger whose __init__ was called")
-        self.logger = logger
+        self.logger = self.trt.adopt_logger(self, logger, "createInferRuntime")
 
     def deserialize_cuda_engine(self, serialized_engine: bytes) -> Optional[FakeCudaEngine]:
         data = bytes(serialized_engine)
@@ -987,7 +1006,8 @@ class FakeTensorRT(types.ModuleType):
         self.fail_build: Optional[str] = None
         self.calls: Dict[str, List[Any]] = defaultdict(list)
         self.logged: List[str] = []
-        self.loggers: List[Any] = []
+        self.logger: Any = None  # the one logger TensorRT keeps (adopt_logger)
+        self.live: "weakref.WeakSet[Any]" = weakref.WeakSet()  # Builders and Runtimes not yet freed
         self.device_memory: Any = FakeDeviceMemory()
         self.device_memory.events = self.calls["events"]  # allocations and builds in one ordered list
 
@@ -1025,15 +1045,29 @@ class FakeTensorRT(types.ModuleType):
                no_fp32: bool = False) -> FakeLayer:
         return self._layer_class(self, name, type_, dtype, outputs, shape_output, no_fp32)
 
+    def adopt_logger(self, owner: Any, logger: Any, factory: str) -> Any:
+        """The logger `owner` (a new Builder or Runtime) logs to. As TensorRT 8.x's logger
+        registry does (NVIDIA/TensorRT #1475): the first logger given while no Builder or
+        Runtime lives is kept; a different one given while one lives gets nothing, and the kept
+        one hears a warning saying so."""
+        if not list(self.live):
+            self.logger = logger
+        elif logger is not self.logger:
+            self.warn(f"The logger passed into {factory} differs from one already provided for an existing builder, "
+                      "runtime, or refitter. Uses of the global logger, returned by nvinfer1::getLogger(), will return "
+                      "the existing value.")
+        self.live.add(owner)
+        return self.logger
+
     def warn(self, msg: str) -> None:
         self.logged.append("WARNING: " + msg)
-        for logger in self.loggers:
-            logger.log(FakeILogger.Severity.WARNING, msg)
+        if self.logger is not None:
+            self.logger.log(FakeILogger.Severity.WARNING, msg)
 
     def error(self, msg: str) -> None:
         self.logged.append("ERROR: " + msg)
-        for logger in self.loggers:
-            logger.log(FakeILogger.Severity.ERROR, msg)
+        if self.logger is not None:
+            self.logger.log(FakeILogger.Severity.ERROR, msg)
 
     @property
     def warnings(self) -> List[str]:

@@ -25,6 +25,14 @@ bound address. The network is a small deterministic function (`TinyCenterFace`: 
 arithmetic as tests/runtime_factories.tiny_centerface_model), so a test can check the data path
 (which bytes reached the engine, from where, and where the outputs went) and decode real
 detections from it. It proves edge_sdk's logic, not TensorRT's behaviour.
+
+CUDA graphs: TensorRT defers work to the first enqueue after a context is made or an input
+shape changes; trtexec (`samples/common/sampleInference.cpp`, 8.5.2) therefore enqueues and
+synchronizes once before capturing, and notes that under capture "the enqueue call may return
+false if the current CUDA graph capture fails". The fake context does the same: an enqueue
+under capture with that work pending invalidates the capture and returns False, and
+`FakeRuntimeCuda.end_capture` then raises the CudaError cudaStreamEndCapture's error becomes
+(no graph). A graph replayed while the context is prepared for another row count fails.
 """
 from __future__ import annotations
 
@@ -60,6 +68,7 @@ class FakeRuntimeCuda(FakeHostCuda):
                  memory_limit: int = 4 << 30) -> None:
         super().__init__(launcher or _no_kernels, props=props, graphs=graphs, memory_limit=memory_limit)
         self.by_handle: Dict[int, FakeHandleStream] = {}
+        self.invalidated: Dict[int, str] = {}  # id(stream) -> why its capture was invalidated
 
     def create_stream(self) -> FakeHandleStream:
         self.streams += 1
@@ -70,6 +79,24 @@ class FakeRuntimeCuda(FakeHostCuda):
     def queue_host_op(self, stream: FakeStream, name: str, op: Callable[[], None]) -> None:
         """Queue (or, while the stream captures, record) work a library enqueues on a stream."""
         self._queue(stream, name, op)
+
+    # A capture is invalidated by a call that is not permitted while the stream captures (a
+    # synchronizing call, an allocation): CUDA then refuses the rest of the capture, and
+    # cudaStreamEndCapture ends it with cudaErrorStreamCaptureInvalidated and no graph
+    # (cuda_runtime_api.h). edge_sdk.cuda._cudapython raises that as a CudaError; so does this.
+    def invalidate_capture(self, stream: FakeStream, why: str) -> None:
+        assert stream.capture is not None, "only a capturing stream can be invalidated"
+        self.invalidated[id(stream)] = why
+
+    def end_capture(self, stream: FakeStream) -> Any:
+        why = self.invalidated.pop(id(stream), None)
+        graph = super().end_capture(stream)  # the stream leaves capture mode either way
+        if why is None:
+            return graph
+        graph.ops = []  # no graph comes out of an invalidated capture
+        from edge_sdk.errors import CudaError
+
+        raise CudaError(f"cudaStreamEndCapture failed: cudaErrorStreamCaptureInvalidated (901): {why}")
 
     # GPU time: `clock_ms` advances as queued work runs (the fake engine adds its latency); an
     # event records the clock when its stream reaches it (cudaEventRecord / cudaEventElapsedTime).
@@ -153,9 +180,8 @@ class FakeRuntime:
     def __init__(self, logger: Any) -> None:
         if not isinstance(logger, FakeILogger) or not getattr(logger, "_fake_initialized", False):
             raise TypeError("Runtime(): logger must be a tensorrt.ILogger whose __init__ was called")
-        self.logger = logger
+        self.logger = self.trt.adopt_logger(self, logger, "createInferRuntime")
         self.DLA_core = 0  # IRuntime::setDLACore / getDLACore (pyCore.cpp: def_property "DLA_core")
-        self.trt.loggers.append(logger)
 
     def deserialize_cuda_engine(self, serialized_engine: Any) -> Optional["FakeEngine"]:
         """pyCoreDoc.h (8.5.2) RuntimeDoc::deserialize_cuda_engine: "The ICudaEngine, or None if it
@@ -266,6 +292,11 @@ class FakeContext:
         self.runs = 0  # enqueued runs that executed
         self.enqueues = 0  # execute_async_v3 calls that returned True
         self.last_rows: Optional[int] = None
+        # TensorRT defers work to the first enqueue after the context is made or an input shape
+        # changes (sampleInference.cpp 8.5.2 enqueues and synchronizes once before capturing "to
+        # avoid capturing initialization calls"); that work is not permitted under stream capture.
+        self.pending = True  # no plain enqueue since creation or the last shape change
+        self.prepared_rows: Optional[int] = None  # the rows the last plain enqueue prepared for
 
     def set_tensor_address(self, name: str, memory: int) -> bool:
         """NvInferRuntime.h (8.5.2) IExecutionContext::setTensorAddress: "Return false if the
@@ -294,6 +325,8 @@ class FakeContext:
         if any(s < a or s > b for s, a, b in zip(shape, lo, hi)):
             self.trt.error(f"3: setInputShape: {list(shape)} is outside the optimization profile [{list(lo)}, {list(hi)}]")
             return False
+        if self.shapes.get(name) != shape:
+            self.pending = True
         self.shapes[name] = shape
         return True
 
@@ -332,6 +365,12 @@ class FakeContext:
             trt.error("1: [executionContext.cpp::enqueueV3] Error Code 1: Cuda Runtime (operation not permitted when "
                       "stream is capturing)")
             return False
+        if stream.capture is not None and self.pending:
+            # the deferred work synchronizes: not permitted while capturing, and it invalidates the capture
+            trt.cuda.invalidate_capture(stream, "a synchronizing call was made while the stream was capturing")
+            trt.error("1: [executionContext.cpp::enqueueV3] Error Code 1: Cuda Runtime (operation not permitted when "
+                      "stream is capturing)")
+            return False
         if trt.fail_execute:
             trt.error(trt.fail_execute)
             return False
@@ -342,8 +381,17 @@ class FakeContext:
         out_addrs = {n: self.addresses[n] for n in engine._outputs}
         network = engine.network
         kind = engine_kind(engine.record)
+        captured = stream.capture is not None
+        if not captured:
+            self.pending, self.prepared_rows = False, shape[0]
 
         def run() -> None:
+            if captured and self.prepared_rows != shape[0]:
+                # A graph holds the kernels of one shape; what TensorRT prepared at the plain
+                # enqueue after a shape change is not in it. Replaying it while the context is
+                # prepared for another shape computes garbage on a GPU: the fake refuses.
+                raise AssertionError(f"replayed a graph captured for {shape[0]} row(s) while the context is prepared "
+                                     f"for {self.prepared_rows}: enqueue plainly after a shape change")
             # Reads the input when the stream reaches it, as the GPU would.
             nbytes = int(np.prod(shape)) * np.dtype(dtype).itemsize
             x = np.frombuffer(ctypes.string_at(in_addr, nbytes), dtype=dtype).reshape(shape).astype(np.float32)

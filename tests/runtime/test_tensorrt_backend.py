@@ -179,8 +179,34 @@ def test_unbound_tensor_makes_the_fake_return_false(env) -> None:
     assert "Address is not set for tensor 537" in trt.logged[-1]
 
 
-def put_engine(trt: Any, bundle: Bundle, cache: Path, data: bytes, precision: str = "fp32") -> Path:
-    key = EngineKey(bundle.hash, trt.__version__, "7.2", precision, None)
+def test_fake_a_capture_after_an_unflushed_shape_change_is_invalidated(env) -> None:
+    """The fake follows TensorRT and CUDA: the first enqueue after a shape change does work that
+    is not permitted under capture; the capture is invalidated and ends with an error, no graph."""
+    from edge_sdk.errors import CudaError
+
+    trt, cuda, _bundle, _cache = env("8.5")
+    profile = {"input.1": [[1, 3, 32, 64], [2, 3, 32, 64], [4, 3, 32, 64]]}
+    engine = trt.Runtime(trt.Logger()).deserialize_cuda_engine(
+        trt.engine([{"name": "input.1", "shape": [-1, 3, 32, 64]}], profiles=[profile]))
+    context = engine.create_execution_context()
+    for i in range(engine.num_io_tensors):
+        context.set_tensor_address(engine.get_tensor_name(i), cuda.alloc_device(4 * 3 * 32 * 64 * 4).ptr)
+    stream = cuda.create_stream()
+    assert context.set_input_shape("input.1", (2, 3, 32, 64))
+    cuda.begin_capture(stream)
+    assert context.execute_async_v3(stream.handle) is False
+    with pytest.raises(CudaError, match="cudaErrorStreamCaptureInvalidated"):
+        cuda.end_capture(stream)
+    assert stream.capture is None  # the stream left capture mode
+    assert context.execute_async_v3(stream.handle) is True  # plain: does the deferred work
+    cuda.synchronize(stream)
+    cuda.begin_capture(stream)
+    assert context.execute_async_v3(stream.handle) is True
+    assert [name for name, _op in cuda.end_capture(stream).ops] == ["trt:enqueue:2"]
+
+
+def put_engine(trt: Any, bundle: Bundle, cache: Path, data: bytes, precision: str = "fp32", sm: str = "7.2") -> Path:
+    key = EngineKey(bundle.hash, trt.__version__, sm, precision, None)
     return EngineCache(cache).put(key, data)
 
 
@@ -202,6 +228,18 @@ def test_dynamic_batch_within_the_profile(env, version: str) -> None:
     with pytest.raises(BackendError, match="9 rows for 'input.1', but the engine's optimization profile takes 1 to 8"):
         backend.infer({"input.1": frame_tensor(0, 9)})
     assert backend.describe()["batch"] == {"min": 1, "max": 8, "dynamic": True}
+
+
+def test_an_engine_built_for_one_batch_says_so(env) -> None:
+    """A DLA engine of a dynamic-batch model has one batch size (min = opt = max)."""
+    trt, cuda, bundle, cache = env("8.5")
+    profile = {"input.1": [[4, 3, 32, 64]] * 3}
+    put_engine(trt, bundle, cache, trt.engine([{"name": "input.1", "shape": [-1, 3, 32, 64]}], profiles=[profile]))
+    backend = open_backend(trt, cuda, bundle, cache)
+    x = frame_tensor(2, 4)
+    np.testing.assert_allclose(backend.infer({"input.1": x})[0], expected(x)["537"], rtol=1e-5)
+    with pytest.raises(BackendError, match="2 rows for 'input.1', but the engine was built for exactly 4"):
+        backend.infer({"input.1": frame_tensor(0, 2)})
 
 
 def test_dynamic_batch_of_an_engine_the_builder_made(monkeypatch, tmp_path) -> None:
@@ -237,10 +275,80 @@ def test_failed_capture_falls_back_to_plain_launches(env, caplog) -> None:
         for seed in range(4):
             x = frame_tensor(seed)
             np.testing.assert_allclose(backend.infer({"input.1": x})[0], expected(x)["537"], rtol=1e-5)
-    note = backend.describe()["cuda_graphs"]
-    assert note.startswith("off: capturing the engine in a CUDA graph failed") and "execute_async_v3 returned False" in note
-    assert not backend.graph.enabled and backend.graph.captures == 0
+    described = backend.describe()
+    assert described["cuda_graphs"].endswith("without a graph at 1 row(s): the capture failed")
+    assert "execute_async_v3 returned False" in described["cuda_graph_failures"]["1"]
+    assert backend.graph.captures == 0 and len(trt.calls["execute_async_v3"]) == 5  # 4 plain runs, 1 failed capture
     assert sum("capturing the engine" in r.getMessage() for r in caplog.records) == 1
+
+
+ROI_ROWS = (1, 1, 2, 2, 1, 2, 2, 2, 1, 3, 1, 3, 3, 2)
+
+
+def dynamic_backend(env, version: str = "8.5", gpu: str = "xavier", **fake: Any):
+    trt, cuda, bundle, cache = env(version, gpu, **fake)
+    profile = {"input.1": [[1, 3, 32, 64], [2, 3, 32, 64], [4, 3, 32, 64]]}
+    sm = "{}.{}".format(*GPUS[gpu].sm)
+    put_engine(trt, bundle, cache, trt.engine([{"name": "input.1", "shape": [-1, 3, 32, 64]}], profiles=[profile]), sm=sm)
+    return trt, cuda, open_backend(trt, cuda, bundle, cache)
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize("gpu", sorted(GPUS))
+def test_graphs_with_row_counts_that_vary(env, version: str, gpu: str) -> None:
+    """ROI crops per frame vary. After each shape change the context runs plainly once (TensorRT's
+    deferred work is not permitted under capture, and a graph needs the context prepared for its
+    shape); while the count stays, one graph per count is captured and replayed."""
+    trt, cuda, backend = dynamic_backend(env, version, gpu)
+    plain = []
+    for k, rows in enumerate(ROI_ROWS):
+        before = len(trt.calls["execute_async_v3"])
+        x = frame_tensor(k, rows)
+        outs = backend.infer({"input.1": x})
+        np.testing.assert_allclose(outs[0], expected(x)["537"], rtol=1e-5)
+        plain.append(len(trt.calls["execute_async_v3"]) - before)
+    changed = [k == 0 or ROI_ROWS[k] != ROI_ROWS[k - 1] for k in range(len(ROI_ROWS))]
+    graphs = backend.graph
+    # an enqueue call per shape change (plain) and per capture; none for a replay
+    assert sum(plain) == sum(changed) + graphs.captures
+    assert graphs.captures == 3 and graphs.replays == len(ROI_ROWS) - sum(changed) - graphs.captures
+    assert backend.describe()["cuda_graphs"].startswith("on")
+    assert not any("not permitted" in m for m in trt.logged)
+
+
+@pytest.mark.parametrize("returns, said", [
+    (False, "execute_async_v3 returned False"),  # enqueueV3 noticed the failed capture
+    (True, "cudaErrorStreamCaptureInvalidated"),  # it did not: cudaStreamEndCapture says so
+])
+def test_a_failed_capture_runs_that_shape_plainly_and_is_reported(env, caplog, returns: bool, said: str) -> None:
+    """A capture TensorRT cannot make for one shape: that row count runs plainly from then on,
+    said once in the log and in describe(); the other counts keep their graphs; nothing raises."""
+    trt, cuda, backend = dynamic_backend(env)
+    refuse = {2}
+    context = backend._context
+    enqueue = context.execute_async_v3
+
+    def execute(handle: int) -> bool:  # the engine cannot be captured at 2 rows (e.g. a layer's kernel)
+        stream = trt.cuda.by_handle[handle]
+        if stream.capture is not None and context.shapes["input.1"][0] in refuse:
+            trt.cuda.invalidate_capture(stream, "operation not permitted when stream is capturing")
+            trt.error("1: [executionContext.cpp::enqueueV3] Error Code 1: Cuda Runtime (operation not permitted when "
+                      "stream is capturing)")
+            return returns
+        return enqueue(handle)
+
+    context.execute_async_v3 = execute
+    with caplog.at_level(logging.WARNING, logger="edge_sdk.runtime.backends"):
+        for k, rows in enumerate(ROI_ROWS):
+            x = frame_tensor(k, rows)
+            np.testing.assert_allclose(backend.infer({"input.1": x})[0], expected(x)["537"], rtol=1e-5)
+    described = backend.describe()
+    assert list(described["cuda_graph_failures"]) == ["2"]
+    why = described["cuda_graph_failures"]["2"]
+    assert said in why and (returns or "not permitted when stream is capturing" in why)
+    assert "2 row(s)" in described["cuda_graphs"]
+    assert sum("2 row(s)" in r.getMessage() for r in caplog.records) == 1
+    assert backend.graph.enabled and backend.graph.captures == 2  # 1 and 3 rows still captured
 
 
 def test_pycuda_without_graphs_says_so(env) -> None:
@@ -291,6 +399,27 @@ def test_a_stale_cached_engine_is_rebuilt_never_run(env, caplog, spoil) -> None:
     np.testing.assert_allclose(backend.infer({"input.1": x})[0], expected(x)["537"], rtol=1e-5)
     # what runs is the engine the builder made (its record lists layers), never the spoiled one
     assert "layers" in backend._engine.record and backend._engine.record["tensorrt"] == trt.__version__
+
+
+@pytest.mark.parametrize("spoil", [other_version, other_gpu])
+def test_a_second_runner_reads_why_its_engine_did_not_load(env, spoil) -> None:
+    """TensorRT keeps the first logger while a Runtime lives: the second runner reads the
+    process logger too, so the reason its cached engine failed to deserialize reaches its notes."""
+    from edge_sdk.trt import log as trt_log
+
+    trt, cuda, bundle, cache = env("8.5")
+    listeners = trt_log.listening()  # runners other tests left active still listen
+    first = open_backend(trt, cuda, bundle, cache)
+    why = spoil(trt, bundle, cache)
+    second = open_backend(trt, cuda, bundle, cache)
+    assert any(why in note for note in second.describe()["engine_notes"]), second.describe()["engine_notes"]
+    x = frame_tensor(4)
+    for backend in (first, second):
+        np.testing.assert_allclose(backend.infer({"input.1": x})[0], expected(x)["537"], rtol=1e-5)
+    assert trt_log.listening() == listeners + 2
+    first.deactivate()
+    second.deactivate()
+    assert trt_log.listening() == listeners
 
 
 def test_dla_core_runs_with_gpu_fallback_and_no_graphs(env) -> None:

@@ -11,7 +11,7 @@ from edge_sdk.cli import app
 from edge_sdk.errors import BackendError, ConfigError
 from edge_sdk.roi.config import RoiConfig
 from edge_sdk.trt import engine as engine_mod
-from edge_sdk.trt.engine import BatchRange, build_engine, summarize_layers
+from edge_sdk.trt.engine import BatchRange, build_engine, report_lines, report_warnings, summarize_layers
 from fakes.fake_tensorrt import MISSING_SCALE, decode_engine
 from trt_bundles import INPUT, XAVIER
 
@@ -215,3 +215,61 @@ def test_a_failed_inspection_is_said_in_the_report_and_the_engine_stands(install
     result, _ = _build(make_bundle(), fake, cache_dir, precision="fp16")
     assert result.path.is_file() and result.layers["detailed"] is False
     assert "engine inspector failed: RuntimeError: out of DLA memory" in result.layers["note"]
+
+
+# --- the DLA and a dynamic batch ---------------------------------------------------------------------
+
+
+def test_fake_dla_with_a_dynamic_profile_runs_every_layer_on_the_gpu(install_trt, tmp_path: Path) -> None:
+    """The fake builder as TensorRT: the DLA has no dynamic dimensions; with GPU fallback every
+    layer leaves it (a warning each), without it the build fails."""
+    from fakes.fake_tensorrt import FakeLogger, fake_model
+
+    fake = install_trt("8.5")
+    model = tmp_path / "m.onnx"
+    model.write_bytes(fake_model(inputs=[{"name": INPUT, "shape": [-1, 3, 8, 8]}], dla_unsupported=()))
+    for fallback in (True, False):
+        builder = fake.Builder(FakeLogger())
+        network = builder.create_network(1)
+        assert fake.OnnxParser(network, builder.logger).parse_from_file(str(model))
+        config = builder.create_builder_config()
+        config.set_flag(fake.BuilderFlag.FP16)
+        config.default_device_type, config.DLA_core = fake.DeviceType.DLA, 0
+        if fallback:
+            config.set_flag(fake.BuilderFlag.GPU_FALLBACK)
+        profile = builder.create_optimization_profile()
+        profile.set_shape(INPUT, [1, 3, 8, 8], [4, 3, 8, 8], [4, 3, 8, 8])
+        config.add_optimization_profile(profile)
+        data = builder.build_serialized_network(network, config)
+        if fallback:
+            layers = decode_engine(bytes(data))["layer_info"]
+            assert all(l["LayerType"] != "DLA" for l in layers) and len(layers) == 5
+            assert sum("DLA does not support dynamic shapes" in w for w in fake.warnings) == 5
+        else:
+            assert data is None and "GPU fallback is not enabled" in fake.logged[-1]
+
+
+@pytest.mark.parametrize("opt", [1, 4])
+def test_a_dla_build_of_a_dynamic_batch_gets_a_static_profile(install_trt, make_bundle, cache_dir, opt: int) -> None:
+    fake = install_trt("8.5")
+    result, record = _build(make_bundle(model_shape=[-1, 3, 8, 8]), fake, cache_dir, precision="fp16", dla_core=0,
+                            batch=BatchRange(1, opt, 8))
+    assert record["profiles"] == [{INPUT: [[opt, 3, 8, 8]] * 3}]
+    assert result.batch["profile"] == {INPUT: [[opt, 3, 8, 8]] * 3}
+    assert any("static shapes only" in n and f"batch {opt}" in n for n in result.notes)
+    report = result.layers
+    assert report["devices"] == {"DLA": 1, "GPU": 1} and report["dla"]["subgraphs"] == 1
+    assert not any("falling back to GPU" in w for w in report["warnings"])
+    assert report_warnings(report) == []
+
+
+def test_no_layer_on_the_dla_is_said(install_trt, make_bundle, cache_dir, monkeypatch) -> None:
+    """Were the DLA left with nothing (every layer unsupported there), the report and the
+    warnings say so rather than a silent GPU engine keyed as a DLA one."""
+    fake = install_trt("8.5")
+    bundle = make_bundle(dla_unsupported=("conv1", "relu1", "conv2", "conv2_7", "head"))
+    result, _ = _build(bundle, fake, cache_dir, precision="fp16", dla_core=1)
+    report = result.layers
+    assert report["devices"] == {"DLA": 0, "GPU": 5} and report["dla"] == {"core": 1, "subgraphs": 0, "gpu_layers": 5}
+    assert any("no layer runs on DLA core 1" in w for w in report_warnings(report))
+    assert any("DLA core 1: no layer" in line for line in report_lines(report))

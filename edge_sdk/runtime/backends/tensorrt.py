@@ -28,10 +28,14 @@ The runner:
   optimization profile (`get_tensor_profile_shape`); `set_input_shape` is called when the count
   changes; more rows than the profile's maximum is a BackendError.
 * CUDA graphs: with a CUDA implementation that has them (cuda-python) and a GPU engine, the work
-  of a call (copies and the TensorRT enqueue) is captured once per (input source, rows) after one
-  plain run (TensorRT's developer guide, "CUDA Graphs": enqueue once before capturing, so that
-  deferred resource updates happen outside the capture) and replayed afterwards. A capture that
-  fails turns graphs off for the backend; `describe()` says why.
+  of a call (copies and the TensorRT enqueue) is captured once per (input source, rows) and
+  replayed afterwards. TensorRT defers work to the first enqueue after the context is made or
+  an input shape changes, and that work is not permitted under stream capture (it invalidates
+  the capture): like trtexec (`samples/common/sampleInference.cpp`: enqueue and synchronize once,
+  then capture), every shape change is followed by one plain, synchronized run before a graph is
+  captured or replayed; a graph then replays while the row count stays. A capture that fails
+  runs that row count plainly from then on, said once in the log and in `describe()`; it is
+  never raised mid-run (other counts keep their graphs).
 * DLA: `dla_core=N` builds the engine for that core with GPU fallback (the builder's
   `GPU_FALLBACK`) and sets `Runtime.DLA_core` before deserializing.
 
@@ -155,7 +159,8 @@ class TensorRTBackend(Backend):
 
     def _reset(self) -> None:
         self._trt: Any = None
-        self._logger: Any = None
+        self._logger: Any = None  # edge_sdk.trt.log.Listener while active
+        self._deserialize_log: List[Tuple[str, str]] = []
         self._runtime: Any = None
         self._engine: Any = None
         self._context: Any = None
@@ -171,7 +176,8 @@ class TensorRTBackend(Backend):
         self._results: Dict[int, List[np.ndarray]] = {}
         self._start: Any = None
         self._done: Any = None
-        self._warm: set = set()
+        self._prepared = False  # a plain run since the context was made or its input shape last changed
+        self._no_graph: Dict[int, str] = {}  # rows -> why capturing that shape failed
         self._handle = 0
         self.mapped_outputs = False
 
@@ -244,13 +250,15 @@ class TensorRTBackend(Backend):
 
             self.cuda = require_cuda("auto")
         trt = _imports.tensorrt()
-        from edge_sdk.trt.engine import _log_tail, make_logger
+        from edge_sdk.trt import log as trt_log
+        from edge_sdk.trt.engine import _log_tail
 
         self._trt = trt
         self.tensorrt_version = str(getattr(trt, "__version__", self.tensorrt_version))
         try:
-            self._logger = make_logger(trt)
-            self._runtime = trt.Runtime(self._logger)
+            # TensorRT keeps one logger per process: the runner listens to it while active.
+            self._logger = trt_log.subscribe(trt_log.Listener(keep=64))
+            self._runtime = trt.Runtime(trt_log.process_logger(trt))
             if self.dla_core is not None:
                 self._runtime.DLA_core = int(self.dla_core)
             engine = self._deserialize()
@@ -279,18 +287,20 @@ class TensorRTBackend(Backend):
             raise
 
     def _deserialize(self) -> Any:
-        start = len(getattr(self._logger, "messages", []))
-        self._log_from = start
+        from edge_sdk.trt import log as trt_log
+
         try:
             data = self._read_engine() if self._read_engine is not None else self.engine_path.read_bytes()
         except OSError as exc:
             raise BackendError(f"cannot read the engine {self.engine_path} ({exc.strerror or exc}); rebuild it with "
                                "`edge-sdk engine BUNDLE --force`") from exc
-        return self._runtime.deserialize_cuda_engine(data)
+        with trt_log.listen() as tail:
+            engine = self._runtime.deserialize_cuda_engine(data)
+        self._deserialize_log = tail.messages
+        return engine
 
     def _log_text(self) -> str:
-        messages = getattr(self._logger, "messages", [])[getattr(self, "_log_from", 0):]
-        return "; ".join(m for _s, m in messages[-3:])
+        return "; ".join(m for _s, m in self._deserialize_log[-3:])
 
     def _read_io(self) -> None:
         trt, engine = self._trt, self._engine
@@ -404,7 +414,7 @@ class TensorRTBackend(Backend):
         elif self.dla_core is not None:
             reason = "off: DLA engines are not captured (their layers run on the DLA)"
         self.graph = FrameGraph(api, self.stream, max_graphs=MAX_GRAPHS, enabled=not reason)
-        self.graph_note = reason or "on: each (input, rows) is captured after one plain run and replayed"
+        self.graph_note = reason or "on: one graph per (input, rows), captured after a plain run at that shape, replayed while the shape stays"
 
     def _bind(self, name: str, ptr: int) -> None:
         if not self._context.set_tensor_address(name, int(ptr)):
@@ -441,6 +451,7 @@ class TensorRTBackend(Backend):
             if not self._context.set_input_shape(name, (rows,) + self._input_shape[1:]):
                 raise BackendError(f"TensorRT refused {rows} rows for {name!r}" + self._tail())
             self._rows = rows
+            self._prepared = False
 
         def work() -> None:
             if nbytes:
@@ -453,7 +464,7 @@ class TensorRTBackend(Backend):
                     api.copy_dtoh(out.host, out.device.ptr, rows * out.row_bytes, self.stream)
 
         api.record(self._start, self.stream)
-        self._launch((source, rows), work)
+        self._launch((source, rows), rows, work)
         api.record(self._done, self.stream)
         api.event_synchronize(self._done)
         result = self._results.get(rows)
@@ -476,6 +487,10 @@ class TensorRTBackend(Backend):
             raise BackendError(f"input {name!r} has shape {list(shape)}, the engine expects {['N'] + list(want[1:])}")
         rows = shape[0]
         if not self._min_rows <= rows <= self._max_rows:
+            if self._dynamic and self._min_rows == self._max_rows:
+                raise BackendError(
+                    f"{rows} rows for {name!r}, but the engine was built for exactly {self._max_rows} (a DLA engine has one "
+                    "batch size): send that many crops per batch, or rebuild it with --opt-batch")
             if self._dynamic:
                 raise BackendError(
                     f"{rows} rows for {name!r}, but the engine's optimization profile takes {self._min_rows} to "
@@ -488,23 +503,24 @@ class TensorRTBackend(Backend):
             raise BackendError(f"input {name!r} is {given.name}, the engine expects {self._input_dtype.name}")
         return rows
 
-    def _launch(self, key: Tuple[int, int], work: Callable[[], None]) -> None:
-        """Run `work` plainly the first time for `key`, then as a replayed CUDA graph; a capture
-        that fails turns graphs off (said in describe()) and the work runs plainly."""
+    def _launch(self, key: Tuple[int, int], rows: int, work: Callable[[], None]) -> None:
+        """Run `work` plainly after a shape change (infer synchronizes before the next call), else
+        as a CUDA graph kept per `key`: captured the first time, replayed after. A capture that
+        fails sends `rows` to plain runs for good; a replay that fails is a real error."""
         graph = self.graph
-        if not graph.enabled or key not in self._warm:
+        if not graph.enabled or not self._prepared or rows in self._no_graph:
             work()
-            self._warm.add(key)
+            self._prepared = True
             return
+        capturing = key not in graph
         try:
             graph.run(key, work)
         except Exception as exc:
-            if graph.captures or graph.replays:
-                raise  # graphs worked before: this is a real failure, not a capture limit
-            graph.invalidate()
-            graph.enabled = False
-            self.graph_note = f"off: capturing the engine in a CUDA graph failed ({_first_line(exc)}); launching plainly"
-            log.warning("tensorrt backend: %s", self.graph_note)
+            if not capturing:
+                raise
+            self._no_graph[rows] = " ".join(str(exc).split()) or type(exc).__name__  # with TensorRT's log tail
+            log.warning("tensorrt backend: capturing the engine in a CUDA graph at %d row(s) failed (%s); that row count "
+                        "runs without a graph", rows, _first_line(exc))
             work()
 
     def gpu_ms(self) -> float:
@@ -534,6 +550,10 @@ class TensorRTBackend(Backend):
             out["output_memory"] = "mapped (zero-copy)" if self.mapped_outputs else "pinned + one async copy per output"
             out["batch"] = {"min": self._min_rows, "max": self._max_rows, "dynamic": self._dynamic}
             out["cuda_graphs"] = self.graph_note
+            if self._no_graph:
+                counts = ", ".join(str(r) for r in sorted(self._no_graph))
+                out["cuda_graphs"] += f"; without a graph at {counts} row(s): the capture failed"
+                out["cuda_graph_failures"] = {str(r): why for r, why in sorted(self._no_graph.items())}
         return out
 
     @property
@@ -563,6 +583,10 @@ class TensorRTBackend(Backend):
             if self._input_dev is not None:
                 api.free_device(self._input_dev)
         self._context = self._engine = self._runtime = None
+        if self._logger is not None:
+            from edge_sdk.trt import log as trt_log
+
+            trt_log.unsubscribe(self._logger)
         self.stream = None
         self.graph = None
         self._reset()
