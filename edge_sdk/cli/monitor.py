@@ -11,9 +11,11 @@ from typing import Any, Optional, Tuple
 import typer
 
 from edge_sdk.cli._common import cli_errors
+from edge_sdk.telemetry.fleet import EXPIRE_S, MAX_DEVICES
 
 log = logging.getLogger("edge_sdk.monitor")
 DEFAULT_BIND = "0.0.0.0"  # --prometheus PORT: every interface, as Prometheus scrapes from another host
+MAX_PACKET_OVERHEAD = 64 * 1024  # beside the largest payload: the topic, properties, headers
 
 
 def _fmt(value: Any, digits: int = 1) -> str:
@@ -73,8 +75,8 @@ def monitor(
     as_json: bool = typer.Option(False, "--json", help="Stream every message as one JSON line {topic, payload} instead of the table."),
     record: Optional[Path] = typer.Option(None, "--record", help="Append every message to this JSONL file (input of `edge-sdk report`)."),
     prometheus: Optional[str] = typer.Option(None, "--prometheus", metavar="[HOST:]PORT", help="Serve the fleet as Prometheus metrics (/metrics) on PORT of every interface (0.0.0.0), or on HOST:PORT only (127.0.0.1:9108, [::1]:9108)."),
-    max_devices: int = typer.Option(10000, "--max-devices", min=1, help="Track at most this many devices; a new one takes the place of the one silent longest."),
-    expire: float = typer.Option(86400.0, "--expire", min=0.0, help="Forget a device silent for this many seconds (0: never)."),
+    max_devices: int = typer.Option(MAX_DEVICES, "--max-devices", min=1, help="Track at most this many devices; a new one takes the place of the one silent longest."),
+    expire: float = typer.Option(EXPIRE_S, "--expire", min=0.0, help="Forget a device silent for this many seconds (0: never)."),
     share: Optional[str] = typer.Option(None, "--share", help="Join the MQTT 5 shared subscription $share/<GROUP>/... so several monitors split a fleet."),
     ca_file: Optional[Path] = typer.Option(None, "--ca-file", help="CA certificate for mqtts://."),
     cert_file: Optional[Path] = typer.Option(None, "--cert-file", help="Client certificate (mqtts)."),
@@ -173,7 +175,10 @@ def monitor(
     client.on_connect = guard(on_connect)
     client.on_message = guard(on_message)
     intake.start()
-    client.connect_async(cfg.host, cfg.port, keepalive=cfg.keepalive)
+    connect = mqtt.Properties(mqtt.PacketTypes.CONNECT)
+    # MQTT 5: the broker does not send this client anything larger (it drops it, uncounted here)
+    connect.MaximumPacketSize = MAX_PAYLOAD + MAX_PACKET_OVERHEAD
+    client.connect_async(cfg.host, cfg.port, keepalive=cfg.keepalive, properties=connect)
     client.loop_start()
     deadline = time.monotonic() + duration if duration > 0 else None
     stop = threading.Event()
