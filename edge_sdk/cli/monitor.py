@@ -184,16 +184,20 @@ def monitor(
     stop = threading.Event()
     forgotten = [0, -1e18]  # devices forgotten when last logged, and when
 
-    def tick() -> bool:
-        """The main thread's round: False once --duration is over."""
-        if refused:
-            raise ConfigError(f"broker {cfg.redacted_url()} refused the monitor: {refused[0]}")
+    def note_forgotten() -> None:
+        """A warning when devices were forgotten since the last one (at most once a minute)."""
         c = fleet.counters()
         now = time.monotonic()
         if c["expired"] + c["evicted"] > forgotten[0] and now - forgotten[1] >= 60.0:
             forgotten[:] = [c["expired"] + c["evicted"], now]
             log.warning("forgot devices: %s", summary(fleet, intake))
-        return deadline is None or now <= deadline
+
+    def tick() -> bool:
+        """The main thread's round: False once --duration is over."""
+        if refused:
+            raise ConfigError(f"broker {cfg.redacted_url()} refused the monitor: {refused[0]}")
+        note_forgotten()
+        return deadline is None or time.monotonic() <= deadline
 
     try:
         if as_json or (prometheus is not None and not sys.stdout.isatty()):
@@ -211,4 +215,5 @@ def monitor(
         intake.stop()
         if record_file is not None:
             record_file.close()
+        note_forgotten()
         typer.echo(f"monitor: {summary(fleet, intake)}", err=True)
