@@ -12,10 +12,13 @@ import typer
 
 from edge_sdk.cli._common import cli_errors
 from edge_sdk.telemetry.fleet import EXPIRE_S, MAX_DEVICES
+from edge_sdk.telemetry.schemas import MAX_BYTES
 
 log = logging.getLogger("edge_sdk.monitor")
 DEFAULT_BIND = "0.0.0.0"  # --prometheus PORT: every interface, as Prometheus scrapes from another host
-MAX_PACKET_OVERHEAD = 64 * 1024  # beside the largest payload: the topic, properties, headers
+MAX_PAYLOAD = max(MAX_BYTES.values())  # the largest topic's bound; Intake.put checks each topic's own
+# announced to the broker (MQTT 5): beside the largest payload, the topic, properties and headers
+MAX_PACKET = MAX_PAYLOAD + 64 * 1024
 
 
 def _fmt(value: Any, digits: int = 1) -> str:
@@ -93,11 +96,9 @@ def monitor(
     from edge_sdk.telemetry.fleet import Fleet, prometheus_collector
     from edge_sdk.telemetry.guard import CallbackGuard
     from edge_sdk.telemetry.intake import Intake
-    from edge_sdk.telemetry.schemas import MAX_BYTES
     from edge_sdk.telemetry.mqtt import BrokerConfig, make_client
     from edge_sdk.validate import UntrustedInput, dumps, loads_untrusted
 
-    MAX_PAYLOAD = max(MAX_BYTES.values())
     address = listen_address(prometheus) if prometheus is not None else None
     mqtt = _imports.mqtt()
     cfg = BrokerConfig(url=broker, protocol="5", ca_file=str(ca_file) if ca_file else None,
@@ -125,7 +126,7 @@ def monitor(
     def handle(topic: str, raw: bytes, received_ms: int) -> None:
         """The worker thread: parse, validate, apply, record."""
         try:
-            payload = loads_untrusted(raw, MAX_PAYLOAD)  # its topic's own bound was checked by put()
+            payload = loads_untrusted(raw, MAX_PAYLOAD)
         except UntrustedInput as exc:
             fleet.refuse()
             refuse(topic, str(exc))
@@ -177,7 +178,7 @@ def monitor(
     intake.start()
     connect = mqtt.Properties(mqtt.PacketTypes.CONNECT)
     # MQTT 5: the broker does not send this client anything larger (it drops it, uncounted here)
-    connect.MaximumPacketSize = MAX_PAYLOAD + MAX_PACKET_OVERHEAD
+    connect.MaximumPacketSize = MAX_PACKET
     client.connect_async(cfg.host, cfg.port, keepalive=cfg.keepalive, properties=connect)
     client.loop_start()
     deadline = time.monotonic() + duration if duration > 0 else None
