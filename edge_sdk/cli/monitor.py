@@ -6,14 +6,19 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, Tuple
 
 import typer
 
 from edge_sdk.cli._common import cli_errors
+from edge_sdk.telemetry.fleet import EXPIRE_S, MAX_DEVICES
+from edge_sdk.telemetry.schemas import MAX_BYTES
 
 log = logging.getLogger("edge_sdk.monitor")
-MAX_MESSAGE = 1024 * 1024  # a per-frame detections message with many boxes is ~100 KB
+DEFAULT_BIND = "0.0.0.0"  # --prometheus PORT: every interface, as Prometheus scrapes from another host
+MAX_PAYLOAD = max(MAX_BYTES.values())  # the largest topic's bound; Intake.put checks each topic's own
+# announced to the broker (MQTT 5): beside the largest payload, the topic, properties and headers
+MAX_PACKET = MAX_PAYLOAD + 64 * 1024
 
 
 def _fmt(value: Any, digits: int = 1) -> str:
@@ -41,13 +46,40 @@ def render_table(fleet: Any) -> Any:
     return table
 
 
+def listen_address(value: str) -> Tuple[str, int]:
+    """`--prometheus` as (host, port): `PORT` (on DEFAULT_BIND), `HOST:PORT` or `[IPV6]:PORT`."""
+    from edge_sdk.errors import ConfigError
+
+    host, sep, port = value.rpartition(":")
+    if not sep:
+        host = DEFAULT_BIND
+    elif host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    if not host or ":" in host and not value.startswith("["):
+        raise ConfigError(f"--prometheus {value!r}: give PORT, HOST:PORT or [IPV6]:PORT (e.g. 127.0.0.1:9108)")
+    if not port.isdigit() or not 0 < int(port) < 65536:
+        raise ConfigError(f"--prometheus {value!r}: the port must be a number from 1 to 65535")
+    return host, int(port)
+
+
+def summary(fleet: Any, intake: Any) -> str:
+    """The monitor's counters in one line (logged at exit, and with each warning)."""
+    c, i = fleet.counters(), intake.counters()
+    return (f"{c['devices']} devices; messages: {c['accepted']} accepted, {c['invalid']} invalid, "
+            f"{i['oversize']} over their size bound, {i['backlog']} dropped from a full backlog, "
+            f"{c['stale']} stale and {c['skewed']} skewed status; devices forgotten: {c['expired']} silent "
+            f"beyond --expire, {c['evicted']} to make room (--max-devices {fleet.max_devices})")
+
+
 @cli_errors
 def monitor(
     broker: str = typer.Option("mqtt://127.0.0.1:1883", "--broker", help="Broker URL: mqtt://host:1883 or mqtts://host:8883 (user:password@ allowed)."),
     device: Optional[str] = typer.Option(None, "--device", help="Watch only this device id. [default: all]"),
     as_json: bool = typer.Option(False, "--json", help="Stream every message as one JSON line {topic, payload} instead of the table."),
     record: Optional[Path] = typer.Option(None, "--record", help="Append every message to this JSONL file (input of `edge-sdk report`)."),
-    prometheus: Optional[int] = typer.Option(None, "--prometheus", help="Serve the fleet as Prometheus metrics on this port (/metrics)."),
+    prometheus: Optional[str] = typer.Option(None, "--prometheus", metavar="[HOST:]PORT", help="Serve the fleet as Prometheus metrics (/metrics) on PORT of every interface (0.0.0.0), or on HOST:PORT only (127.0.0.1:9108, [::1]:9108)."),
+    max_devices: int = typer.Option(MAX_DEVICES, "--max-devices", min=1, help="Track at most this many devices; a new one takes the place of the one silent longest."),
+    expire: float = typer.Option(EXPIRE_S, "--expire", min=0.0, help="Forget a device silent for this many seconds (0: never)."),
     share: Optional[str] = typer.Option(None, "--share", help="Join the MQTT 5 shared subscription $share/<GROUP>/... so several monitors split a fleet."),
     ca_file: Optional[Path] = typer.Option(None, "--ca-file", help="CA certificate for mqtts://."),
     cert_file: Optional[Path] = typer.Option(None, "--cert-file", help="Client certificate (mqtts)."),
@@ -56,19 +88,22 @@ def monitor(
 ) -> None:
     """Watch devices: a live table of status, FPS, p50/p99, drops, temperature, power and open
     alerts. With a shared subscription (--share) each group member receives a part of the
-    fleet's telemetry; status messages are read by every member. Messages that do not validate
-    against their topic's schema are dropped (counted, and logged once a minute)."""
+    fleet's telemetry; status messages are read by every member. Messages over their topic's
+    size bound or that do not validate against its schema are dropped (counted, and logged once a
+    minute); they are read on a thread of their own, one device at a time in turn."""
     from edge_sdk import _imports
     from edge_sdk.errors import ConfigError
     from edge_sdk.telemetry.fleet import Fleet, prometheus_collector
     from edge_sdk.telemetry.guard import CallbackGuard
+    from edge_sdk.telemetry.intake import Intake
     from edge_sdk.telemetry.mqtt import BrokerConfig, make_client
     from edge_sdk.validate import UntrustedInput, dumps, loads_untrusted
 
+    address = listen_address(prometheus) if prometheus is not None else None
     mqtt = _imports.mqtt()
     cfg = BrokerConfig(url=broker, protocol="5", ca_file=str(ca_file) if ca_file else None,
                        cert_file=str(cert_file) if cert_file else None, key_file=str(key_file) if key_file else None)
-    fleet = Fleet()
+    fleet = Fleet(max_devices=max_devices, expire_s=expire)
     who = device or "+"
     topics = [f"edge-sdk/{who}/status", f"edge-sdk/{who}/telemetry", f"edge-sdk/{who}/alerts",
               f"edge-sdk/{who}/detections", f"edge-sdk/{who}/cmd/response"]
@@ -77,12 +112,48 @@ def monitor(
             raise ConfigError(f"--share group {share!r} may not contain '/', '+' or '#'")
         # status is retained and small: every member reads all of it; the rest is split
         topics = topics[:1] + [f"$share/{share}/{t}" for t in topics[1:]]
-    if prometheus is not None:
-        prom = _imports.require("prometheus_client")
-        prom.REGISTRY.register(prometheus_collector(fleet))
-        prom.start_http_server(prometheus)
-        typer.echo(f"Prometheus metrics on http://0.0.0.0:{prometheus}/metrics", err=True)
     out_lock = threading.Lock()
+    last_warning = [-1e18]
+
+    def refuse(topic: str, why: str) -> None:
+        now = time.monotonic()
+        with out_lock:
+            if now - last_warning[0] < 60.0:
+                return
+            last_warning[0] = now
+        log.warning("dropped a message on %s: %s (%s)", topic[:200], why, summary(fleet, intake))
+
+    def handle(topic: str, raw: bytes, received_ms: int) -> None:
+        """The worker thread: parse, validate, apply, record."""
+        try:
+            payload = loads_untrusted(raw, MAX_PAYLOAD)
+        except UntrustedInput as exc:
+            fleet.refuse()
+            refuse(topic, str(exc))
+            return
+        view, why = fleet.apply(topic, payload, received_ms)
+        if view is None:
+            refuse(topic, why or "refused")
+            return
+        line = dumps({"topic": topic, "received": received_ms, "payload": payload})
+        with out_lock:
+            if record_file is not None:
+                record_file.write(line + "\n")
+                record_file.flush()
+            if as_json:
+                sys.stdout.write(line + "\n")
+                sys.stdout.flush()
+
+    intake = Intake(handle, name="monitor")
+    if address is not None:
+        prom = _imports.require("prometheus_client")
+        prom.REGISTRY.register(prometheus_collector(fleet, intake))
+        try:
+            prom.start_http_server(address[1], addr=address[0])
+        except OSError as exc:
+            raise ConfigError(f"--prometheus {prometheus}: cannot listen on {address[0]} port {address[1]}: {exc}") from exc
+        host = f"[{address[0]}]" if ":" in address[0] else address[0]
+        typer.echo(f"Prometheus metrics on http://{host}:{address[1]}/metrics", err=True)
     record_file = open(record, "a", encoding="utf-8") if record else None
     connected = threading.Event()
     refused: list = []
@@ -94,60 +165,56 @@ def monitor(
         client.subscribe([(t, 1) for t in topics])
         connected.set()
 
-    last_warning = [-1e18]
-
-    def refuse(topic: str, why: str) -> None:
-        now = time.monotonic()
-        if now - last_warning[0] >= 60.0:
-            last_warning[0] = now
-            log.warning("dropped a message on %s: %s (%d dropped so far)", topic, why, fleet.invalid)
-
     def on_message(client: Any, userdata: Any, msg: Any) -> None:
-        try:
-            payload = loads_untrusted(msg.payload, MAX_MESSAGE)
-        except UntrustedInput as exc:
-            fleet.invalid += 1
-            refuse(msg.topic, str(exc))
-            return
-        if fleet.update(msg.topic, payload) is None:
-            refuse(msg.topic, fleet.check(msg.topic, payload) or "too many devices")
-            return
-        line = dumps({"topic": msg.topic, "received": int(time.time() * 1000), "payload": payload})
-        with out_lock:
-            if record_file is not None:
-                record_file.write(line + "\n")
-                record_file.flush()
-            if as_json:
-                sys.stdout.write(line + "\n")
-                sys.stdout.flush()
+        """paho's network thread: a size check and a queue, nothing that parses."""
+        why = intake.put(msg.topic, msg.payload)
+        if why is not None:
+            refuse(msg.topic, why)
 
     client = make_client(cfg, f"edge-sdk-monitor-{int(time.time() * 1000) % 10**9}", mqtt)
     guard = CallbackGuard("monitor")  # a message that breaks a callback must not end the network thread
     client.on_connect = guard(on_connect)
     client.on_message = guard(on_message)
-    client.connect_async(cfg.host, cfg.port, keepalive=cfg.keepalive)
+    intake.start()
+    connect = mqtt.Properties(mqtt.PacketTypes.CONNECT)
+    # MQTT 5: the broker does not send this client anything larger (it drops it, uncounted here)
+    connect.MaximumPacketSize = MAX_PACKET
+    client.connect_async(cfg.host, cfg.port, keepalive=cfg.keepalive, properties=connect)
     client.loop_start()
     deadline = time.monotonic() + duration if duration > 0 else None
     stop = threading.Event()
+    forgotten = [0, -1e18]  # devices forgotten when last logged, and when
+
+    def note_forgotten() -> None:
+        """A warning when devices were forgotten since the last one (at most once a minute)."""
+        c = fleet.counters()
+        now = time.monotonic()
+        if c["expired"] + c["evicted"] > forgotten[0] and now - forgotten[1] >= 60.0:
+            forgotten[:] = [c["expired"] + c["evicted"], now]
+            log.warning("forgot devices: %s", summary(fleet, intake))
+
+    def tick() -> bool:
+        """The main thread's round: False once --duration is over."""
+        if refused:
+            raise ConfigError(f"broker {cfg.redacted_url()} refused the monitor: {refused[0]}")
+        note_forgotten()
+        return deadline is None or time.monotonic() <= deadline
+
     try:
         if as_json or (prometheus is not None and not sys.stdout.isatty()):
-            while not stop.wait(0.2):
-                if refused:
-                    raise ConfigError(f"broker {cfg.redacted_url()} refused the monitor: {refused[0]}")
-                if deadline is not None and time.monotonic() > deadline:
-                    break
+            while not stop.wait(0.2) and tick():
+                pass
         else:
             from rich.live import Live
 
             with Live(render_table(fleet), refresh_per_second=2, screen=False) as live:
-                while not stop.wait(0.5):
-                    if refused:
-                        raise ConfigError(f"broker {cfg.redacted_url()} refused the monitor: {refused[0]}")
+                while not stop.wait(0.5) and tick():
                     live.update(render_table(fleet))
-                    if deadline is not None and time.monotonic() > deadline:
-                        break
     finally:
         client.disconnect()
         client.loop_stop()
+        intake.stop()
         if record_file is not None:
             record_file.close()
+        note_forgotten()
+        typer.echo(f"monitor: {summary(fleet, intake)}", err=True)

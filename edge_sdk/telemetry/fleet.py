@@ -4,22 +4,36 @@ Used by `edge-sdk monitor` (table, Prometheus bridge) and testable without a bro
 (topic, payload) pairs with `update()`.
 
 Nothing from the network is trusted: a message is kept only when it validates against its
-topic's schema and names the device of its topic (others are counted in `invalid`); the number
-of devices and of open alerts per device are bounded. Status messages are ordered by
-`status_ts` (the device's connection stamp), not `seq`: an older one is ignored (`stale`), and
-for equal stamps `offline` (the will, the goodbye) wins over `online`.
+topic's schema and names the device of its topic (others are counted in `invalid`). What is kept
+is bounded: the schemas bound every name and list that becomes a table cell or a Prometheus
+series; at most `max_devices` devices are tracked — a device silent for `expire_s` is forgotten
+(`expired`), and a new device at capacity takes the place of the one silent longest (`evicted`);
+at most MAX_ALERTS open alerts per device, each kept as its name, severity and the start of its
+message.
+
+Status messages are ordered by `status_ts` (the device's connection stamp), not `seq`: an older
+one is ignored (`stale`), and for equal stamps `offline` (the will, the goodbye) wins over
+`online`. A stamp more than `max_skew_s` ahead of the time the message arrived is not trusted
+(`skewed`): such a status is shown only where it cannot hide a later one — over an offline
+status or one of its own instance — and whatever arrives after it replaces it, so neither a
+forged status from the future nor a device whose clock jumped pins the state.
 """
 from __future__ import annotations
 
 import threading
+import time
+from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Any, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 from edge_sdk.telemetry import schemas
 from edge_sdk.telemetry.schemas import split_topic
 
 MAX_DEVICES = 10000
-MAX_ALERTS = 256  # open alerts kept per device
+MAX_ALERTS = 64  # open alerts kept per device
+ALERT_NOTE = 256  # characters of an open alert's message kept
+EXPIRE_S = 24 * 3600.0  # a device silent this long is forgotten
+MAX_SKEW_S = 300.0  # how far ahead of the arrival time a status_ts is trusted
 
 
 @dataclass
@@ -28,9 +42,12 @@ class DeviceView:
     status: Dict[str, Any] = field(default_factory=dict)
     telemetry: Dict[str, Any] = field(default_factory=dict)
     alerts: Dict[str, Dict[str, Any]] = field(default_factory=dict)  # open alerts by name
-    last_seen_ms: int = 0
+    last_seen_ms: int = 0  # wall clock (ms) when its last valid message arrived
     messages: int = 0
     repeats: int = 0  # QoS 1 redeliveries recognised by seq
+    received: float = 0.0  # the consumer's monotonic clock at its last valid message
+    status_trusted: bool = True  # the shown status's status_ts was within the skew
+    last_seq: Dict[str, int] = field(default_factory=dict)  # by topic suffix (not status)
 
     @property
     def state(self) -> str:
@@ -58,16 +75,27 @@ class DeviceView:
 
 
 class Fleet:
-    """Thread-safe: the MQTT thread updates, the display and the exporter read."""
+    """Thread-safe: the consumer's worker thread updates, the display and the exporter read.
 
-    def __init__(self, max_devices: int = MAX_DEVICES) -> None:
+    `clock` (monotonic seconds) orders devices by their last message and expires them;
+    `received_ms` given to `update()` (default: the wall clock now) bounds `status_ts`."""
+
+    def __init__(self, max_devices: int = MAX_DEVICES, expire_s: float = EXPIRE_S, max_skew_s: float = MAX_SKEW_S,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        if int(max_devices) < 1:
+            raise ValueError(f"max_devices must be >= 1, got {max_devices}")
         self._lock = threading.Lock()
-        self.devices: Dict[str, DeviceView] = {}
-        self._last_seq: Dict[Tuple[str, str], int] = {}
+        self.devices: "OrderedDict[str, DeviceView]" = OrderedDict()  # least recently heard first
         self.max_devices = int(max_devices)
-        self.invalid = 0  # refused: not valid against the topic's schema, or another device's id
+        self.expire_s = float(expire_s)  # 0: never
+        self.max_skew_ms = int(max_skew_s * 1000)
+        self._clock = clock
+        self.accepted = 0  # valid messages
+        self.invalid = 0  # refused: not JSON, not valid against the topic's schema, or another device's id
         self.stale = 0  # status messages older than the one shown
-        self.overflow = 0  # messages of devices beyond max_devices
+        self.skewed = 0  # status messages with a status_ts beyond the skew
+        self.expired = 0  # devices forgotten after expire_s of silence
+        self.evicted = 0  # devices forgotten to make room for a new one
 
     def check(self, topic: str, payload: Any) -> Optional[str]:
         """Why (topic, payload) is not a message of ours, or None when it is one."""
@@ -81,65 +109,112 @@ class Fleet:
         if not isinstance(payload, dict):
             return "payload is not a JSON object"
         if payload.get("schema") != schema_id:
-            return f"schema {payload.get('schema')!r} is not {schema_id}"
+            return f"schema {str(payload.get('schema'))[:80]!r} is not {schema_id}"
         if payload.get("device_id") != device_id:
             return "device_id differs from the topic's"
-        if not schemas.validator(schema_id).is_valid(payload):
-            return "; ".join(schemas.errors(payload, schema_id)[:3])
-        return None
+        problems = schemas.errors(payload, schema_id, limit=1)
+        return problems[0][:300] if problems else None
 
-    def update(self, topic: str, payload: Any) -> Optional[DeviceView]:
-        """Apply a valid message; None (and counted in `invalid`) for anything else."""
-        if self.check(topic, payload) is not None:
-            with self._lock:
-                self.invalid += 1
-            return None
-        device_id, suffix = split_topic(topic)  # type: ignore[misc]
+    def refuse(self) -> None:
+        """Count a message refused before it reached `update()` (it did not parse)."""
         with self._lock:
+            self.invalid += 1
+
+    def update(self, topic: str, payload: Any, received_ms: Optional[int] = None) -> Optional[DeviceView]:
+        """Apply a valid message; None (and counted in `invalid`) for anything else.
+        `received_ms`: when it arrived (wall clock, ms)."""
+        return self.apply(topic, payload, received_ms)[0]
+
+    def apply(self, topic: str, payload: Any,
+              received_ms: Optional[int] = None) -> Tuple[Optional[DeviceView], Optional[str]]:
+        """`update()`, with why a refused message was refused: (view, None) or (None, why)."""
+        why = self.check(topic, payload)
+        if why is not None:
+            self.refuse()
+            return None, why
+        device_id, suffix = split_topic(topic)  # type: ignore[misc]
+        if received_ms is None:
+            received_ms = schemas.now_ms()
+        now = self._clock()
+        with self._lock:
+            self.accepted += 1
+            self._expire(now)
             view = self.devices.get(device_id)
             if view is None:
                 if len(self.devices) >= self.max_devices:
-                    self.overflow += 1
-                    return None
+                    self.devices.popitem(last=False)  # the device silent longest
+                    self.evicted += 1
                 view = self.devices[device_id] = DeviceView(device_id)
+            else:
+                self.devices.move_to_end(device_id)
             view.messages += 1
+            view.received = now
+            view.last_seen_ms = received_ms
             seq = payload.get("seq")
             if isinstance(seq, int) and suffix != "status":
-                key = (device_id, suffix)
-                if seq <= self._last_seq.get(key, 0) and seq > self._last_seq.get(key, 0) - 1000:
+                last = view.last_seq.get(suffix, 0)
+                if last - 1000 < seq <= last:
                     view.repeats += 1
-                    return view
-                self._last_seq[key] = seq
-            ts = payload.get("ts")
-            if isinstance(ts, int):
-                view.last_seen_ms = max(view.last_seen_ms, ts)
-            if suffix == "status" and not _newer_status(payload, view.status):
-                self.stale += 1
-                return view
+                    return view, None
+                view.last_seq[suffix] = seq
             if suffix == "status":
-                started = payload.get("started_ts")
-                if payload.get("state") == "online" and started != view.status.get("started_ts"):
-                    # a new run of the daemon: its seq may have restarted (fresh queue)
-                    for key in [k for k in self._last_seq if k[0] == device_id]:
-                        del self._last_seq[key]
-                view.status = payload
+                self._apply_status(view, payload, received_ms)
             elif suffix == "telemetry":
                 view.telemetry = payload
             elif suffix == "alerts":
-                name = str(payload.get("alert"))
-                if payload.get("state") == "raised":
+                name = payload["alert"]
+                if payload["state"] == "raised":
                     if name in view.alerts or len(view.alerts) < MAX_ALERTS:
-                        view.alerts[name] = payload
+                        view.alerts[name] = {"severity": payload["severity"], "ts": payload["ts"],
+                                             "message": payload["message"][:ALERT_NOTE]}
                 else:
                     view.alerts.pop(name, None)
-        return view
+        return view, None
+
+    def _apply_status(self, view: DeviceView, payload: Dict[str, Any], received_ms: int) -> None:
+        stamp = payload.get("status_ts")
+        trusted = not isinstance(stamp, int) or stamp <= received_ms + self.max_skew_ms
+        shown = view.status
+        if not trusted:
+            self.skewed += 1
+            same_instance = payload.get("instance_id") is not None and \
+                payload.get("instance_id") == shown.get("instance_id")
+            applies = not shown or not view.status_trusted or same_instance or shown.get("state") != "online"
+        else:
+            # a shown status whose stamp was not trusted says nothing about order: what arrives later wins
+            applies = not view.status_trusted or _newer_status(payload, shown)
+        if not applies:
+            self.stale += 1
+            return
+        if payload.get("state") == "online" and payload.get("started_ts") != shown.get("started_ts"):
+            view.last_seq.clear()  # a new run of the daemon: its seq may have restarted (fresh queue)
+        view.status = payload
+        view.status_trusted = trusted
+
+    def _expire(self, now: float) -> None:
+        """Forget devices silent for expire_s (under the lock; oldest first, so it stops early)."""
+        if self.expire_s <= 0:
+            return
+        while self.devices:
+            device_id, view = next(iter(self.devices.items()))
+            if now - view.received < self.expire_s:
+                return
+            del self.devices[device_id]
+            self.expired += 1
+
+    def counters(self) -> Dict[str, int]:
+        with self._lock:
+            return {"devices": len(self.devices), "accepted": self.accepted, "invalid": self.invalid,
+                    "stale": self.stale, "skewed": self.skewed, "expired": self.expired, "evicted": self.evicted}
 
     def rows(self) -> List[Dict[str, Any]]:
         with self._lock:
+            self._expire(self._clock())
             return [self.devices[k].row() for k in sorted(self.devices)]
 
     def __iter__(self) -> Iterator[DeviceView]:
         with self._lock:
+            self._expire(self._clock())
             views = list(self.devices.values())
         return iter(views)
 
@@ -155,9 +230,11 @@ def _newer_status(new: Dict[str, Any], shown: Dict[str, Any]) -> bool:
     return new.get("state") == "offline" or shown.get("state") != "offline"
 
 
-def prometheus_collector(fleet: Fleet) -> Any:
-    """A prometheus_client collector that renders the fleet at scrape time."""
-    from prometheus_client.core import GaugeMetricFamily
+def prometheus_collector(fleet: Fleet, intake: Any = None) -> Any:
+    """A prometheus_client collector that renders the fleet at scrape time, and the consumer's
+    own counters: devices tracked and forgotten, messages by outcome (with an `Intake`, also
+    those refused by size or dropped from a full backlog)."""
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
     class FleetCollector:
         def collect(self) -> Iterator[Any]:
@@ -188,5 +265,25 @@ def prometheus_collector(fleet: Fleet) -> Any:
                     if isinstance(value, (int, float)) and not isinstance(value, bool):
                         system.add_metric([d, key], float(value))
             yield from (up, fps, lat, frames, alerts, system)
+            yield from _own_metrics(fleet, intake, CounterMetricFamily, GaugeMetricFamily)
 
     return FleetCollector()
+
+
+def _own_metrics(fleet: Fleet, intake: Any, counter: Any, gauge: Any) -> Iterator[Any]:
+    c = fleet.counters()
+    devices = gauge("edge_sdk_monitor_devices", "devices the monitor tracks now")
+    devices.add_metric([], float(c["devices"]))
+    forgotten = counter("edge_sdk_monitor_evictions", "devices forgotten: silent for --expire (expired), or "
+                        "to make room for a new one at --max-devices (capacity)", labels=["reason"])
+    forgotten.add_metric(["expired"], float(c["expired"]))
+    forgotten.add_metric(["capacity"], float(c["evicted"]))
+    messages = counter("edge_sdk_monitor_messages", "messages received, by outcome (stale and skewed status "
+                       "messages are among the accepted)", labels=["outcome"])
+    for outcome in ("accepted", "invalid", "stale", "skewed"):
+        messages.add_metric([outcome], float(c[outcome]))
+    if intake is not None:
+        i = intake.counters()
+        messages.add_metric(["oversize"], float(i["oversize"]))
+        messages.add_metric(["backlog"], float(i["backlog"]))
+    yield from (devices, forgotten, messages)

@@ -1,6 +1,7 @@
 """The JSON Schemas of every topic, shipped in ``edge_sdk/schemas/``, and the message envelope."""
 from __future__ import annotations
 
+import itertools
 import json
 import time
 from pathlib import Path
@@ -29,6 +30,19 @@ _FILES = {
     "edge-sdk/cmd-response/1": "cmd_response.json",
 }
 TOPIC_ROOT = "edge-sdk"
+
+# topic suffix -> the largest payload (bytes) a consumer accepts on it, checked before parsing
+# (commands: edge_sdk.daemon.commands.MAX_PAYLOAD).
+# What the daemon sends is far smaller (telemetry ~2 KB, status ~1 KB, an alert ~300 B); a
+# per-frame detections message of 300 boxes (decoders' default max_detections) is ~21 KB, one of
+# 4096 (the schema's bound) ~285 KB, which takes ~0.2 s to validate.
+MAX_BYTES = {
+    "status": 16 * 1024,
+    "telemetry": 32 * 1024,
+    "alerts": 16 * 1024,
+    "detections": 384 * 1024,
+    "cmd/response": 64 * 1024,
+}
 
 _cache: Dict[str, Any] = {}
 
@@ -75,13 +89,15 @@ def validator(schema_id: str) -> Any:
     return v
 
 
-def errors(message: Dict[str, Any], schema_id: Optional[str] = None) -> List[str]:
-    """Validation errors of `message` against its schema (its own `schema` field by default)."""
+def errors(message: Dict[str, Any], schema_id: Optional[str] = None, limit: Optional[int] = None) -> List[str]:
+    """Validation errors of `message` against its schema (its own `schema` field by default);
+    the first `limit` only, when given: finding the first costs what `is_valid` does, finding
+    all of them validates everything (40 ms for a 20 KB message with 600 stage names)."""
     sid = schema_id or message.get("schema")
     if not isinstance(sid, str) or sid not in _FILES:
         return [f"unknown schema {sid!r}"]
     out = []
-    for err in validator(sid).iter_errors(message):
+    for err in itertools.islice(validator(sid).iter_errors(message), limit):
         where = "/".join(str(p) for p in err.absolute_path) or "<root>"
         out.append(f"{where}: {err.message}")
     return out
