@@ -10,7 +10,10 @@ Nothing in a bundle is trusted until :meth:`Bundle.load` has checked it:
 * with `verify` (the default) each listed file is there, has its size and its sha256, and no
   model or calibration file lies in the folder unlisted;
 * `input_stats`, where present (statistics of the calibration images, :mod:`edge_sdk.drift`), has
-  the layout and ranges the drift monitor needs.
+  the layout and ranges the drift monitor needs;
+* every other field the runtime reads has its type, range and size, and agrees with the others
+  (the decoder built for the input, its output names among the outputs):
+  :mod:`edge_sdk.manifest_check`, one entry per field.
 """
 from __future__ import annotations
 
@@ -24,6 +27,7 @@ from typing import Any, Dict, List, NamedTuple, Optional
 from edge_sdk.drift import InputStats
 from edge_sdk.errors import BundleError
 from edge_sdk.fsutil import PathLike, sha256_file
+from edge_sdk.manifest_check import check_fields
 from edge_sdk.precision import PRECISIONS
 from edge_sdk.preprocess import InputSpec
 from edge_sdk.validate import UntrustedInput, loads_untrusted
@@ -71,6 +75,7 @@ def parse_manifest(raw: bytes, origin: str) -> Dict[str, Any]:
     file_entries(manifest, origin)
     if manifest.get("input_stats") is not None:
         InputStats.from_dict(manifest["input_stats"], origin, BundleError)
+    check_fields(manifest, origin)
     return manifest
 
 
