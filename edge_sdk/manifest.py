@@ -18,6 +18,7 @@ Nothing in a bundle is trusted until :meth:`Bundle.load` has checked it:
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 from functools import cached_property
@@ -239,13 +240,17 @@ class Bundle:
 
     @property
     def hash(self) -> str:
-        """A short identity of the bundle's content: sha256 over its files' paths and digests
-        (never empty: a manifest without files does not load). The engine cache keys on it."""
+        """A short identity of the bundle's content: sha256 over the canonical JSON (sorted keys,
+        no spaces) of its files' digests and of everything else its manifest says — thresholds,
+        mean and scale, fallback layers, calibration — so that a changed manifest is another
+        bundle. `schema_version` and the files' sizes are left out: they say how the same content
+        is written (a schema 1 bundle and its schema 2 rewrite share engines). The engine cache,
+        the device's precision report and telemetry's bundle_hash key on it."""
         files = self.files
-        h = hashlib.sha256()
-        for rel in sorted(files):
-            h.update(f"{rel}:{files[rel].sha256}\n".encode())
-        return h.hexdigest()[:16]
+        said = {k: v for k, v in self.manifest.items() if k not in ("files", "schema_version")}
+        canonical = json.dumps({"files": {rel: files[rel].sha256 for rel in files}, "manifest": said},
+                               sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
+        return hashlib.sha256(canonical.encode()).hexdigest()[:16]
 
     def variants(self) -> List[str]:
         """The model variants the bundle lists and holds."""
