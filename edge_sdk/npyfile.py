@@ -14,6 +14,7 @@ reader stops each member at its declared size, so what is read is bounded by wha
 """
 from __future__ import annotations
 
+import io
 import zipfile
 from pathlib import Path
 from typing import Any, Dict, NamedTuple, Optional, Tuple, Type
@@ -42,17 +43,33 @@ class ArrayHeader(NamedTuple):
         return count * self.dtype.itemsize
 
 
+def _read_exactly(f: Any, n: int) -> bytes:
+    data = f.read(n)
+    if len(data) != n:
+        raise EOFError(f"the header is cut short ({len(data)} of {n} bytes)")
+    return data
+
+
 def _read_header(f: Any, where: str, error: Type[EdgeSdkError]) -> Tuple[ArrayHeader, int]:
     """The header of the `.npy` stream `f` and its length in bytes; `error` when it is not one."""
     fmt = np.lib.format
     try:
         version = fmt.read_magic(f)
-        if version == (1, 0):
-            shape, fortran, dtype = fmt.read_array_header_1_0(f, max_header_size=MAX_HEADER_BYTES)
-        elif version == (2, 0):
-            shape, fortran, dtype = fmt.read_array_header_2_0(f, max_header_size=MAX_HEADER_BYTES)
-        else:
+        if version not in ((1, 0), (2, 0)):
             raise ValueError(f"unsupported .npy format version {version}")
+        # the header's length is its first field: bounded here, whatever numpy's own limit
+        # (numpy < 1.24 has none; the device's numpy may be older)
+        size_bytes = 2 if version == (1, 0) else 4
+        start = f.read(size_bytes)
+        if len(start) != size_bytes:
+            raise EOFError("the header is cut short")
+        length = int.from_bytes(start, "little")
+        if length > MAX_HEADER_BYTES:
+            raise ValueError(f"a header of {length} bytes (at most {MAX_HEADER_BYTES})")
+        header = io.BytesIO(fmt.MAGIC_PREFIX + bytes(version) + start + _read_exactly(f, length))
+        fmt.read_magic(header)
+        read = fmt.read_array_header_1_0 if version == (1, 0) else fmt.read_array_header_2_0
+        shape, fortran, dtype = read(header)
     except (ValueError, TypeError, SyntaxError, EOFError, OSError, zipfile.BadZipFile) as exc:
         raise error(f"{where} is unreadable as a .npy array ({exc})") from None
     if dtype.hasobject or dtype.itemsize == 0:

@@ -6,6 +6,7 @@ calibrator's calib/*.npz."""
 from __future__ import annotations
 
 import io
+import re
 import json
 import tracemalloc
 import zipfile
@@ -162,3 +163,19 @@ def test_headers_are_read_without_the_data(tmp_path: Path) -> None:
     assert peak < 8 * MIB
     with pytest.raises(BundleError, match="budget"):
         npz_headers(path, 64 * MIB, BundleError)
+
+
+@pytest.mark.parametrize("member, message", [
+    (np.lib.format.MAGIC_PREFIX + b"\x01\x00" + (60000).to_bytes(2, "little") + b" " * 100, "header of 60000 bytes"),
+    (np.lib.format.MAGIC_PREFIX + b"\x02\x00" + (1 << 31).to_bytes(4, "little"), "header of 2147483648 bytes"),
+    (np.lib.format.MAGIC_PREFIX + b"\x03\x00" + b"\x10\x00", "unsupported .npy format version"),
+    (npy_header(np.dtype([("a", "O")]), (4,)), "not of plain numbers"),
+    (npy_header(np.float32, (4,)) + b"\0" * 12, "16 bytes) in a member of 12 data bytes"),
+    (b"PK not numpy at all", "unreadable as a .npy array"),
+])
+def test_a_hostile_member_header_is_a_typed_error(tmp_path: Path, member: bytes, message: str) -> None:
+    path = tmp_path / "x.npz"
+    with zipfile.ZipFile(path, "w") as zf:
+        zf.writestr("a.npy", member)
+    with pytest.raises(BundleError, match=re.escape(message)):
+        npz_headers(path, 1 << 30, BundleError)
