@@ -386,10 +386,12 @@ def check_fields(manifest: Dict[str, Any], origin: str) -> None:
 
 
 def check_model_io(bundle: Any, input_names: Sequence[str], output_names: Sequence[str], where: str,
-                   input_shapes: Optional[Mapping[str, Sequence[Any]]] = None) -> None:
+                   input_shapes: Optional[Mapping[str, Sequence[Any]]] = None,
+                   input_dtypes: Optional[Mapping[str, Any]] = None) -> None:
     """The model a backend opened against the manifest: the same input names (and, where the
-    backend tells them, shapes: a symbolic dimension matches anything) and, where the manifest
-    lists outputs, the same output names. BundleError naming both sides otherwise."""
+    backend tells them, shapes — a symbolic dimension matches anything — and element types)
+    and, where the manifest lists outputs, the same output names. BundleError naming both
+    sides otherwise."""
     manifest = f"the manifest of {bundle.root}"
     fix = "; the model is not the one this manifest describes: rebuild the bundle"
     specs = bundle.inputs
@@ -401,6 +403,9 @@ def check_model_io(bundle: Any, input_names: Sequence[str], output_names: Sequen
         if shape and (len(shape) != len(spec.shape) or any(isinstance(d, int) and d > 0 and d != w
                                                            for d, w in zip(shape, spec.shape))):
             raise BundleError(f"{where}: input {spec.name!r} has shape {shape}, {manifest} says {spec.shape}{fix}")
+        dtype = (input_dtypes or {}).get(spec.name)
+        if dtype is not None and str(dtype) != spec.dtype:
+            raise BundleError(f"{where}: input {spec.name!r} is {dtype}, {manifest} says {spec.dtype}{fix}")
     outputs = [o.get("name") for o in bundle.get("outputs") or [] if isinstance(o, dict)]
     if outputs and sorted(outputs) != sorted(output_names):
         raise BundleError(f"{where} has outputs {sorted(output_names)}, {manifest} lists {sorted(outputs)}{fix}")

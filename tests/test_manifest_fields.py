@@ -205,3 +205,24 @@ def test_fuzz_reaches_every_field(tiny) -> None:
     top = {p[0] for p in paths(manifest)}
     assert {"inputs", "outputs", "decoder", "accuracy", "calibration", "int8", "engine", "reference", "target",
             "model", "files", "input_stats", "variants", "precision"} <= top
+
+
+@pytest.mark.parametrize("path, value, message", [
+    (("outputs", 0, "name"), "scores", "has outputs ['heatmap', 'landmarks', 'offset', 'scale'], the manifest of"),
+    (("inputs", 0, "name"), "images", "has input(s) ['input'], the manifest of"),
+    (("inputs", 0, "shape"), [1, 3, 64, 64], "input 'input' has shape [1, 3, 32, 32], the manifest of"),
+    (("inputs", 0, "dtype"), "float16", "input 'input' is float32, the manifest of"),
+])
+def test_a_manifest_that_disagrees_with_its_model_is_refused_when_it_opens(tmp_path: Path, path: Tuple[Any, ...],
+                                                                          value: Any, message: str) -> None:
+    pytest.importorskip("onnxruntime")
+    from edge_sdk.runtime.model import load_model
+
+    root = make_tiny_bundle(tmp_path / "b")
+    data = complete_manifest(root)
+    if path[0] == "outputs":  # a decoder that names no outputs: only the model I/O check can tell
+        data["decoder"].pop("output_names")
+    load_with(root, put(data, path, value))  # every field on its own is well formed
+    with pytest.raises(BundleError) as err:
+        load_model(root, backend="onnxruntime-cpu", threads=1)
+    assert message in str(err.value) and str(root) in str(err.value), str(err.value)

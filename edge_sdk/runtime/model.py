@@ -103,10 +103,14 @@ def check_io(model: Model) -> None:
     from edge_sdk.manifest_check import check_model_io
 
     backend = model.backend
-    shape_of = getattr(backend, "input_shape", None)
-    shapes = {name: shape_of(name) for name in backend.input_names} if callable(shape_of) else None
+
+    def per_input(method: str) -> Optional[Dict[str, Any]]:  # what the backend tells of its inputs
+        of = getattr(backend, method, None)
+        return {name: of(name) for name in backend.input_names} if callable(of) else None
+
     where = f"the {model.precision} model of {model.bundle.root}"
-    check_model_io(model.bundle, backend.input_names, backend.output_names, where, shapes)
+    check_model_io(model.bundle, backend.input_names, backend.output_names, where,
+                   per_input("input_shape"), per_input("input_dtype"))
 
 
 def warm(model: Model, decoder: Any = None, runs: int = 2) -> None:
