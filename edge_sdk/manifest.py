@@ -10,11 +10,15 @@ Nothing in a bundle is trusted until :meth:`Bundle.load` has checked it:
 * with `verify` (the default) each listed file is there, has its size and its sha256, and no
   model or calibration file lies in the folder unlisted;
 * `input_stats`, where present (statistics of the calibration images, :mod:`edge_sdk.drift`), has
-  the layout and ranges the drift monitor needs.
+  the layout and ranges the drift monitor needs;
+* every other field the runtime reads has its type, range and size, and agrees with the others
+  (the decoder built for the input, its output names among the outputs):
+  :mod:`edge_sdk.manifest_check`, one entry per field.
 """
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 from functools import cached_property
@@ -24,6 +28,7 @@ from typing import Any, Dict, List, NamedTuple, Optional
 from edge_sdk.drift import InputStats
 from edge_sdk.errors import BundleError
 from edge_sdk.fsutil import PathLike, sha256_file
+from edge_sdk.manifest_check import check_fields
 from edge_sdk.precision import PRECISIONS
 from edge_sdk.preprocess import InputSpec
 from edge_sdk.validate import UntrustedInput, loads_untrusted
@@ -51,9 +56,9 @@ class FileEntry(NamedTuple):
     size: Optional[int]
 
 
-def parse_manifest(raw: bytes, origin: str) -> Dict[str, Any]:
-    """The manifest as a dict, its schema version and `files` checked (no file is read).
-    BundleError naming `origin` for anything else."""
+def parse_manifest(raw: bytes, origin: str, fields: bool = True) -> Dict[str, Any]:
+    """The manifest as a dict, its schema version, `files` and (with `fields`) every other field
+    checked (no file is read). BundleError naming `origin` for anything else."""
     try:
         manifest = loads_untrusted(raw, MANIFEST_MAX_BYTES, what=origin)
     except UntrustedInput as exc:
@@ -71,6 +76,8 @@ def parse_manifest(raw: bytes, origin: str) -> Dict[str, Any]:
     file_entries(manifest, origin)
     if manifest.get("input_stats") is not None:
         InputStats.from_dict(manifest["input_stats"], origin, BundleError)
+    if fields:
+        check_fields(manifest, origin)
     return manifest
 
 
@@ -234,13 +241,17 @@ class Bundle:
 
     @property
     def hash(self) -> str:
-        """A short identity of the bundle's content: sha256 over its files' paths and digests
-        (never empty: a manifest without files does not load). The engine cache keys on it."""
+        """A short identity of the bundle's content: sha256 over the canonical JSON (sorted keys,
+        no spaces) of its files' digests and of everything else its manifest says — thresholds,
+        mean and scale, fallback layers, calibration — so that a changed manifest is another
+        bundle. `schema_version` and the files' sizes are left out: they say how the same content
+        is written (a schema 1 bundle and its schema 2 rewrite share engines). The engine cache,
+        the device's precision report and telemetry's bundle_hash key on it."""
         files = self.files
-        h = hashlib.sha256()
-        for rel in sorted(files):
-            h.update(f"{rel}:{files[rel].sha256}\n".encode())
-        return h.hexdigest()[:16]
+        said = {k: v for k, v in self.manifest.items() if k not in ("files", "schema_version")}
+        canonical = json.dumps({"files": {rel: files[rel].sha256 for rel in files}, "manifest": said},
+                               sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
+        return hashlib.sha256(canonical.encode()).hexdigest()[:16]
 
     def variants(self) -> List[str]:
         """The model variants the bundle lists and holds."""

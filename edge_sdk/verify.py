@@ -19,14 +19,15 @@ most `max_abs_err` when given.
 """
 from __future__ import annotations
 
-import zipfile
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Dict, List, Optional, Sequence
 
 import numpy as np
 
 from edge_sdk.errors import BundleError, ConfigError
 from edge_sdk.manifest import REFERENCE, Bundle
+from edge_sdk.npyfile import ArrayHeader, fits, npz_headers, read_npz
 from edge_sdk.preprocess import Transform
 
 REFERENCES = ("auto", "onnxruntime", "bundle")
@@ -35,6 +36,11 @@ DEFAULT_MIN_COSINE = 0.99  # the builder's gate on models without a decoder
 MAX_IMAGES = 256
 _INPUT_DTYPES = ("uint8", "float16", "float32")
 _OUTPUT_DTYPES = ("float16", "float32")
+_FLOAT_DTYPES = ("float16", "float32", "float64")
+MAX_OUTPUTS = 64
+# What reference.npz may hold once decompressed: the gate inputs (at most MAX_IMAGES) and FP32's
+# outputs on them. Checked from the arrays' headers before any is read.
+REFERENCE_MAX_BYTES = 1 << 30
 
 
 def missing_reference(bundle: Bundle, why: str) -> BundleError:
@@ -67,37 +73,32 @@ def load_reference(bundle: Bundle) -> GateReference:
     section = bundle.get("reference")
     if REFERENCE not in bundle.files:
         raise missing_reference(bundle, f"carries no {REFERENCE} (gate inputs and FP32 reference outputs)")
-    origin = f"{bundle.root / REFERENCE}"
-    try:
-        with np.load(str(bundle.root / REFERENCE), allow_pickle=False) as npz:
-            arrays = {k: npz[k] for k in npz.files}
-    except (OSError, ValueError, zipfile.BadZipFile, EOFError) as exc:
-        raise BundleError(f"{origin} is not a readable .npz ({exc}); rebuild the bundle") from None
-
-    def bad(what: str) -> BundleError:
-        return BundleError(f"{origin}: {what}; rebuild the bundle")
-
-    for key in ("inputs", "transforms", "output_names"):
-        if key not in arrays:
-            raise bad(f"no array {key!r}")
-    x, tr, names = arrays["inputs"], arrays["transforms"], arrays["output_names"]
+    path = bundle.root / REFERENCE
+    origin = str(path)
     spec = bundle.inputs[0] if bundle.inputs else None
     if spec is None:
         raise BundleError(f"the manifest of {bundle.root} lists no input; rebuild the bundle")
-    want = tuple(int(d) for d in spec.shape[1:])
-    if x.dtype.name not in _INPUT_DTYPES or x.ndim != 4 or tuple(x.shape[1:]) != want or not 1 <= x.shape[0] <= MAX_IMAGES:
-        raise bad(f"inputs are {x.dtype.name} {list(x.shape)}, expected (N <= {MAX_IMAGES}, {', '.join(map(str, want))}) "
-                  f"of {'/'.join(_INPUT_DTYPES)}")
+    headers = npz_headers(path, REFERENCE_MAX_BYTES, BundleError)
+    check_reference_headers(bundle, headers, origin)
+    names = read_npz(path, {"output_names": headers["output_names"]}, BundleError)["output_names"]
+    if names.ndim != 1 or names.dtype.kind != "U" or len(set(names.tolist())) != len(names) or not len(names):
+        raise _bad(origin, "output_names must be a list of distinct names")
+    output_names = [str(s) for s in names.tolist()]
+    listed = {o.get("name"): o.get("shape") for o in bundle.get("outputs") or [] if isinstance(o, dict)}
+    if listed and sorted(listed) != sorted(output_names):
+        raise _bad(origin, f"outputs {output_names} differ from the manifest's {list(listed)}")
+    for k, name in enumerate(output_names):  # each output of the manifest's shape, before it is read
+        want, got = listed.get(name), headers[f"output_{k}"].shape
+        if isinstance(want, list) and all(isinstance(d, int) and d > 0 for d in want[1:]) \
+                and list(got[1:]) != list(want[1:]):
+            raise _bad(origin, f"output_{k} ({name}) has shape {list(got)}, the manifest says {want} (rows: images)")
+    arrays = read_npz(path, headers, BundleError)
+    bad = partial(_bad, origin)
+    x, tr = arrays["inputs"], arrays["transforms"]
     n = int(x.shape[0])
     if tr.shape != (n, 6) or not np.issubdtype(tr.dtype, np.floating) or not np.isfinite(tr).all() \
             or (tr[:, [0, 1, 4, 5]] <= 0).any():
         raise bad(f"transforms must be ({n}, 6) finite floats with positive scales and frame sizes, got {list(tr.shape)}")
-    if names.ndim != 1 or names.dtype.kind != "U" or len(set(names.tolist())) != len(names) or not len(names):
-        raise bad("output_names must be a list of distinct names")
-    output_names = [str(s) for s in names.tolist()]
-    listed = [o.get("name") for o in bundle.get("outputs") or [] if isinstance(o, dict)]
-    if listed and sorted(listed) != sorted(output_names):
-        raise bad(f"outputs {output_names} differ from the manifest's {listed}")
     stacked = []
     for k, name in enumerate(output_names):
         out = arrays.get(f"output_{k}")
@@ -112,6 +113,39 @@ def load_reference(bundle: Bundle) -> GateReference:
         min_f1 = None
     dtypes = sorted({arrays[f"output_{k}"].dtype.name for k in range(len(output_names))})
     return GateReference(inputs, transforms, output_names, outputs, min_f1, dtypes)
+
+
+def _bad(origin: str, what: str) -> BundleError:
+    return BundleError(f"{origin}: {what}; rebuild the bundle")
+
+
+def check_reference_headers(bundle: Bundle, headers: Dict[str, ArrayHeader], origin: str) -> None:
+    """The arrays of reference.npz, from their headers (nothing read yet): `inputs` of the
+    manifest's input shape, `transforms`, `output_names` and one `output_k` per name with a row
+    per image, and nothing else. BundleError naming the array otherwise."""
+    bad = partial(_bad, origin)
+    for key in ("inputs", "transforms", "output_names"):
+        if key not in headers:
+            raise bad(f"no array {key!r}")
+    x, names = headers["inputs"], headers["output_names"]
+    want = tuple(int(d) for d in bundle.inputs[0].shape[1:])
+    if not fits(x, _INPUT_DTYPES, (None,) + want) or not 1 <= x.shape[0] <= MAX_IMAGES:
+        raise bad(f"inputs are {x.dtype.name} {list(x.shape)}, expected (N <= {MAX_IMAGES}, {', '.join(map(str, want))}) "
+                  f"of {'/'.join(_INPUT_DTYPES)}")
+    n = x.shape[0]
+    if not fits(headers["transforms"], _FLOAT_DTYPES, (n, 6)):
+        raise bad(f"transforms must be ({n}, 6) floats, got {headers['transforms'].dtype.name} {list(headers['transforms'].shape)}")
+    if names.dtype.kind != "U" or len(names.shape) != 1 or not 1 <= names.shape[0] <= MAX_OUTPUTS \
+            or names.nbytes > MAX_OUTPUTS * 4096:
+        raise bad(f"output_names must be a list of 1 to {MAX_OUTPUTS} names")
+    outputs = [f"output_{k}" for k in range(names.shape[0])]
+    for key in outputs:
+        out = headers.get(key)
+        if out is None or out.dtype.name not in _OUTPUT_DTYPES or len(out.shape) < 1 or out.shape[0] != n:
+            raise bad(f"{key} must be float16/float32 with {n} rows")
+    extra = sorted(set(headers) - {"inputs", "transforms", "output_names"} - set(outputs))
+    if extra:
+        raise bad(f"unexpected arrays {extra}")
 
 
 def gate_threshold(bundle: Bundle, reference: Optional[GateReference] = None) -> float:

@@ -189,3 +189,24 @@ def test_the_bundle_hash_follows_the_content(tmp_path: Path) -> None:
     assert Bundle.load(make_bundle(tmp_path / "b", {"model.onnx": OTHER})).hash != a
     assert Bundle.load(make_bundle(tmp_path / "c", {"model.onnx": MODEL, "calib.cache": b"x"})).hash != a
     assert len(a) == 16 and a != hashlib.sha256(b"").hexdigest()[:16]
+
+
+@pytest.mark.parametrize("field, value", [
+    ("decoder", {"type": "centerface", "score_threshold": 0.9}),
+    ("inputs", [{"name": "input", "shape": [1, 3, 32, 32], "mean": [1, 2, 3]}]),
+    ("int8", {"fallback_layers": {"conv_0": "fp32"}}),
+    ("calibration", {"algorithm": "minmax"}),
+])
+def test_a_changed_manifest_is_another_bundle_and_another_engine(tmp_path: Path, field: str, value: Any) -> None:
+    """The same files under a manifest that says something else (a tampered threshold, mean,
+    fallback layer, calibration algorithm) get another hash, so another engine cache entry."""
+    from edge_sdk.trt.cache import EngineKey
+
+    a = Bundle.load(make_bundle(tmp_path / "a"))
+    b = Bundle.load(make_bundle(tmp_path / "b", **{field: value}))
+    assert b.files == a.files and b.hash != a.hash
+    assert EngineKey(a.hash, "8.5.2.2", "7.2", "fp16").filename != EngineKey(b.hash, "8.5.2.2", "7.2", "fp16").filename
+    # the same content written with other key order and spacing is the same bundle
+    data = json.loads((tmp_path / "b" / "manifest.json").read_text())
+    (tmp_path / "b" / "manifest.json").write_text(json.dumps(dict(reversed(list(data.items()))), indent=4))
+    assert Bundle.load(tmp_path / "b").hash == b.hash

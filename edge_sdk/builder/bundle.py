@@ -79,7 +79,9 @@ def foreign_content(folder: Path) -> Optional[str]:
         return f"no {MANIFEST}"
     try:
         with open(manifest, "rb") as f:
-            listed = set(file_entries(parse_manifest(f.read(MANIFEST_MAX_BYTES + 1), str(manifest)), str(manifest)))
+            # a bundle whose other fields this version refuses is still a bundle: it may be replaced
+            listed = set(file_entries(parse_manifest(f.read(MANIFEST_MAX_BYTES + 1), str(manifest), fields=False),
+                                      str(manifest)))
     except (OSError, BundleError) as exc:
         reason = str(exc)
         reason = reason[: -len("; rebuild the bundle")] if reason.endswith("; rebuild the bundle") else reason

@@ -102,16 +102,17 @@ class RunningModel:
         """Run `new` from the next frame on, in the running mode with the kept thresholds; the
         returned Event is set once the pipeline uses the new detector, and the replaced model is
         closed by `retire_unused` after that. If no detector can be built for `new` (it does not
-        fit the mode), `new` is closed, the old model keeps running, and the error is raised."""
+        fit the mode, or the pipeline cannot make its buffers), `new` is closed, the old model and
+        detector keep running, and the error is raised, whatever its type."""
         try:
             detector = make_detector(self.mode, new, self.roi, self.overrides)
+            done = self._install(detector)
         except BaseException:
             self.reload_failures += 1
             new.close()
             raise
         with self._lock:
             old, self.model = self.model, new
-        done = self._install(detector)
         self.reloads += 1
         if old is not None:
             self.retiring.append(old)
@@ -152,15 +153,21 @@ class RunningModel:
         return self.detector
 
     def _install(self, detector: Detector) -> threading.Event:
-        with self._lock:
-            old, self.detector = self.detector, detector
-        if old is not None:
-            self.retiring_detectors.append(old)
+        """Hand `detector` to the pipeline; when the pipeline refuses it (its buffers cannot be
+        made), `detector` is closed, the running one stays, and the error is raised."""
         if self.pipeline is None:
             done = threading.Event()
             done.set()
         else:
-            done = self.pipeline.swap_detector(detector)
+            try:
+                done = self.pipeline.swap_detector(detector)
+            except BaseException:
+                self._close_all([], [detector])
+                raise
+        with self._lock:
+            old, self.detector = self.detector, detector
+        if old is not None:
+            self.retiring_detectors.append(old)
         self._installed = done
         return done
 

@@ -301,8 +301,11 @@ class Daemon:
         where = str(new.bundle.root) if new.bundle is not None else "a bundle"
         try:
             self.model.swap(new)
-        except EdgeSdkError as exc:  # the new model does not fit the running mode: the old one runs on
-            self._reload_result(None, exc, where)
+        except Exception as exc:  # noqa: BLE001 - nothing raised by a swap stops the running model: reported
+            if not isinstance(exc, EdgeSdkError):  # not one of ours (numpy, a backend): its traceback is logged
+                log.exception("swapping in %s failed", where)
+            self._reload_result(None, exc if isinstance(exc, EdgeSdkError) else
+                                RuntimeError(f"{type(exc).__name__}: {exc}"), where)
             return
         self._reload_result(new, None, where)
         self.publisher.set_status(self.status())

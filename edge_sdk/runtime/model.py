@@ -6,8 +6,8 @@
     model.close()                                     # once no detector uses it any more
 
 `load_model` does every step that can fail before anyone uses the model: the bundle's checks
-(sha256 of each file), one input, the decoder built for it, the backend activated, and a
-warm-up inference decoded, so a model whose outputs do not fit its decoder fails here. The
+(sha256 of each file, every manifest field), one input, the decoder built for it, the backend
+activated, its inputs and outputs compared with the manifest's, and a warm-up inference decoded, so a model whose outputs do not fit its decoder fails here. The
 pipeline loads its model this way, and so does the daemon's hot reload.
 """
 from __future__ import annotations
@@ -89,11 +89,28 @@ def load_model(
                   precision=str(getattr(runner, "precision", precision)),
                   precision_reason=str(getattr(runner, "precision_reason", "") or ""))
     try:
+        check_io(model)
         warm(model, decoder, warm_runs)
     except BaseException:
         model.close()
         raise
     return model
+
+
+def check_io(model: Model) -> None:
+    """The model the backend opened has the inputs (names, fixed dims) and the outputs (names)
+    its manifest lists: BundleError otherwise (edge_sdk.manifest_check.check_model_io)."""
+    from edge_sdk.manifest_check import check_model_io
+
+    backend = model.backend
+
+    def per_input(method: str) -> Optional[Dict[str, Any]]:  # what the backend tells of its inputs
+        of = getattr(backend, method, None)
+        return {name: of(name) for name in backend.input_names} if callable(of) else None
+
+    where = f"the {model.precision} model of {model.bundle.root}"
+    check_model_io(model.bundle, backend.input_names, backend.output_names, where,
+                   per_input("input_shape"), per_input("input_dtype"))
 
 
 def warm(model: Model, decoder: Any = None, runs: int = 2) -> None:

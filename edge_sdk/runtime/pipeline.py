@@ -127,6 +127,7 @@ class Pipeline:
         self._prepare: Optional[_Prepare] = None
         self._swap_lock = threading.Lock()
         self._pending: Optional[Detector] = None
+        self._pending_prepare: Optional[Tuple[Optional[_Prepare]]] = None  # made by swap_detector when capture ran
         self._swapped: Optional[threading.Event] = None
         self._iterating = False
         self._closed = False
@@ -293,10 +294,14 @@ class Pipeline:
     def swap_detector(self, detector: Detector) -> threading.Event:
         """Replace the detector between two frames (hot reload, `set mode`). The returned Event
         is set once the new detector is in use; the prediction cache is cleared at the same
-        moment. The caller owns the old detector (and its model) from then on."""
+        moment. The caller owns the old detector (and its model) from then on. The new detector's
+        preprocess buffers are made here, on the caller's thread: when that fails, the error is
+        raised to the caller and nothing is swapped."""
         done = threading.Event()
+        prepare = self._make_prepare(detector) if self._capture is not None else None
         with self._swap_lock:
             self._pending = detector
+            self._pending_prepare = (prepare,) if self._capture is not None else None
             self._swapped = done
         if not self._iterating:
             self._apply_swap()
@@ -304,8 +309,8 @@ class Pipeline:
 
     def _apply_swap(self) -> None:
         with self._swap_lock:
-            pending, done = self._pending, self._swapped
-            self._pending = self._swapped = None
+            pending, done, prepared = self._pending, self._swapped, self._pending_prepare
+            self._pending = self._swapped = self._pending_prepare = None
         if pending is None:
             return
         self._detector = pending
@@ -316,7 +321,7 @@ class Pipeline:
             self._cache.enabled = self.config.cache_enabled
         if self._capture is not None:
             # buffers for the new detector's input (allocated once per swap, not per frame)
-            self._prepare = self._make_prepare(pending)
+            self._prepare = prepared[0] if prepared is not None else self._make_prepare(pending)
         if done is not None:
             done.set()
 

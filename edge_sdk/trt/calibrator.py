@@ -34,6 +34,7 @@ from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from edge_sdk import npyfile
 from edge_sdk.errors import BackendError, CalibrationError, EdgeSdkError
 from edge_sdk.fsutil import atomic_write_bytes
 from edge_sdk.targets import trt_version_code
@@ -51,6 +52,9 @@ _HEADER = re.compile(r"^TRT-(\d+)-(\w+)$")
 
 CALIB_DIR = "calib"
 CALIB_CACHE = "calib.cache"
+# What one calibration file may hold once decompressed (the builder writes one sample a file);
+# checked from its header before it is read.
+CALIB_FILE_MAX_BYTES = 256 << 20
 
 
 def calibrator_for(algorithm: str) -> Tuple[str, str]:
@@ -83,16 +87,35 @@ def calibration_tensors(bundle_root: Path) -> List[Path]:
     return sorted(p for p in folder.iterdir() if p.suffix in (".npz", ".npy") and p.is_file())
 
 
-def load_tensor(path: Path) -> np.ndarray:
-    """One calibration file as stored: a `.npy` array, or the single array of a `.npz`."""
-    data = np.load(str(path), allow_pickle=False)
-    if isinstance(data, np.ndarray):
-        return data
-    with data:
-        names = list(data.keys())
-        if len(names) != 1:
-            raise ValueError(f"expected one array, found {len(names)}")
-        return data[names[0]]
+def load_tensor(path: Path, sample_shape: Optional[Sequence[int]] = None) -> np.ndarray:
+    """One calibration file as stored: a `.npy` array, or the single array of a `.npz`. Its
+    header is checked before anything is read (edge_sdk.npyfile): uint8 or float values within
+    CALIB_FILE_MAX_BYTES and, with `sample_shape`, of shape (k, *sample_shape) or sample_shape.
+    CalibrationError naming the file otherwise."""
+    path = Path(path)
+    if path.suffix == ".npy":
+        header = npyfile.npy_header(path, CALIB_FILE_MAX_BYTES, CalibrationError)
+        _check_tensor_header(path, header, sample_shape)
+        return npyfile.read_npy(path, header, CalibrationError)
+    headers = npyfile.npz_headers(path, CALIB_FILE_MAX_BYTES, CalibrationError)
+    if len(headers) != 1:
+        raise CalibrationError(f"calibration tensor {path} is unreadable (expected one array, found {len(headers)}); "
+                               "copy the bundle again")
+    header = next(iter(headers.values()))
+    _check_tensor_header(path, header, sample_shape)
+    return next(iter(npyfile.read_npz(path, headers, CalibrationError).values()))
+
+
+def _check_tensor_header(path: Path, header: npyfile.ArrayHeader, sample_shape: Optional[Sequence[int]]) -> None:
+    shape = header.shape
+    want = tuple(int(d) for d in sample_shape) if sample_shape is not None else None
+    wrong_shape = want is not None and shape != want and shape[1:] != want
+    if wrong_shape or not (header.dtype.kind == "f" or header.dtype == np.uint8):
+        expected = f"(k, {', '.join(map(str, want))})" if want is not None else "an array"
+        raise CalibrationError(
+            f"calibration tensor {path} has shape {shape} {header.dtype}, expected float or uint8 {expected} "
+            "matching the manifest input; rebuild the bundle"
+        )
 
 
 # --- device memory: the one place the calibrator touches CUDA --------------------------------
@@ -300,17 +323,9 @@ class CalibrationFeed:
     def _iter_samples(self):
         want = self.input_shape[1:]
         for path in self.tensors:
-            try:
-                arr = load_tensor(path)
-            except (OSError, ValueError, EOFError) as exc:
-                raise CalibrationError(f"calibration tensor {path} is unreadable ({exc}); copy the bundle again") from exc
+            arr = load_tensor(path, want)  # CalibrationError naming the file
             if arr.ndim == len(want):
                 arr = arr[None]
-            if tuple(arr.shape[1:]) != want or not (np.issubdtype(arr.dtype, np.floating) or arr.dtype == np.uint8):
-                raise CalibrationError(
-                    f"calibration tensor {path} has shape {arr.shape} {arr.dtype}, expected float or uint8 (k, {', '.join(map(str, want))}) "
-                    "matching the manifest input; rebuild the bundle"
-                )
             self.files_fed.append(path.name)
             for sample in arr:
                 yield sample  # next_batch copies it into the float32 host batch: uint8/float16 -> float32 is exact

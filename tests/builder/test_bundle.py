@@ -248,6 +248,18 @@ def test_a_bundle_of_an_earlier_schema_is_replaced(tmp_path: Path) -> None:
     assert Bundle.load(out).manifest["schema_version"] == 2 and (out / "model.onnx").read_bytes() != b"old model"
 
 
+def test_a_bundle_whose_fields_this_version_refuses_is_still_replaced(tmp_path: Path) -> None:
+    out = tmp_path / "b"
+    out.mkdir()
+    (out / "model.onnx").write_bytes(b"old model")
+    (out / "manifest.json").write_text(json.dumps({"schema_version": 2, "inputs": [{"name": "x", "pad_value": 300}],
+                                                   "files": {"model.onnx": sha256_file(out / "model.onnx")}}))
+    with pytest.raises(BundleError, match=r"inputs\[0\]\.pad_value"):
+        Bundle.load(out)
+    write_bundle(out, MANIFEST, {"fp32": make_detector()})
+    assert (out / "model.onnx").read_bytes() != b"old model"
+
+
 def test_a_mount_point_is_refused_before_any_work(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     out = tmp_path / "usb"
     out.mkdir()

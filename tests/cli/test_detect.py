@@ -137,3 +137,17 @@ def test_default_bundle_without_the_builder_says_how_to_get_one(tmp_path: Path, 
     monkeypatch.setattr(_imports, "available", lambda name: False if name == "onnx" else real(name))
     with pytest.raises(BundleError, match=r'pip install "edge-sdk\[host\]".*--bundle'):
         default_bundle.ensure_default_bundle("fp32", root=tmp_path / "default")
+
+
+@pytest.mark.parametrize("pad_value", [300, -1])
+def test_a_bundle_with_a_bad_manifest_field_exits_8_naming_it(bundle: Path, tmp_path: Path, pad_value: int) -> None:
+    import shutil
+
+    bad = Path(shutil.copytree(bundle, tmp_path / "bad"))
+    data = json.loads((bad / "manifest.json").read_text())
+    data["inputs"][0]["pad_value"] = pad_value  # the files keep their sha256
+    (bad / "manifest.json").write_text(json.dumps(data))
+    result = invoke("synthetic://faces", "--bundle", bad, "--max-frames", "2", "--threads", "1")
+    assert result.exit_code == 8, result.output
+    assert f"inputs[0].pad_value must be in 0..255, got {pad_value}" in result.output
+    assert str(bad / "manifest.json") in result.output and "Traceback" not in result.output

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -13,7 +14,10 @@ from typing import Any, Callable, Dict, Iterator, List
 
 import pytest
 
+from edge_sdk import manifest as manifest_mod
 from edge_sdk.daemon import Daemon
+from edge_sdk.manifest import Bundle
+from edge_sdk.preprocess import Preprocessor
 from edge_sdk.telemetry import schemas
 from edge_sdk.daemon.commands import sign
 from edge_sdk.validate import UntrustedInput, loads_untrusted
@@ -210,6 +214,68 @@ def test_every_failed_reload_raises_an_alert_and_answers_finally(models: Path, t
     assert len(raised) == 3
     for message in responses(log) + raised:
         assert schemas.errors(message) == []
+
+
+def with_manifest(root: Path, name: str, **changes: Any) -> Path:
+    """A copy of bundle `a` under `name` whose manifest's first input has `changes`: the files
+    keep their sha256, only manifest.json differs."""
+    shutil.copytree(root / "a", root / name)
+    data = json.loads((root / name / "manifest.json").read_text())
+    data["inputs"][0].update(changes)
+    (root / name / "manifest.json").write_text(json.dumps(data))
+    return root / name
+
+
+def reload_fails_and_the_old_model_runs_on(models: Path, tmp_path: Path, broker, message_log, bundle: str) -> str:
+    """Reload `bundle` by command: its final response, failed; the reload_failed alert raised; the
+    daemon still runs bundle a, frame after frame, and stops cleanly. Returns the error."""
+    log = message_log(broker.url, ["edge-sdk/cam-1/#"])
+    daemon = Daemon(config(models, tmp_path, broker.url))
+    running = Running(daemon)
+    try:
+        assert wait_until(lambda: daemon.frames > 0)
+        command(log, CMD, {"schema": "edge-sdk/cmd/1", "id": "r", "cmd": "reload", "args": {"bundle": bundle}})
+        assert log.wait(lambda m: any(r.get("final") and r["id"] == "r" for r in responses(log)), timeout=20), \
+            "no final response to the reload"
+        frames = daemon.frames
+        assert wait_until(lambda: daemon.frames > frames + 5), "the frame loop stopped"
+        assert daemon.model.describe()["bundle_hash"] == Bundle.load(models / "a").hash
+        assert log.wait(lambda m: any(a["alert"] == "reload_failed" and a["state"] == "raised" for a in log.on("alerts")))
+    finally:
+        assert running.stop() == 0
+    final = [r for r in responses(log) if r.get("final")]
+    assert len(final) == 1 and final[0]["ok"] is False, final
+    assert schemas.errors(final[0]) == []
+    assert daemon.model.reload_failures == 1 and daemon.model.reloads == 0
+    return final[0]["error"]
+
+
+@pytest.mark.parametrize("pad_value", [300, -1])
+def test_a_reload_to_a_manifest_with_a_bad_field_is_refused_by_name(models: Path, tmp_path: Path, broker, message_log,
+                                                                    pad_value: int) -> None:
+    with_manifest(models, f"pad{pad_value}", pad_value=pad_value)
+    error = reload_fails_and_the_old_model_runs_on(models, tmp_path, broker, message_log, f"pad{pad_value}")
+    assert f"inputs[0].pad_value must be in 0..255, got {pad_value}" in error
+    assert f"pad{pad_value}/manifest.json" in error
+
+
+def test_nothing_raised_while_swapping_stops_the_running_model(models: Path, tmp_path: Path, broker, message_log,
+                                                               monkeypatch) -> None:
+    # the manifest's checks turned off: the bad value reaches the swap, where building the new
+    # detector's buffers raises numpy's OverflowError (not one of the SDK's errors). numpy 1.x
+    # wraps 300 to 44 with a warning instead: there the preprocessor raises what numpy 2 raises.
+    monkeypatch.setattr(manifest_mod, "check_fields", lambda manifest, origin: None)
+    real_init = Preprocessor.__init__
+
+    def as_numpy_2(self: Preprocessor, spec: Any, batch: Any = None) -> None:
+        if not 0 <= spec.pad_value <= 255:
+            raise OverflowError(f"Python integer {spec.pad_value} out of bounds for uint8")
+        real_init(self, spec, batch)
+
+    monkeypatch.setattr(Preprocessor, "__init__", as_numpy_2)
+    with_manifest(models, "unchecked", pad_value=300)
+    error = reload_fails_and_the_old_model_runs_on(models, tmp_path, broker, message_log, "unchecked")
+    assert "OverflowError: Python integer 300 out of bounds" in error, error
 
 
 def test_a_second_daemon_with_the_same_id_refuses_to_start(models: Path, tmp_path: Path, broker, message_log,

@@ -133,6 +133,24 @@ def test_injected_detector_and_hot_swap() -> None:
     assert tags == [1] * 4 + [2] * 6 and first.frames == 4 and second.frames == 6
 
 
+def test_a_swap_whose_input_buffers_cannot_be_made_raises_to_the_caller_and_the_old_detector_runs_on() -> None:
+    from edge_sdk.preprocess import InputSpec
+
+    first, second = RecordingDetector(1), RecordingDetector(2)
+    spec = InputSpec(name="input", shape=[1, 3, 32, 32])
+    spec.dtype = "no-such-dtype"  # past the spec's own checks: numpy refuses it when the buffers are made
+    second.prepared_spec = spec
+    cfg = config(cache=CacheConfig(enabled=False), preprocess="capture")
+    with Pipeline(cfg, source=ListSource([scene(i) for i in range(10)]), detector=first) as pipeline:
+        tags = []
+        for result in pipeline:
+            tags.append(result.info["detector"])
+            if result.index == 3:
+                with pytest.raises(TypeError):
+                    pipeline.swap_detector(second)
+    assert tags == [1] * 10 and second.frames == 0 and pipeline.detector is first
+
+
 def test_tiles_mode_plugs_in_the_roi_strategy(tiny_bundle: Path) -> None:
     from edge_sdk.runtime.detector import FullFrameDetector
 

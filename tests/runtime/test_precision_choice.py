@@ -233,15 +233,7 @@ def test_auto_table(tmp_path: Path, model: Path, backend: str, variants: List[st
          "f1_vs_fp32 0.9100 < 0.97 on the gate images"),
         ({"int8": {"gate": {"passed": True, "metric": "cosine", "value": 0.995, "threshold": 0.99}}},
          "cosine 0.9950 >= 0.99 on the gate images"),
-        # hostile or malformed entries: nothing, or what is still well formed, never a crash
-        ({"int8": {"gate": {"passed": "yes", "metric": "f1_vs_fp32", "value": 0.99, "threshold": 0.97}, "cosine": 0.9}},
-         "cosine 0.9000"),
-        ({"int8": {"gate": {"passed": True, "metric": "<script>", "value": 0.99, "threshold": 0.97}}}, ""),
-        ({"int8": {"gate": {"passed": True, "metric": "f1_vs_fp32", "value": "0.99", "threshold": 0.97}}}, ""),
-        ({"int8": {"f1_vs_fp32": True}}, ""),
         ({"int8": {"f1_vs_fp32": None, "cosine": 0.5}}, "cosine 0.5000"),
-        ({"int8": "great"}, ""),
-        (["int8"], ""),
         (None, ""),
     ],
 )
@@ -250,7 +242,28 @@ def test_accuracy_note(tmp_path: Path, model: Path, accuracy: Any, note: str) ->
     assert bundle.accuracy_note("int8") == note
 
 
-@pytest.mark.parametrize("recorded", ["fp8", None, "best", "auto"])
+@pytest.mark.parametrize(
+    "accuracy, message",
+    [
+        # hostile or malformed entries: refused when the bundle loads, naming the field
+        ({"int8": {"gate": {"passed": "yes", "metric": "f1_vs_fp32", "value": 0.99, "threshold": 0.97}, "cosine": 0.9}},
+         "accuracy.int8.gate.passed must be true or false"),
+        ({"int8": {"gate": {"passed": True, "metric": "<script>", "value": 0.99, "threshold": 0.97}}},
+         "accuracy.int8.gate.metric must be one of"),
+        ({"int8": {"gate": {"passed": True, "metric": "f1_vs_fp32", "value": "0.99", "threshold": 0.97}}},
+         "accuracy.int8.gate.value must be a number"),
+        ({"int8": {"f1_vs_fp32": True}}, "accuracy.int8.f1_vs_fp32 must be a number"),
+        ({"int8": "great"}, "accuracy.int8 must be a JSON object"),
+        (["int8"], "accuracy must be a JSON object"),
+    ],
+)
+def test_a_malformed_accuracy_entry_is_a_bundle_error_naming_it(tmp_path: Path, model: Path, accuracy: Any,
+                                                                message: str) -> None:
+    with pytest.raises(BundleError, match=message):
+        make_bundle(tmp_path / "b", model, ["fp32", "int8"], {"precision": "int8", "accuracy": accuracy})
+
+
+@pytest.mark.parametrize("recorded", [None, "best"])
 def test_a_gated_choice_that_is_no_variant_is_ignored(tmp_path: Path, model: Path, recorded: Any) -> None:
     bundle = make_bundle(tmp_path / "b", model, ["fp32", "fp16"], {"precision": recorded})
     assert bundle.gated_precision is None
@@ -266,6 +279,8 @@ def test_a_gated_choice_that_is_no_variant_is_ignored(tmp_path: Path, model: Pat
         ({"variants": [["int8"]]}, r"variants must be a list of variant names, got \[\['int8'\]\]"),
         ({"variants": 3}, "variants must be a list of variant names, got 3"),
         ({"variants": "fp32"}, "variants must be a list of variant names, got 'fp32'"),
+        ({"precision": "fp8"}, "precision must be one of 'fp32', 'fp16', 'int8', 'best', got 'fp8'"),
+        ({"precision": "auto"}, "precision must be one of 'fp32', 'fp16', 'int8', 'best', got 'auto'"),
     ],
 )
 def test_a_malformed_choice_is_a_bundle_error_naming_the_key(tmp_path: Path, model: Path, manifest: Dict[str, Any],

@@ -183,6 +183,12 @@ class OnnxRuntimeBackend(Backend):
             raise BackendError("activate the backend first")
         return list(self._input_shapes[name or self.input_names[0]])
 
+    def input_dtype(self, name: Optional[str] = None) -> np.dtype:
+        """The element type of an input, as the model declares it."""
+        if not self.is_active:
+            raise BackendError("activate the backend first")
+        return np.dtype(self._input_dtypes[name or self.input_names[0]])
+
     def _check(self, name: str, arr: Any) -> np.ndarray:
         if name not in self._input_dtypes:
             raise BackendError(f"unknown model input {name!r}; the model's inputs are {self.input_names}")
