@@ -52,6 +52,7 @@ def assemble(config: BuildConfig, target: Target, inputs: ModelInputs, graph: Di
         "inputs": [inputs.spec.to_dict()],
         "outputs": [_output_entry(o) for o in fp32.graph.output],
         "decoder": inputs.decoder_spec or {},
+        "provenance": inputs.provenance.to_dict(),
         "precision": variants.precision,
         "requested_precision": config.precision,
         "variants": sorted(variants.models, key=PRECISIONS.index),
