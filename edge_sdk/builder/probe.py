@@ -308,7 +308,7 @@ class ProbeResult:
                     f"and the detections agree with the model")
         else:
             lead = f"{alt.name} fits the model clearly better than the configured {conf.name}"
-        ratio = f" ({alt.detections / conf.detections:.1f}x)" if conf.detections else ""
+        ratio = f" ({alt.detections / conf.detections:.1f}x)" if 0 < conf.detections <= alt.detections else ""
         numbers = (f"on {self.images} images it finds {alt.detections} vs {conf.detections} detections{ratio}, "
                    f"mean top score {alt.mean_top_score:.2f} vs {conf.mean_top_score:.2f}")
         p = alt.pairs or Pairs()
@@ -326,10 +326,15 @@ class ProbeResult:
                                         ("scale", alt.spec.scale != conf.spec.scale or alt.spec.mean != conf.spec.mean))
                    if differs]
         where = ", ".join(f"{k} from {origins[k]}" for k in changed if origins and k in origins)
+        if conf.spurious:
+            outcome = "fires on noise, and every variant of the bundle would agree with that noise"
+        elif conf.detections == 0:
+            outcome = "finds nothing"
+        else:
+            outcome = "misses objects and scores the rest lower"
         return (f"preprocessing probe (confidence high): {lead}: {numbers}. Under {conf.name}"
-                f"{f' ({where})' if where else ''} the model detects nothing real, and every variant of the bundle "
-                f"would agree with that noise. {fix_hint(alt, conf, source)}; or, if the images are not what the model "
-                "sees, build anyway with --force-preprocessing")
+                f"{f' ({where})' if where else ''} the model {outcome}. {fix_hint(alt, conf, source)}; or, if the "
+                "images are not what the model sees, build anyway with --force-preprocessing")
 
     def to_dict(self) -> Dict[str, Any]:
         conf = self.configured

@@ -135,7 +135,7 @@ def test_red_detector_fed_bgr_finds_nothing_and_the_probe_refuses_with_the_numbe
     assert message.startswith("preprocessing probe (confidence high): the configured BGR, 0..1 finds nothing on any of 8 "
                               "images, and RGB, 0..1 finds objects on 8 of them and none of the pixel-shuffled controls")
     assert "on 8 images it finds 24 vs 0 detections" in message
-    assert "Under BGR, 0..1 (color from flag: --color) the model detects nothing real" in message
+    assert "Under BGR, 0..1 (color from flag: --color) the model finds nothing" in message
     assert 'set [input] color = "RGB" in /project/edge.toml (or pass --color RGB)' in message
     assert message.endswith("build anyway with --force-preprocessing")
     assert "mean = " not in message  # the pixel range was right: only the colour order is named
