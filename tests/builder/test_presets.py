@@ -229,3 +229,74 @@ def test_manifest_with_bad_input_or_provenance_is_a_bundle_error(extra: Dict[str
 def test_build_config_rejects_bad_placement_directly() -> None:
     with pytest.raises(ConfigError, match="placement"):
         BuildConfig(placement="left")
+
+
+# --- a YOLOX-layout model built with nothing but its decoder --------------------------------------
+
+
+def make_yolox_red() -> onnx.ModelProto:
+    """A one-class head in YOLOX's export layout, output [1, cells, 4 + 1 + 1] = (raw x, y, w, h,
+    objectness, class score), undecoded, one stride-8 level on a 96x128 input (the probe tests'
+    grid). Objectness = sigmoid(20 * (mean ch2 - mean ch0) / 255 - 6): a red cell fed as YOLOX is
+    fed (BGR 0..255) lights up; fed RGB, or in 0..1, nothing does."""
+    from test_probe import CELLS, GRID_H, GRID_W, NET_H, NET_W, STRIDE
+
+    w = np.zeros((1, 3, STRIDE, STRIDE), np.float32)
+    w[0, 2], w[0, 0] = 20.0 / (255 * STRIDE ** 2), -20.0 / (255 * STRIDE ** 2)
+    rows = np.zeros((1, CELLS, 4), np.float32)
+    rows[..., :2] = 0.5  # the centre of each cell; w = h = exp(0) * stride
+    n = helper.make_node
+    nodes = [
+        n("Conv", ["images", "w", "b"], ["logit"], kernel_shape=[STRIDE, STRIDE], strides=[STRIDE, STRIDE]),
+        n("Sigmoid", ["logit"], ["obj_map"]),
+        n("Reshape", ["obj_map", "shape"], ["obj"]),
+        n("Concat", ["rows", "obj", "cls"], ["output"], axis=2),
+    ]
+    inits = [helper.make_tensor("w", TensorProto.FLOAT, w.shape, w.ravel()),
+             helper.make_tensor("b", TensorProto.FLOAT, [1], [-6.0]),
+             helper.make_tensor("shape", TensorProto.INT64, [3], [1, CELLS, 1]),
+             helper.make_tensor("rows", TensorProto.FLOAT, rows.shape, rows.ravel()),
+             helper.make_tensor("cls", TensorProto.FLOAT, [1, CELLS, 1], np.ones(CELLS, np.float32))]
+    assert GRID_H * GRID_W == CELLS
+    graph = helper.make_graph(nodes, "yolox_red", [helper.make_tensor_value_info("images", TensorProto.FLOAT, [1, 3, NET_H, NET_W])],
+                              [helper.make_tensor_value_info("output", TensorProto.FLOAT, [1, CELLS, 6])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    return model
+
+
+def _yolox_build(tmp_path: Path, *extra: str):
+    from typer.testing import CliRunner
+
+    from edge_sdk.cli import app
+    from test_probe import write_square_images
+
+    model = tmp_path / "yolox_red.onnx"
+    onnx.save(make_yolox_red(), str(model))
+    calib = write_square_images(tmp_path / "calib", 8, seed=5)
+    decoder = json.dumps({"type": "yolox", "strides": [8], "num_classes": 1, "score_threshold": 0.5})
+    args = ["build", str(model), "--out", str(tmp_path / "bundle"), "--decoder", decoder, "--calib", str(calib),
+            "--precision", "fp32", *extra]
+    return CliRunner().invoke(app, args, env={"COLUMNS": "200"})
+
+
+def test_yolox_layout_builds_with_its_decoder_alone_and_finds_its_objects(tmp_path: Path) -> None:
+    from edge_sdk.manifest import Bundle
+
+    result = _yolox_build(tmp_path)
+    assert result.exit_code == 0, result.output
+    manifest = Bundle.load(tmp_path / "bundle").manifest
+    spec = InputSpec.from_dict(manifest["inputs"][0])
+    assert (spec.color, spec.scale, spec.placement, spec.pad_value) == ("BGR", [1.0] * 3, "top-left", 114)
+    assert manifest["provenance"]["preset"]["name"] == "yolox"
+    probe = manifest["preprocess_probe"]
+    assert probe["verdict"] == "configured" and probe["configured"] == "BGR, 0..255"
+    assert next(c for c in probe["candidates"] if c["configured"])["detections"] == 8 * 3  # every red square
+
+
+def test_yolox_layout_forced_to_rgb_stops_the_build(tmp_path: Path) -> None:
+    result = _yolox_build(tmp_path, "--color", "RGB")
+    assert result.exit_code == 6, result.output
+    text = " ".join(result.output.split())
+    assert "preprocessing probe (confidence high): the configured RGB, 0..255 finds nothing" in text
+    assert 'set [input] color = "BGR"' in text
