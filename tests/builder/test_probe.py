@@ -417,6 +417,8 @@ def test_json_summary_carries_the_probe_and_its_warning(tmp_path: Path, red_mode
     summary = json.loads(result.stdout)
     assert summary["preprocess_probe"]["verdict"] == "alternative"
     assert summary["preprocess_probe"]["confidence"] == "high"
+    assert summary["provenance"]["input"]["color"] == "flag: --color"
+    assert summary["provenance"]["preset"]["name"] == "ultralytics"  # --decoder yolov8 implies it
     assert summary["preprocess_probe"]["images"] == 8  # an FP32 build probes on the --calib folder
     assert [w for w in summary["warnings"] if w.startswith("preprocessing probe: the configured BGR, 0..1 finds nothing")]
 
