@@ -59,6 +59,8 @@ def resolve_model(config: BuildConfig, cache_dir: Optional[Path], progress: Buil
         meta = presets.ModelMetadata()
     else:
         meta = presets.read_metadata(model, str(path))
+        for why in meta.ignored.values():
+            progress.warn(f"{why} (left out: not an Ultralytics export)")
         outputs = [(o.name, graph_mod.input_dims(o)) for o in model.graph.output]
         choice = presets.choose(meta, outputs, None if config.decoder is None else str(config.decoder.get("type")))
     provenance.preset = choice.to_dict()

@@ -80,6 +80,7 @@ class ModelMetadata:
     batch: Optional[int] = None
     half: Optional[bool] = None
     nms: Optional[bool] = None
+    ignored: Dict[str, str] = field(default_factory=dict)  # key → why (another exporter's malformed key)
 
     @property
     def ultralytics(self) -> bool:
@@ -104,46 +105,67 @@ class ModelMetadata:
 
 
 def read_metadata(model: Any, origin: str = "the model") -> ModelMetadata:
-    """Parse `model.metadata_props`. Unknown keys are kept in `props` only; a known key with a
-    value of the wrong form is a ModelError naming the key, the value and the override."""
+    """Parse `model.metadata_props`. Unknown keys are kept in `props` only. A known key with a
+    value of the wrong form is a ModelError naming the key, the value and the override in an
+    Ultralytics export (whose exporter writes these keys); other exporters' keys of the same name
+    are left out (`ignored`), and the preset does not rest on them."""
     props = {p.key: p.value for p in getattr(model, "metadata_props", [])}
     meta = ModelMetadata(props=props)
     meta.author = props.get("author")
     meta.task = props.get("task")
-    if "imgsz" in props:
-        value = _literal(props, "imgsz", origin, "--input-size WxH")
-        if isinstance(value, int) and not isinstance(value, bool):
-            value = [value, value]
-        if not (isinstance(value, (list, tuple)) and len(value) == 2 and all(_positive_int(v) for v in value)):
-            raise _bad(origin, "imgsz", props["imgsz"], "[height, width] with positive integers", "--input-size WxH")
-        meta.imgsz = (int(value[1]), int(value[0]))
-    if "names" in props:
-        value = _literal(props, "names", origin, "--decoder '{\"type\": ..., \"num_classes\": N}'")
-        if isinstance(value, (list, tuple)):
-            value = dict(enumerate(value))
-        if not (isinstance(value, dict) and value and all(_non_negative_int(k) for k in value)
-                and all(isinstance(v, str) for v in value.values())):
-            raise _bad(origin, "names", props["names"], "a dict of class index to name, e.g. {0: 'person'}",
-                       "--decoder '{\"type\": ..., \"num_classes\": N}'")
-        meta.names = {int(k): str(v) for k, v in sorted(value.items())}
-    for key in ("stride", "batch"):
-        if key in props:
-            value = _literal(props, key, origin, "--input-size WxH")
-            if not _positive_int(value):
-                raise _bad(origin, key, props[key], "a positive integer", "--input-size WxH")
-            setattr(meta, key, int(value))
-    args = _literal(props, "args", origin, "--decoder") if "args" in props else {}
+    strict = (meta.author or "").strip().lower().startswith("ultralytics")
+    for key, parse in (("imgsz", _imgsz), ("names", _names), ("stride", _count), ("batch", _count), ("args", _flags)):
+        if key not in props and not (key == "args" and ("half" in props or "nms" in props)):
+            continue
+        try:
+            parse(meta, key, props, origin)
+        except ModelError as exc:
+            if strict:
+                raise
+            meta.ignored[key] = str(exc)
+    return meta
+
+
+def _imgsz(meta: ModelMetadata, key: str, props: Mapping[str, str], origin: str) -> None:
+    value = _literal(props, key, origin, "--input-size WxH")
+    if isinstance(value, int) and not isinstance(value, bool):
+        value = [value, value]
+    if not (isinstance(value, (list, tuple)) and len(value) == 2 and all(_positive_int(v) for v in value)):
+        raise _bad(origin, key, props[key], "[height, width] with positive integers", "--input-size WxH")
+    meta.imgsz = (int(value[1]), int(value[0]))
+
+
+def _names(meta: ModelMetadata, key: str, props: Mapping[str, str], origin: str) -> None:
+    override = "--decoder '{\"type\": ..., \"num_classes\": N}'"
+    value = _literal(props, key, origin, override)
+    if isinstance(value, (list, tuple)):
+        value = dict(enumerate(value))
+    if not (isinstance(value, dict) and value and all(_non_negative_int(k) for k in value)
+            and all(isinstance(v, str) for v in value.values())):
+        raise _bad(origin, key, props[key], "a dict of class index to name, e.g. {0: 'person'}", override)
+    meta.names = {int(k): str(v) for k, v in sorted(value.items())}
+
+
+def _count(meta: ModelMetadata, key: str, props: Mapping[str, str], origin: str) -> None:
+    value = _literal(props, key, origin, "--input-size WxH")
+    if not _positive_int(value):
+        raise _bad(origin, key, props[key], "a positive integer", "--input-size WxH")
+    setattr(meta, key, int(value))
+
+
+def _flags(meta: ModelMetadata, key: str, props: Mapping[str, str], origin: str) -> None:
+    """`args` (newer exports) and `half` / `nms` written on their own (older ones)."""
+    args = _literal(props, key, origin, "--decoder") if key in props else {}
     if not isinstance(args, dict):
-        raise _bad(origin, "args", props["args"], "a dict of export arguments", "--decoder")
-    for key in ("half", "nms"):
-        raw = props.get(key, args.get(key))
+        raise _bad(origin, key, props[key], "a dict of export arguments", "--decoder")
+    for flag in ("half", "nms"):
+        raw = props.get(flag, args.get(flag))
         if raw is None:
             continue
-        value = _literal({key: raw}, key, origin, "--decoder") if isinstance(raw, str) else raw
+        value = _literal({flag: raw}, flag, origin, "--decoder") if isinstance(raw, str) else raw
         if not isinstance(value, bool):
-            raise _bad(origin, key, raw, "True or False", "--decoder")
-        setattr(meta, key, value)
-    return meta
+            raise _bad(origin, flag, raw, "True or False", "--decoder")
+        setattr(meta, flag, value)
 
 
 def _literal(props: Mapping[str, Any], key: str, origin: str, override: str) -> Any:

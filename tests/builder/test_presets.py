@@ -83,6 +83,25 @@ def test_malformed_metadata_is_a_model_error_naming_the_key(key: str, value: str
         presets.read_metadata(head_model(dict(ULTRALYTICS_META, **{key: value}), [1, 7, 2100]))
 
 
+def test_another_exporters_keys_of_the_same_name_are_left_out_not_fatal() -> None:
+    meta = presets.read_metadata(head_model({"imgsz": "640x640", "names": "person,car", "producer": "x"}, [1, 7, 2100]))
+    assert (meta.imgsz, meta.names, meta.ultralytics) == (None, None, False)
+    assert set(meta.ignored) == {"imgsz", "names"}
+
+
+def test_left_out_metadata_is_a_build_warning(tmp_path: Path) -> None:
+    path = tmp_path / "model.onnx"
+    onnx.save(head_model({"imgsz": "640x640"}, [1, 10, 4], [1, 3, 32, 32]), str(path))
+    progress = BuildProgress(quiet=True)
+    resolve_model(make_config({"model": path}, project_dir=tmp_path), None, progress)
+    assert [w for w in progress.warnings if "metadata 'imgsz' is '640x640'" in w and "left out" in w]
+
+
+def test_half_written_on_its_own_by_older_exports() -> None:
+    meta = presets.read_metadata(head_model(dict(ULTRALYTICS_META, half="False"), [1, 7, 2100]))
+    assert meta.half is False and meta.nms is None
+
+
 @pytest.mark.parametrize("dims, classes, kind", [
     ([1, 7, 2100], 3, "yolov8"),            # [N, 4 + C, boxes]
     (["batch", 7, "anchors"], 3, "yolov8"),
