@@ -16,6 +16,10 @@ from edge_sdk.errors import ConfigError, SourceError
 from edge_sdk.images import read_image
 
 RESIZE_MODES = ("letterbox", "stretch")
+# Where a letterboxed frame lies in the network input. "center": padded evenly on both sides
+# (Ultralytics' LetterBox, auto=False). "top-left": padded on the right and bottom only (YOLOX's
+# preproc: ratio min(h / ih, w / iw), the resized image at [0, 0] of a canvas of 114).
+PLACEMENTS = ("center", "top-left")
 # How a frame is resampled to the network size. "linear": cv2.INTER_LINEAR, what the usual
 # inference code does (cv2.dnn.blobFromImage, Ultralytics' LetterBox), about 0.5 ms from 1080p
 # to 640x384 on one x86 core. "area": cv2.INTER_AREA when the frame shrinks, INTER_LINEAR when it
@@ -40,6 +44,7 @@ class InputSpec:
     resize: str = "letterbox"
     pad_value: int = 0
     interpolation: str = "linear"
+    placement: str = "center"
 
     def __post_init__(self) -> None:
         self.shape = [int(v) for v in self.shape]
@@ -51,6 +56,10 @@ class InputSpec:
             raise ConfigError(f"input color must be one of {COLORS}, got {self.color!r}")
         if self.resize not in RESIZE_MODES:
             raise ConfigError(f"input resize must be one of {RESIZE_MODES}, got {self.resize!r}")
+        if self.placement not in PLACEMENTS:
+            raise ConfigError(f"input placement must be one of {PLACEMENTS}, got {self.placement!r}")
+        if isinstance(self.pad_value, bool) or not isinstance(self.pad_value, int) or not 0 <= self.pad_value <= 255:
+            raise ConfigError(f"input pad_value must be a grey level 0..255 (an integer), got {self.pad_value!r}")
         if self.interpolation not in INTERPOLATIONS:
             raise ConfigError(f"input interpolation must be one of {INTERPOLATIONS}, got {self.interpolation!r}")
         if self.dtype not in ("float32", "float16"):
@@ -82,6 +91,7 @@ class InputSpec:
             "resize": self.resize,
             "pad_value": self.pad_value,
             "interpolation": self.interpolation,
+            "placement": self.placement,
         }
 
     @classmethod
@@ -131,15 +141,20 @@ class Transform:
         return out
 
 
-def plan_transform(frame_w: int, frame_h: int, net_w: int, net_h: int, resize: str = "letterbox") -> Tuple[Transform, Tuple[int, int, int, int]]:
-    """Return the transform and the (x, y, w, h) region of the network input the frame fills."""
+def plan_transform(frame_w: int, frame_h: int, net_w: int, net_h: int, resize: str = "letterbox",
+                   placement: str = "center") -> Tuple[Transform, Tuple[int, int, int, int]]:
+    """Return the transform and the (x, y, w, h) region of the network input the frame fills:
+    letterboxed `placement` "center" or "top-left" (see PLACEMENTS), or stretched."""
     if resize == "stretch":
         return Transform(net_w / frame_w, net_h / frame_h, 0.0, 0.0, frame_w, frame_h), (0, 0, net_w, net_h)
     r = min(net_w / frame_w, net_h / frame_h)
-    w = max(1, min(net_w, int(round(frame_w * r))))
-    h = max(1, min(net_h, int(round(frame_h * r))))
-    x = (net_w - w) // 2
-    y = (net_h - h) // 2
+    if placement == "center":
+        w = max(1, min(net_w, int(round(frame_w * r))))
+        h = max(1, min(net_h, int(round(frame_h * r))))
+    else:  # YOLOX's preproc truncates: (int(iw * r), int(ih * r))
+        w = max(1, min(net_w, int(frame_w * r)))
+        h = max(1, min(net_h, int(frame_h * r)))
+    x, y = ((net_w - w) // 2, (net_h - h) // 2) if placement == "center" else (0, 0)
     return Transform(w / frame_w, h / frame_h, float(x), float(y), frame_w, frame_h), (x, y, w, h)
 
 
@@ -172,7 +187,8 @@ class Preprocessor:
 
     def _plan_for(self, w: int, h: int) -> Tuple[Transform, Tuple[int, int, int, int]]:
         if self._plan_key != (w, h):
-            self._plan = plan_transform(w, h, self.spec.width, self.spec.height, self.spec.resize)
+            self._plan = plan_transform(w, h, self.spec.width, self.spec.height, self.spec.resize,
+                                        self.spec.placement)
             self._plan_key = (w, h)
             self._canvas[...] = self.spec.pad_value
         assert self._plan is not None

@@ -4,6 +4,11 @@ compare it with FP32, per output tensor (max/mean absolute error, cosine) and pe
 
 In the spirit of Polygraphy's comparator: a runner per variant, the same inputs for all, one
 report of the differences.
+
+Agreement with FP32 means something only when FP32 itself finds objects. The reference also runs
+FP32 on pixel-shuffled copies of the first gate images (the probe's controls: the same values, no
+objects); when FP32 fires on them as the probe's spurious rule says (:func:`~edge_sdk.builder.probe.is_spurious`),
+its detections are noise and the gate refuses to call a variant's agreement with them a pass.
 """
 from __future__ import annotations
 
@@ -167,8 +172,30 @@ class Reference:
         self.transforms = transforms
         self.decoder = decoder
         self.output_names = [o.name for o in model.graph.output]
+        self._model = model
         self.outputs = run_model(model, input_name, tensors, progress)
         self.detections = decode_all(decoder, self.outputs, transforms) if decoder is not None else None
+
+    def noise(self) -> Optional[str]:
+        """Why FP32's detections on these images are noise (it fires on their pixel-shuffled copies,
+        :func:`control_tensors`), in words; None when they are not, or there is no decoder. Run once."""
+        if self.decoder is None or self.detections is None or not self.tensors:
+            return None
+        if not hasattr(self, "_noise"):
+            from edge_sdk.builder.probe import is_spurious
+
+            controls = control_tensors(self.tensors)
+            outputs = run_model(self._model, self.input_name, controls)
+            found = decode_all(self.decoder, outputs, self.transforms[:len(controls)])
+            per_control = sum(len(d) for d in found) / len(found)
+            per_image = sum(len(d) for d in self.detections) / len(self.detections)
+            cap = int(getattr(self.decoder, "max_detections", 0) or 0)
+            filled = cap > 0 and max(len(d) for d in list(found) + list(self.detections)) >= cap
+            self._noise: Optional[str] = None
+            if is_spurious(per_control, per_image, filled):
+                self._noise = (f"FP32 itself fires on images without objects ({per_control:.0f} detections per "
+                               f"pixel-shuffled gate image, {per_image:.0f} per gate image)")
+        return self._noise
 
     def compare(self, variant: str, model: Any, progress: Optional[Progress] = None) -> VariantReport:
         outputs = run_model(model, self.input_name, self.tensors, progress)
@@ -190,21 +217,37 @@ class Reference:
         return report.f1 if report.f1 is not None else report.cosine
 
 
+def control_tensors(tensors: Sequence[np.ndarray], count: int = 2, seed: int = 0) -> List[np.ndarray]:
+    """Copies of the first `count` network inputs with their pixels shuffled (one permutation of the
+    positions for all channels of an input): the same values, no objects."""
+    out = []
+    for k, tensor in enumerate(tensors[:count]):
+        n, c, h, w = tensor.shape
+        order = np.random.default_rng(seed + k).permutation(h * w)
+        out.append(np.ascontiguousarray(tensor.reshape(n, c, h * w)[:, :, order].reshape(tensor.shape)))
+    return out
+
+
 @dataclass
 class GateResult:
     passed: bool
     metric: str
     value: float
     threshold: float
+    refused: Optional[str] = None  # why the value is no evidence (FP32's detections are noise)
 
     def to_dict(self) -> Dict[str, Any]:
-        return {"passed": self.passed, "metric": self.metric, "value": round(self.value, 4), "threshold": self.threshold}
+        d = {"passed": self.passed, "metric": self.metric, "value": round(self.value, 4), "threshold": self.threshold}
+        if self.refused:
+            d["refused"] = self.refused
+        return d
 
 
-def gate(report: VariantReport, min_f1: float, min_cosine: float = 0.99) -> GateResult:
-    """Did `report` keep enough accuracy? f1_vs_fp32 when detections are decoded, else cosine."""
+def gate(report: VariantReport, min_f1: float, min_cosine: float = 0.99, noise: Optional[str] = None) -> GateResult:
+    """Did `report` keep enough accuracy? f1_vs_fp32 when detections are decoded, else cosine.
+    With `noise` (:meth:`Reference.noise`) FP32's detections are noise: never a pass."""
     if report.f1 is not None:
-        return GateResult(report.f1 >= min_f1, "f1_vs_fp32", report.f1, min_f1)
+        return GateResult(report.f1 >= min_f1 and noise is None, "f1_vs_fp32", report.f1, min_f1, noise)
     return GateResult(report.cosine >= min_cosine, "cosine", report.cosine, min_cosine)
 
 
@@ -215,6 +258,12 @@ def enforce(result: GateResult, variant: str, allow_loss: bool, fallback_tried: 
     that hold accuracy back (`held_back`: those kept out of INT8, or the most sensitive ones)."""
     if result.passed or allow_loss:
         return
+    if result.refused:
+        raise AccuracyGateError(
+            f"{variant.upper()} {result.metric} = {result.value:.4f} is no pass: {result.refused}, so the comparison is "
+            "between two noise outputs. Fix the input preprocessing (color, mean, scale; the preprocessing probe, on "
+            "unless --no-probe, names one that works), or accept the loss with --allow-accuracy-loss"
+        )
     tried = " even after keeping the most sensitive layers out of INT8" if fallback_tried else ""
     hint = "" if fallback_tried else " or --int8-fallback auto to keep the most sensitive layers out of INT8"
     numbers = "" if share is None else f" with {share:.1%} of the FLOPs in INT8"

@@ -95,7 +95,10 @@ def build_int8(config: BuildConfig, target: Target, fp32: Any, spec: InputSpec, 
     search_log: List[Dict[str, Any]] = []
     search_target: Optional[float] = None
     search_f1: Optional[float] = None
-    if config.int8_fallback == "auto" and search_ref is not None:
+    noise = reference.noise()
+    if noise is not None:
+        progress.warn(f"{noise}: the INT8 gate cannot pass on agreement with it; no fallback search")
+    if config.int8_fallback == "auto" and search_ref is not None and noise is None:
         search_target = round(min(1.0, config.min_f1 + config.search_margin), 6)
         with progress.task("evaluate int8 (search images)", len(search_ref.tensors)) as advance:
             first = search_ref.compare("int8", int8_model, advance)
@@ -125,7 +128,7 @@ def build_int8(config: BuildConfig, target: Target, fp32: Any, spec: InputSpec, 
     gate_model = layers_in_fp16(int8_model, exclude) if exclude and kept_as == "fp16" else int8_model
     with progress.task("evaluate int8 (gate images)", len(images.gate)) as advance:
         report = reference.compare("int8", gate_model, advance)
-    result_gate = gate(report, config.min_f1)
+    result_gate = gate(report, config.min_f1, noise=noise)
     n_gate = count_detections(reference)
     progress.info(f"int8 gate: {result_gate.metric} {result_gate.value:.4f} (>= {result_gate.threshold} needed) on "
                   f"{len(images.gate)} gate images" + ("" if n_gate is None else f" ({n_gate} FP32 detections)")
@@ -147,7 +150,10 @@ def build_int8(config: BuildConfig, target: Target, fp32: Any, spec: InputSpec, 
         report.extra["search_f1"] = round(float(search_f1), 4)
     enforce(result_gate, "int8", config.allow_accuracy_loss, config.int8_fallback == "auto",
             held_back=holding_back(sensitivities, exclude), share=share)
-    if not result_gate.passed:
+    if result_gate.refused:
+        progress.warn(f"INT8 {result_gate.metric} {result_gate.value:.4f} is no pass ({result_gate.refused}); "
+                      "kept because of --allow-accuracy-loss")
+    elif not result_gate.passed:
         progress.warn(f"INT8 {result_gate.metric} {result_gate.value:.4f} is below {result_gate.threshold}; kept because of --allow-accuracy-loss")
     return Int8Outcome(
         model=int8_model, report=report, gate=result_gate, algorithm=algorithm,

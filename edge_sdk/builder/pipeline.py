@@ -12,7 +12,7 @@ Every step is a function in its own module; this one only orders them. Nothing i
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -25,8 +25,9 @@ from edge_sdk.builder.project import BuildConfig
 from edge_sdk.builder.record import assemble, summarize
 from edge_sdk.builder.reference import gate_reference
 from edge_sdk.builder.variants import make_variants
-from edge_sdk.errors import CalibrationError, TargetError
+from edge_sdk.errors import AccuracyGateError, CalibrationError, TargetError
 from edge_sdk.manifest import Bundle
+from edge_sdk.preprocess import InputSpec
 from edge_sdk.targets import Target, get_target
 
 # default_calib_dir, list_images and split_images are imported from here too (the CLI, benchmarks).
@@ -106,7 +107,10 @@ def _equalize(fp32: Any, enabled: bool, progress: BuildProgress) -> Tuple[Any, D
 def _probe(config: BuildConfig, fp32: Any, inputs: ModelInputs, images: Optional[BuildImages],
            progress: BuildProgress) -> Dict[str, Any]:
     """The preprocessing probe (edge_sdk.builder.probe) on up to 8 of :func:`probe_images`; never
-    gate images. It warns and is recorded in the manifest; it changes nothing."""
+    gate images. It is recorded in the manifest and changes nothing: advice of low confidence is a
+    warning; of high confidence (the configured preprocessing makes the model fire on noise or
+    find nothing, another does not) it stops the build (AccuracyGateError, exit 6) unless
+    --force-preprocessing."""
     from edge_sdk.builder import probe as probe_mod
 
     if not config.probe:
@@ -121,7 +125,9 @@ def _probe(config: BuildConfig, fp32: Any, inputs: ModelInputs, images: Optional
         result = probe_mod.skipped(reason)
     else:
         with progress.task("preprocessing probe", probe_mod.runs(len(paths)) * len(probe_mod.candidates(spec))) as advance:
-            result = probe_mod.probe(fp32, spec, decoder_spec, paths, advance)
+            result = probe_mod.probe(fp32, spec, decoder_spec, paths, advance, _preset_spec(inputs))
+    if result.refuses() and not config.force_preprocessing:
+        raise AccuracyGateError(result.refusal(config.source, inputs.provenance.input))
     warning = result.warning(config.source)
     if warning is not None:
         progress.warn(warning)
@@ -133,6 +139,16 @@ def _probe(config: BuildConfig, fp32: Any, inputs: ModelInputs, images: Optional
     else:
         progress.info(f"preprocessing probe: no candidate finds objects on {result.images} images; it says nothing here")
     return result.to_dict()
+
+
+def _preset_spec(inputs: ModelInputs) -> Optional[Tuple[str, InputSpec]]:
+    """The model's own preset and the input it gives (the probe's third kind of evidence)."""
+    from edge_sdk.builder.presets import PRESETS
+
+    preset = PRESETS.get(str(inputs.provenance.preset.get("name")))
+    if preset is None:
+        return None
+    return preset.name, replace(inputs.spec, color=preset.color, mean=list(preset.mean), scale=list(preset.scale))
 
 
 def _maybe_engine(root: Path, target: Target, precision: str, config: BuildConfig) -> Tuple[Optional[Path], str]:

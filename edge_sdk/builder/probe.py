@@ -36,13 +36,24 @@ When C itself is spurious, an alternative that is not and finds at least one det
 on average is reported instead. Among several clearly better alternatives the probe names one of
 those with the most detections (within 5 %), preferring the smallest change (the channel order
 or the pixel range alone), then the higher mean top score.
+
+The advice states its confidence (:data:`CONFIDENCE_RULE`). It is *high* only with two independent
+pieces of evidence: C fires on the controls and the alternative does not (and finds at least one
+detection per image); or C finds nothing on any image and the alternative, quiet on the controls,
+finds objects on at least half of them; or the alternative is what the model itself says (its
+family's preset, :mod:`~edge_sdk.builder.presets`), C departs from it, and the detections agree
+(rules 1-3). Then the model under C would ship detecting little or nothing real, and the build
+stops (exit 6, :meth:`ProbeResult.refusal`) unless `--force-preprocessing`. Any other advice
+(rules 1-3 alone, which images from another domain than the model's can produce) is *low*
+confidence: a warning, so a preset is never overridden without evidence from both the detections
+and the controls.
 """
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -75,7 +86,20 @@ RULE = (
     f"max_detections"
 )
 
+CONFIDENCE_RULE = (
+    "high: the configured preprocessing fires on the pixel-shuffled controls and the alternative does not (with >= 1 "
+    "detection per image), or the configured one finds nothing on any image and the alternative, quiet on the controls, "
+    "finds objects on >= half of them, or the alternative is the model's own preset and the configured one departs "
+    "from it; low: any other advice (more or more confident detections alone)"
+)
+
 Progress = Callable[[int], None]
+
+
+def is_spurious(control_per_image: float, per_image: float, filled: bool = False) -> bool:
+    """The probe's spurious rule (RULE): >= max(SPURIOUS_MIN, SPURIOUS_SHARE x the rate on the real
+    images) detections per pixel-shuffled control image, or an image filled to max_detections."""
+    return filled or control_per_image >= max(SPURIOUS_MIN, SPURIOUS_SHARE * per_image)
 
 
 @dataclass(frozen=True)
@@ -137,6 +161,7 @@ class Candidate:
     spec: InputSpec
     normalization: str
     configured: bool = False
+    preset: bool = False  # the model's own preset (ProbeResult.preset) has this colour order and range
     detections: int = 0
     images_with_detections: int = 0
     mean_top_score: float = 0.0
@@ -154,6 +179,7 @@ class Candidate:
         d: Dict[str, Any] = {
             "name": self.name,
             "configured": self.configured,
+            "preset": self.preset,
             "color": self.spec.color,
             "normalization": self.normalization,
             "mean": [round(v, 6) for v in self.spec.mean],
@@ -234,10 +260,25 @@ class ProbeResult:
     better: Optional[Candidate] = None
     seconds: float = 0.0
     files: List[str] = field(default_factory=list)  # names of the images it ran on
+    preset: Optional[str] = None  # the model's own preset ("ultralytics"), where it has one
 
     @property
     def configured(self) -> Optional[Candidate]:
         return next((c for c in self.candidates if c.configured), None)
+
+    @property
+    def confidence(self) -> Optional[str]:
+        """"high" or "low" (CONFIDENCE_RULE) for an alternative; None without one."""
+        alt, conf = self.better, self.configured
+        if self.verdict != "alternative" or alt is None or conf is None or alt.spurious:
+            return None
+        fires = conf.spurious and alt.detections >= self.images
+        blind = conf.detections == 0 and alt.images_with_detections >= max(2, self.images / 2)
+        return "high" if fires or blind or alt.preset else "low"
+
+    def refuses(self) -> bool:
+        """Whether the build must stop here: advice of high confidence (see :func:`refusal`)."""
+        return self.confidence == "high"
 
     def warning(self, source: str = "command line") -> Optional[str]:
         """The build's warning (without its `warning: ` prefix), or None when nothing is wrong."""
@@ -247,19 +288,53 @@ class ProbeResult:
             return None
         alt, conf = self.better, self.configured
         assert conf is not None
+        lead, numbers = self._evidence()
+        keeps = (f"this build keeps {conf.name} (--force-preprocessing)" if self.refuses()
+                 else f"confidence low (detections alone, no control shows {conf.name} makes noise): "
+                      f"this build keeps {conf.name}")
+        return f"preprocessing probe: {lead}: {numbers}. {fix_hint(alt, conf, source)}; {keeps}"
+
+    def _evidence(self) -> Tuple[str, str]:
+        alt, conf = self.better, self.configured
+        assert alt is not None and conf is not None
         if conf.spurious:
             lead = (f"the configured {conf.name} makes the model fire on images without objects "
                     f"({conf.control_detections:.0f} detections per pixel-shuffled image) and {alt.name} does not")
+        elif conf.detections == 0 and self.refuses():
+            lead = (f"the configured {conf.name} finds nothing on any of {self.images} images, and {alt.name} finds "
+                    f"objects on {alt.images_with_detections} of them and none of the pixel-shuffled controls")
+        elif alt.preset:
+            lead = (f"the configured {conf.name} departs from what the model says ({self.preset} preset: {alt.name}), "
+                    f"and the detections agree with the model")
         else:
             lead = f"{alt.name} fits the model clearly better than the configured {conf.name}"
-        ratio = f" ({alt.detections / conf.detections:.1f}x)" if conf.detections else ""
+        ratio = f" ({alt.detections / conf.detections:.1f}x)" if 0 < conf.detections <= alt.detections else ""
         numbers = (f"on {self.images} images it finds {alt.detections} vs {conf.detections} detections{ratio}, "
                    f"mean top score {alt.mean_top_score:.2f} vs {conf.mean_top_score:.2f}")
         p = alt.pairs or Pairs()
         if p.count:
             numbers += f", higher scores on {p.higher_share:.0%} of the {p.count} objects both find (median {p.median_gain:+.2f})"
-        return (f"preprocessing probe: {lead}: {numbers}. {fix_hint(alt, conf, source)}; "
-                f"this build keeps {conf.name}")
+        return lead, numbers
+
+    def refusal(self, source: str = "command line", origins: Optional[Mapping[str, str]] = None) -> str:
+        """Why the build stops (an advice of high confidence): the evidence, where the configured
+        setting came from (`origins`: input key → source), the fix and the override."""
+        alt, conf = self.better, self.configured
+        assert alt is not None and conf is not None
+        lead, numbers = self._evidence()
+        changed = [k for k, differs in (("color", alt.spec.color != conf.spec.color),
+                                        ("scale", alt.spec.scale != conf.spec.scale or alt.spec.mean != conf.spec.mean))
+                   if differs]
+        where = ", ".join(f"{k} from {origins[k]}" for k in changed if origins and k in origins)
+        if conf.spurious:
+            outcome = "fires on noise, and every variant of the bundle would agree with that noise"
+        elif conf.detections == 0:
+            outcome = "finds nothing"
+        else:
+            outcome = "misses objects and scores the rest lower"
+        return (f"preprocessing probe (confidence high): {lead}: {numbers}. Under {conf.name}"
+                f"{f' ({where})' if where else ''} the model {outcome}. {fix_hint(alt, conf, source)}; or, if the "
+                "images are not what the model sees, build anyway with --force-preprocessing")
 
     def to_dict(self) -> Dict[str, Any]:
         conf = self.configured
@@ -275,6 +350,9 @@ class ProbeResult:
             "signal": "detections above the decoder's score_threshold; mean over images of the top score; "
                       "scores of the objects both find",
             "rule": RULE,
+            "confidence": self.confidence,
+            "preset": self.preset,
+            "confidence_rule": CONFIDENCE_RULE,
             "candidates": [c.to_dict() for c in self.candidates],
             "seconds": round(self.seconds, 2),
         })
@@ -337,7 +415,7 @@ def cannot_run(model: Any, spec: InputSpec, decoder_spec: Optional[Mapping[str, 
 
 
 def probe(model: Any, spec: InputSpec, decoder_spec: Optional[Mapping[str, Any]], paths: Sequence[Path],
-          progress: Optional[Progress] = None) -> ProbeResult:
+          progress: Optional[Progress] = None, preset: Optional[Tuple[str, InputSpec]] = None) -> ProbeResult:
     """Run the probe for the FP32 `model` on the images at `paths` (see :func:`pick_images`).
 
     Returns a skipped result, with the reason, when the probe cannot say anything (see
@@ -369,7 +447,12 @@ def probe(model: Any, spec: InputSpec, decoder_spec: Optional[Mapping[str, Any]]
             except BackendError as exc:
                 return skipped(f"the decoder cannot read the model's outputs ({exc})")
             _score(cand, on_controls, threshold, cap)
+    if preset is not None:
+        for cand in cands:
+            cand.preset = (cand.spec.color == preset[1].color and np.allclose(cand.spec.mean, preset[1].mean)
+                           and np.allclose(cand.spec.scale, preset[1].scale))
     result = judge(cands, len(frames), threshold)
+    result.preset = None if preset is None else preset[0]
     result.seconds = time.perf_counter() - started
     result.files = [Path(p).name for p in paths]
     return result
@@ -403,7 +486,7 @@ def _score(cand: Candidate, on_controls: Sequence[Detections], threshold: float,
     noise = [int(np.count_nonzero(d.confidence > threshold)) for d in on_controls]
     cand.control_detections = float(sum(noise) / max(len(noise), 1))
     cand.filled = cap > 0 and max(counts + noise, default=0) >= cap
-    cand.spurious = cand.filled or (bool(noise) and cand.control_detections >= max(SPURIOUS_MIN, SPURIOUS_SHARE * cand.detections / n))
+    cand.spurious = cand.filled or (bool(noise) and is_spurious(cand.control_detections, cand.detections / n))
 
 
 def judge(cands: List[Candidate], images: int, threshold: float) -> ProbeResult:
@@ -419,7 +502,8 @@ def judge(cands: List[Candidate], images: int, threshold: float) -> ProbeResult:
         return ProbeResult("configured", images=images, candidates=cands)
     most = max(c.detections for c in better)
     tied = [c for c in better if c.detections >= TIE * most]
-    best = min(tied, key=lambda c: (_changes(c, conf), -c.mean_top_score))
+    # the model's own preset, when it is among the clearly better ones, over any other
+    best = next((c for c in better if c.preset), None) or min(tied, key=lambda c: (_changes(c, conf), -c.mean_top_score))
     return ProbeResult("alternative", images=images, candidates=cands, better=best)
 
 
@@ -429,6 +513,7 @@ def _changes(cand: Candidate, conf: Candidate) -> int:
 
 
 __all__ = [
-    "Candidate", "NORMALIZATIONS", "Pairs", "ProbeResult", "RULE", "candidates", "cannot_run", "clearly_better", "judge",
+    "CONFIDENCE_RULE", "Candidate", "NORMALIZATIONS", "Pairs", "ProbeResult", "RULE", "candidates", "cannot_run",
+    "clearly_better", "is_spurious", "judge",
     "pair_scores", "pick_images", "probe", "runs", "shuffled", "skipped",
 ]

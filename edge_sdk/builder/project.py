@@ -11,6 +11,8 @@ color = "RGB"                       # BGR | RGB
 mean = [0, 0, 0]                    # the network sees (pixel - mean) * scale
 scale = [0.0039216, 0.0039216, 0.0039216]
 resize = "letterbox"                # letterbox | stretch
+placement = "center"                # where a letterboxed frame lies: center | top-left (padded right and bottom)
+pad_value = 114                     # grey level of the letterbox padding, 0..255
 interpolation = "linear"            # linear (cv2.INTER_LINEAR, as blobFromImage) | area (INTER_AREA when shrinking)
 
 [decoder]
@@ -31,14 +33,14 @@ probe = true                        # try other channel orders and pixel ranges 
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from edge_sdk.errors import ConfigError
 from edge_sdk.fsutil import read_toml
 from edge_sdk.precision import BEST, BUILD_PRECISIONS
-from edge_sdk.preprocess import COLORS
+from edge_sdk.preprocess import COLORS, PLACEMENTS
 
 PROJECT_FILE = "edge.toml"
 CALIB_METHODS = ("entropy", "minmax", "percentile", "mse")
@@ -66,6 +68,8 @@ class BuildConfig:
     color: Optional[str] = None
     resize: Optional[str] = None
     interpolation: Optional[str] = None
+    placement: Optional[str] = None
+    pad_value: Optional[int] = None
     decoder: Optional[Dict[str, Any]] = None
     labels: Optional[Path] = None  # class names file (edge_sdk.labels.read_labels_file); None: decoder.labels or the model's metadata
     dla_core: Optional[int] = None
@@ -77,13 +81,17 @@ class BuildConfig:
     max_calib_images: int = 256
     holdout_fraction: float = 0.25  # of the images go to the gate, as many to the fallback search
     search_margin: float = 0.01  # the fallback search aims at min_f1 + search_margin on its own images
-    probe: bool = True  # the preprocessing probe (edge_sdk.builder.probe): warns, never changes the input spec
+    probe: bool = True  # the preprocessing probe (edge_sdk.builder.probe): never changes the input spec
+    force_preprocessing: bool = False  # build even when the probe finds the configured preprocessing makes noise
     equalize: bool = True  # cross-layer equalization before INT8 (edge_sdk.builder.equalize); exact in FP32
     min_holdout: int = 4
     min_calib_images: int = 8
     calib_tensors_kept: int = 16  # shipped for re-calibration on the device (uint8 npz, ~0.5 MB each at 640x384)
     coverage_warn: float = 0.01
     source: str = "command line"
+    # field → where its value came from ("flag: --color", "edge.toml: PATH"); fields not named took
+    # no value from the configuration (edge_sdk.builder.presets.Provenance records the rest)
+    origins: Dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.validate()
@@ -115,6 +123,11 @@ class BuildConfig:
             raise ConfigError(f"input size must be WIDTHxHEIGHT with positive sizes, got {self.input_size}{where}")
         if self.color is not None and self.color not in COLORS:
             raise ConfigError(f"[input] color must be {' or '.join(COLORS)}, got {self.color!r}{where}")
+        if self.placement is not None and self.placement not in PLACEMENTS:
+            raise ConfigError(f"[input] placement must be {' or '.join(PLACEMENTS)}, got {self.placement!r}{where}")
+        if self.pad_value is not None and (isinstance(self.pad_value, bool) or not isinstance(self.pad_value, int)
+                                           or not 0 <= self.pad_value <= 255):
+            raise ConfigError(f"[input] pad_value must be a grey level 0..255 (an integer), got {self.pad_value!r}{where}")
 
     @property
     def needs_int8(self) -> bool:
@@ -157,13 +170,15 @@ def parse_floats(value: Any, key: str, source: str = "command line") -> List[flo
 
 _TOP_KEYS = {"model", "labels", "input", "decoder", "build"}
 _INPUT_KEYS = {"name": "input_name", "size": "input_size", "mean": "mean", "scale": "scale", "color": "color", "resize": "resize",
-               "interpolation": "interpolation"}
+               "interpolation": "interpolation", "placement": "placement", "pad_value": "pad_value"}
 _BUILD_KEYS = {
     "target", "out", "precision", "calib", "calib_method", "percentile", "dla_core", "workspace_mib",
     "timing_cache", "min_f1", "allow_accuracy_loss", "int8_fallback", "max_calib_images", "holdout_fraction",
     "search_margin", "probe", "equalize",
 }
 _PATH_KEYS = {"model", "labels", "out", "calib", "timing_cache"}
+# BuildConfig fields whose `edge-sdk build` option is not --<field with dashes>
+_FLAGS = {"workspace_mib": "--workspace", "model": "MODEL", "probe": "--no-probe", "equalize": "--no-equalize"}
 
 
 def read_project(path: Path) -> Dict[str, Any]:
@@ -244,8 +259,11 @@ def make_config(cli: Mapping[str, Any], project_dir: Optional[Path] = None) -> B
     if toml_path.is_file():
         values = read_project(toml_path)
         source = str(toml_path)
+    origins = {k: f"edge.toml: {toml_path}" for k in values}
     overrides = _coerce({k: v for k, v in cli.items() if v is not None}, "command line")
     values.update(overrides)
+    origins.update({k: f"flag: {_FLAGS.get(k, '--' + k.replace('_', '-'))}" for k in overrides})
+    values["origins"] = origins
     unknown = set(values) - {f.name for f in fields(BuildConfig)}
     if unknown:
         raise ConfigError(f"unknown build settings: {', '.join(sorted(unknown))}")

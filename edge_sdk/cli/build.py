@@ -39,7 +39,8 @@ def build(
     int8_fallback: Optional[str] = typer.Option(None, "--int8-fallback", help="auto: keep the layers most sensitive to INT8 in FP32 until the gate passes | off. [default: auto]", show_default=False),
     max_calib_images: Optional[int] = typer.Option(None, "--max-calib-images", help="Use at most this many images for calibration. [default: 256]", show_default=False),
     no_equalize: bool = typer.Option(False, "--no-equalize", help="Skip cross-layer equalization of the FP32 graph before INT8 calibration (an exact re-parametrization that evens out the weight ranges of consecutive convolutions)."),
-    no_probe: bool = typer.Option(False, "--no-probe", help="Skip the preprocessing probe, which runs FP32 on a few search images with the channel order swapped and other pixel ranges (0..255, 0..1, -1..1, ImageNet mean/std) and warns when one clearly fits the model better (it never changes the configuration)."),
+    no_probe: bool = typer.Option(False, "--no-probe", help="Skip the preprocessing probe, which runs FP32 on a few search images with the channel order swapped and other pixel ranges (0..255, 0..1, -1..1, ImageNet mean/std) and warns when one clearly fits the model better; it never changes the configuration, and stops the build when the configured one makes noise (see --force-preprocessing)."),
+    force_preprocessing: bool = typer.Option(False, "--force-preprocessing", help="Build even when the preprocessing probe finds, with high confidence, that the configured preprocessing makes the model fire on pixel-shuffled images or find nothing while another does not (without it the build stops with exit 6)."),
     as_json: bool = typer.Option(False, "--json", help="Print a machine-readable summary to stdout (no progress output)."),
 ) -> None:
     """Build a deployment bundle: optimized FP32 ONNX, FP16 ONNX, INT8 Q/DQ ONNX, TensorRT
@@ -58,7 +59,7 @@ def build(
         "workspace_mib": workspace, "timing_cache": timing_cache, "min_f1": min_f1,
         "search_margin": search_margin, "allow_accuracy_loss": True if allow_accuracy_loss else None, "int8_fallback": int8_fallback,
         "max_calib_images": max_calib_images, "probe": False if no_probe else None,
-        "equalize": False if no_equalize else None,
+        "equalize": False if no_equalize else None, "force_preprocessing": True if force_preprocessing else None,
     }
     config = make_config(cli)
     progress = BuildProgress(quiet=as_json)
@@ -106,8 +107,12 @@ def _print_summary(progress: Any, summary: Dict[str, Any]) -> None:
         extra = "".join(f"; {n} layer(s) kept in {p.upper()}" for p, n in counts.items() if n)
         if summary.get("int8_flop_share") is not None:
             extra += f"; {summary['int8_flop_share']:.1%} of the FLOPs in INT8"
-        progress.console.print(f"INT8 accuracy gate {word}: {g['metric']} {g['value']:.4f} >= {g['threshold']}{extra}" if g["passed"]
-                               else f"INT8 accuracy gate {word}: {g['metric']} {g['value']:.4f} < {g['threshold']}{extra}", highlight=False)
+        if g.get("refused"):
+            verdict = f"INT8 accuracy gate {word}: {g['metric']} {g['value']:.4f} is no pass ({g['refused']}){extra}"
+        else:
+            sign = ">=" if g["passed"] else "<"
+            verdict = f"INT8 accuracy gate {word}: {g['metric']} {g['value']:.4f} {sign} {g['threshold']}{extra}"
+        progress.console.print(verdict, highlight=False)
     progress.console.print(summary["engine_message"], highlight=False)
 
 

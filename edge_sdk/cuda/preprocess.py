@@ -60,7 +60,7 @@ def plan_slot(crop: Tuple[int, int, int, int], spec: InputSpec) -> Tuple[Transfo
     """Transform and Slot values for one crop (x, y, w, h) of a frame, as Preprocessor.fill
     would place `frame[y:y + h, x:x + w]`."""
     x, y, w, h = crop
-    transform, (rx, ry, rw, rh) = plan_transform(w, h, spec.width, spec.height, spec.resize)
+    transform, (rx, ry, rw, rh) = plan_transform(w, h, spec.width, spec.height, spec.resize, spec.placement)
     return transform, (x, y, w, h, rx, ry, rw, rh, resize_mode(w, h, rw, rh, spec.interpolation))
 
 

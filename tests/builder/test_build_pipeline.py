@@ -58,7 +58,7 @@ def searched(tmp_path_factory: pytest.TempPathFactory) -> Tuple[Path, Path, Bund
 def test_manifest_of_a_searched_int8_build(searched) -> None:
     model, calib, bundle, result, _ = searched
     m = bundle.manifest
-    assert list(m) == ["schema_version", "model", "target", "inputs", "outputs", "decoder", "precision",
+    assert list(m) == ["schema_version", "model", "target", "inputs", "outputs", "decoder", "provenance", "precision",
                        "requested_precision", "variants", "graph", "accuracy", "preprocess_probe", "engine", "builder",
                        "calibration", "int8", "input_stats", "reference", "files"]
     assert m["model"] == {"name": "detector", "source_sha256": hashlib.sha256(model.read_bytes()).hexdigest(),
@@ -151,7 +151,7 @@ def test_progress_follows_the_steps_in_order(searched) -> None:
         "rank layers by INT8 sensitivity", "evaluate int8 (gate images)", "coverage",
     ]
     infos = [m.split(":")[0] for kind, m in progress.said if kind == "info"]
-    assert infos == ["model", "graph", "cross-layer equalization", "images", "preprocessing probe", "int8 scores 0.0000 on the search images < 0.98 (gate 0.97 + margin 0.01)",
+    assert infos == ["model", "input", "decoder", "graph", "cross-layer equalization", "images", "preprocessing probe", "int8 scores 0.0000 on the search images < 0.98 (gate 0.97 + margin 0.01)",
                      "int8 fallback", "int8 gate"]
     warnings = [m for kind, m in progress.said if kind == "warn"]
     assert warnings == result.warnings == result.summary["warnings"]

@@ -18,6 +18,7 @@ from edge_sdk.builder.probe import (
     Pairs,
     candidates,
     clearly_better,
+    judge,
     pair_scores,
     pick_images,
     probe,
@@ -124,15 +125,21 @@ def test_red_detector_configured_right_gets_no_warning(squares) -> None:
     assert len(result.candidates) == 8 and len({c.name for c in result.candidates}) == 8
 
 
-def test_red_detector_fed_bgr_warns_with_the_numbers_and_the_fix(squares) -> None:
+def test_red_detector_fed_bgr_finds_nothing_and_the_probe_refuses_with_the_numbers_and_the_fix(squares) -> None:
     result = probe(make_yolo("red"), spec("BGR"), YOLO_DECODER, squares)
     assert result.verdict == "alternative"
     assert result.better.name == "RGB, 0..1"  # the smallest change that fixes it, not also a new range
-    message = result.warning("/project/edge.toml")
-    assert message.startswith("preprocessing probe: RGB, 0..1 fits the model clearly better than the configured BGR, 0..1")
+    # nothing on any image under BGR; RGB finds the squares on all 8 and nothing on the controls
+    assert result.confidence == "high" and result.refuses()
+    message = result.refusal("/project/edge.toml", {"color": "flag: --color"})
+    assert message.startswith("preprocessing probe (confidence high): the configured BGR, 0..1 finds nothing on any of 8 "
+                              "images, and RGB, 0..1 finds objects on 8 of them and none of the pixel-shuffled controls")
     assert "on 8 images it finds 24 vs 0 detections" in message
+    assert "Under BGR, 0..1 (color from flag: --color) the model finds nothing" in message
     assert 'set [input] color = "RGB" in /project/edge.toml (or pass --color RGB)' in message
+    assert message.endswith("build anyway with --force-preprocessing")
     assert "mean = " not in message  # the pixel range was right: only the colour order is named
+    assert result.to_dict()["confidence"] == "high"
 
 
 def test_red_detector_firing_on_noise_in_0_255_is_no_better(squares) -> None:
@@ -162,6 +169,7 @@ def test_configured_0_255_that_fires_everywhere_warns(squares) -> None:
                               f"objects ({CELLS} detections per pixel-shuffled image) and BGR, 0..1 does not")
     assert "set [input] mean = [0, 0, 0], scale = [0.00392157, 0.00392157, 0.00392157] in edge.toml" in message
     assert "--scale 0.00392157,0.00392157,0.00392157" in message
+    assert result.confidence == "high"  # the controls and the detections agree
 
 
 def test_images_without_objects_give_no_signal_and_no_warning(tmp_path: Path) -> None:
@@ -211,6 +219,10 @@ def test_centerface_forced_to_bgr_warns_that_rgb_is_better(centerface_probe) -> 
     assert message.startswith("preprocessing probe: RGB, 0..255 fits the model clearly better than the configured BGR, 0..255")
     assert f"finds {rgb.detections} vs {bgr.detections} detections" in message
     assert 'set [input] color = "RGB"' in message and "--color RGB" in message
+    # the same faces scored higher is evidence from the detections alone: a warning, never a refusal
+    assert result.confidence == "low" and not result.refuses()
+    assert message.endswith("confidence low (detections alone, no control shows BGR, 0..255 makes noise): "
+                            "this build keeps BGR, 0..255")
 
 
 # --- the rule, on hand-made scores -------------------------------------------------------------
@@ -336,23 +348,40 @@ def red_build_args(model: Path, out: Path, calib: Path, *extra: str) -> List[str
             "--scale", ",".join(f"{v:.10g}" for v in UNIT), "--calib", str(calib), *extra]
 
 
-@pytest.fixture
-def red_model(tmp_path: Path) -> Path:
-    path = tmp_path / "red.onnx"
-    onnx.save(make_yolo("red"), str(path))
+def saved_yolo(kind: str, folder: Path) -> Path:
+    path = folder / f"{kind}.onnx"
+    onnx.save(make_yolo(kind), str(path))
     return path
 
 
-def test_build_with_bgr_warns_records_the_probe_and_keeps_the_configuration(tmp_path: Path, red_model: Path) -> None:
+@pytest.fixture
+def red_model(tmp_path: Path) -> Path:
+    return saved_yolo("red", tmp_path)
+
+
+def test_build_with_bgr_that_finds_nothing_stops_with_exit_6_naming_the_fix(tmp_path: Path, red_model: Path) -> None:
+    calib = write_square_images(tmp_path / "calib", 16, seed=3)
+    out = tmp_path / "bundle"
+    result = invoke(red_build_args(red_model, out, calib, "--color", "BGR", "--precision", "fp16"), tmp_path)
+    assert result.exit_code == 6, result.output
+    text = " ".join(result.output.split())  # Rich wraps long lines
+    assert "preprocessing probe (confidence high): the configured BGR, 0..1 finds nothing on any of 8 images" in text
+    assert "(color from flag: --color)" in text
+    assert 'set [input] color = "RGB" in edge.toml (or pass --color RGB)' in text and "--force-preprocessing" in text
+    assert not out.exists()  # nothing written
+
+
+def test_build_with_bgr_forced_warns_records_the_probe_and_keeps_the_configuration(tmp_path: Path, red_model: Path) -> None:
     from edge_sdk.manifest import Bundle
 
     calib = write_square_images(tmp_path / "calib", 16, seed=3)
     out = tmp_path / "bundle"
-    result = invoke(red_build_args(red_model, out, calib, "--color", "BGR", "--precision", "fp16"), tmp_path)
+    result = invoke(red_build_args(red_model, out, calib, "--color", "BGR", "--precision", "fp16", "--force-preprocessing"),
+                    tmp_path)
     assert result.exit_code == 0, result.output
     text = " ".join(result.output.split())  # Rich wraps long lines
-    assert "warning: preprocessing probe: RGB, 0..1 fits the model clearly better than the configured BGR, 0..1" in text
-    assert 'set [input] color = "RGB" in edge.toml (or pass --color RGB)' in text
+    assert "warning: preprocessing probe: the configured BGR, 0..1 finds nothing on any of 8 images" in text
+    assert 'set [input] color = "RGB" in edge.toml (or pass --color RGB); this build keeps BGR, 0..1 (--force-preprocessing)' in text
     m = Bundle.load(out).manifest
     assert m["inputs"][0]["color"] == "BGR"  # never changed silently
     probe_record = m["preprocess_probe"]
@@ -382,12 +411,16 @@ def test_int8_build_probes_on_the_search_images_only(tmp_path: Path, detector_pa
 
 def test_json_summary_carries_the_probe_and_its_warning(tmp_path: Path, red_model: Path) -> None:
     calib = write_square_images(tmp_path / "calib", 16, seed=3)
-    result = invoke(red_build_args(red_model, tmp_path / "bundle", calib, "--color", "BGR", "--precision", "fp32", "--json"), tmp_path)
+    result = invoke(red_build_args(red_model, tmp_path / "bundle", calib, "--color", "BGR", "--precision", "fp32", "--json",
+                                   "--force-preprocessing"), tmp_path)
     assert result.exit_code == 0, result.output
     summary = json.loads(result.stdout)
     assert summary["preprocess_probe"]["verdict"] == "alternative"
+    assert summary["preprocess_probe"]["confidence"] == "high"
+    assert summary["provenance"]["input"]["color"] == "flag: --color"
+    assert summary["provenance"]["preset"]["name"] == "ultralytics"  # --decoder yolov8 implies it
     assert summary["preprocess_probe"]["images"] == 8  # an FP32 build probes on the --calib folder
-    assert [w for w in summary["warnings"] if w.startswith("preprocessing probe: RGB, 0..1 fits")]
+    assert [w for w in summary["warnings"] if w.startswith("preprocessing probe: the configured BGR, 0..1 finds nothing")]
 
 
 def test_right_configuration_builds_without_a_probe_warning(tmp_path: Path, red_model: Path) -> None:
@@ -465,3 +498,90 @@ def test_probe_setting_must_be_a_boolean(tmp_path: Path) -> None:
     (tmp_path / "edge.toml").write_text('[build]\nprobe = "no"\n')
     with pytest.raises(ConfigError, match=r"probe must be true or false, got 'no' \(from .*edge\.toml\)"):
         make_config({}, tmp_path)
+
+
+# --- the INT8 gate never passes agreement between two noise outputs ---------------------------
+
+
+def bright_0_255_args(model: Path, out: Path, calib: Path, *extra: str) -> List[str]:
+    return red_build_args(model, out, calib, "--scale", "1", "--calib-method", "minmax", "--json", *extra)
+
+
+@pytest.fixture
+def bright_model(tmp_path: Path) -> Path:
+    return saved_yolo("bright", tmp_path)
+
+
+def test_probe_stops_a_build_whose_configured_range_fires_on_the_controls(tmp_path: Path, bright_model: Path) -> None:
+    calib = write_square_images(tmp_path / "calib", 16, seed=3)
+    result = invoke(bright_0_255_args(bright_model, tmp_path / "bundle", calib), tmp_path)
+    assert result.exit_code == 6, result.output
+    # --decoder yolov8 implies Ultralytics' RGB; --scale 1 makes it 0..255
+    assert "the configured RGB, 0..255 makes the model fire on images without objects" in " ".join(result.output.split())
+
+
+def test_int8_gate_refuses_agreement_between_noise_outputs(tmp_path: Path, bright_model: Path) -> None:
+    """In 0..255 the bright detector fires on every cell of every image, pixel-shuffled or not:
+    INT8 agrees with FP32 almost perfectly, on noise. Without the probe, the gate itself says no."""
+    calib = write_square_images(tmp_path / "calib", 16, seed=3)
+    result = invoke(bright_0_255_args(bright_model, tmp_path / "bundle", calib, "--no-probe"), tmp_path)
+    assert result.exit_code == 6, result.output
+    text = " ".join(result.output.split())
+    assert re.search(r"INT8 f1_vs_fp32 = (0\.9\d+|1\.0000) is no pass: FP32 itself fires on images without objects "
+                     rf"\({CELLS} detections per pixel-shuffled gate image, {CELLS} per gate image\)", text), text
+    assert "comparison is between two noise outputs" in text and "--allow-accuracy-loss" in text
+
+
+def test_a_refused_gate_kept_by_allow_accuracy_loss_is_recorded_and_not_recommended(tmp_path: Path, bright_model: Path) -> None:
+    from edge_sdk.manifest import Bundle
+
+    calib = write_square_images(tmp_path / "calib", 16, seed=3)
+    out = tmp_path / "bundle"
+    result = invoke(bright_0_255_args(bright_model, out, calib, "--no-probe", "--allow-accuracy-loss"), tmp_path)
+    assert result.exit_code == 0, result.output
+    manifest = Bundle.load(out).manifest
+    gate = manifest["accuracy"]["int8"]["gate"]
+    assert gate["passed"] is False and gate["value"] >= 0.97 and "fires on images without objects" in gate["refused"]
+    assert manifest["precision"] == "fp16"  # best: INT8 did not pass
+    assert manifest["int8"]["search"] == []  # no fallback search on noise
+
+
+def test_gate_on_a_real_reference_is_unchanged(tmp_path: Path, red_model: Path) -> None:
+    calib = write_square_images(tmp_path / "calib", 16, seed=3)
+    result = invoke(red_build_args(red_model, tmp_path / "bundle", calib, "--color", "RGB", "--precision", "int8", "--json"), tmp_path)
+    assert result.exit_code == 0, result.output
+    gate = json.loads(result.stdout)["gate"]
+    assert gate["passed"] is True and "refused" not in gate
+
+
+# --- confidence: the model's own preset is the second piece of evidence ------------------------
+
+
+@pytest.mark.parametrize("alt_is_preset, confidence", [(True, "high"), (False, "low")])
+def test_advice_towards_the_models_own_preset_is_high_confidence(alt_is_preset: bool, confidence: str) -> None:
+    """More detections alone (rule 1) is low confidence, unless the alternative is what the model
+    itself says (its metadata's preset) and the configuration departs from it."""
+    conf = scored(20, 0.80)
+    conf.configured = True
+    alt = scored(30, 0.80)
+    alt.preset = alt_is_preset
+    result = judge([conf, alt], 8, 0.5)
+    assert result.verdict == "alternative" and result.better is alt
+    assert result.confidence == confidence and result.refuses() == (confidence == "high")
+
+
+def test_a_preset_among_several_better_alternatives_is_the_one_named() -> None:
+    conf = scored(10, 0.80)
+    conf.configured = True
+    most, preset = scored(40, 0.80), scored(30, 0.80)
+    preset.preset = True
+    assert judge([conf, most, preset], 8, 0.5).better is preset
+
+
+def test_the_configured_preset_is_kept_against_detections_alone() -> None:
+    """The YOLOX case: the configured spec IS the preset, and an alternative finds more on images
+    from another domain: low confidence, a warning; the build keeps the preset."""
+    conf = scored(10, 0.80)
+    conf.configured = conf.preset = True
+    result = judge([conf, scored(30, 0.80)], 8, 0.5)
+    assert result.confidence == "low" and not result.refuses()

@@ -51,10 +51,13 @@ OPTIONS = [
     dict(resize="letterbox", color="RGB", dtype="float16", mean=MEAN, scale=SCALE, pad_value=114, interpolation="linear"),
     dict(resize="stretch", color="RGB", dtype="float32", mean=MEAN, scale=SCALE, interpolation="area"),
     dict(resize="stretch", color="BGR", dtype="float16", pad_value=255, interpolation="linear"),
+    # YOLOX's preprocessing: the image at the top left, padded right and bottom with 114
+    dict(resize="letterbox", color="BGR", dtype="float32", pad_value=114, interpolation="linear", placement="top-left"),
 ]
 
 
-@pytest.mark.parametrize("options", OPTIONS, ids=lambda o: "-".join(str(o[k]) for k in ("resize", "color", "dtype", "interpolation")))
+@pytest.mark.parametrize("options", OPTIONS, ids=lambda o: "-".join(str(o[k]) for k in ("resize", "color", "dtype", "interpolation"))
+                         + ("-" + o["placement"] if "placement" in o else ""))
 @pytest.mark.parametrize("size", FRAMES, ids=lambda s: f"{s[0]}x{s[1]}")
 def test_frame_kernel_matches_cpu(fake_gpu, size, options) -> None:
     api, cache = fake_gpu()
