@@ -9,9 +9,6 @@ Nothing in a bundle is trusted until :meth:`Bundle.load` has checked it:
   relative path that stays inside the bundle folder, symbolic links included;
 * with `verify` (the default) each listed file is there, has its size and its sha256, and no
   model or calibration file lies in the folder unlisted;
-* `inputs` are network inputs :class:`~edge_sdk.preprocess.InputSpec` accepts (placement,
-  pad_value and the rest), and `provenance`, where present, says for each input and decoder
-  setting where it came from (:data:`PROVENANCE_KINDS`);
 * `input_stats`, where present (statistics of the calibration images, :mod:`edge_sdk.drift`), has
   the layout and ranges the drift monitor needs;
 * every other field the runtime reads has its type, range and size, and agrees with the others
@@ -50,8 +47,6 @@ REFERENCE = "reference.npz"
 
 _SHA256 = re.compile(r"[0-9a-f]{64}\Z")
 _GATE_METRICS = ("f1_vs_fp32", "cosine")  # what builder.evaluate.gate measures
-# Where a build's input and decoder settings come from (edge_sdk.builder.presets.Provenance).
-PROVENANCE_KINDS = ("metadata", "preset", "edge.toml", "flag", "graph", "default", "embedded model")
 
 
 class FileEntry(NamedTuple):
@@ -79,9 +74,6 @@ def parse_manifest(raw: bytes, origin: str, fields: bool = True) -> Dict[str, An
             "upgrade edge-sdk on the device"
         )
     file_entries(manifest, origin)
-    input_specs(manifest, origin)
-    if manifest.get("provenance") is not None:
-        check_provenance(manifest["provenance"], origin)
     if manifest.get("input_stats") is not None:
         InputStats.from_dict(manifest["input_stats"], origin, BundleError)
     if fields:
@@ -149,24 +141,6 @@ def input_specs(manifest: Dict[str, Any], origin: str) -> List[InputSpec]:
         except (ConfigError, TypeError, ValueError) as exc:
             raise BundleError(f"{origin}: inputs[{k}] is not a valid input ({exc}); rebuild the bundle") from None
     return specs
-
-
-def check_provenance(value: Any, origin: str) -> None:
-    """`provenance`: {"input": {key: source}, "decoder": {key: source}, "preset": {"name": ...}},
-    each source a string that starts with one of PROVENANCE_KINDS; BundleError otherwise."""
-    if not isinstance(value, dict):
-        raise BundleError(f"{origin}: provenance must be an object, got {type(value).__name__}; rebuild the bundle")
-    for group in ("input", "decoder"):
-        entries = value.get(group, {})
-        if not isinstance(entries, dict):
-            raise BundleError(f"{origin}: provenance.{group} must be an object; rebuild the bundle")
-        for key, source in entries.items():
-            if not isinstance(source, str) or not source.startswith(PROVENANCE_KINDS):
-                raise BundleError(f"{origin}: provenance.{group}.{key} must name its source ({', '.join(PROVENANCE_KINDS)}), "
-                                  f"got {source!r:.80}; rebuild the bundle")
-    preset = value.get("preset", {})
-    if not isinstance(preset, dict) or not isinstance(preset.get("name"), (str, type(None))):
-        raise BundleError(f"{origin}: provenance.preset must be an object with a name (or null); rebuild the bundle")
 
 
 def _check_rel(rel: Any, origin: str) -> None:

@@ -186,6 +186,7 @@ INPUT_FIELDS: Dict[str, Check] = {
     "resize": text,
     "interpolation": text,
     "pad_value": lambda v, at: integer(v, at, 0, 255),
+    "placement": text,
 }
 
 
@@ -317,6 +318,28 @@ def _decoder(value: Any, at: At) -> None:
 
 
 # One entry per top-level field. Checks across fields run after (CROSS_CHECKS).
+# -- provenance -----------------------------------------------------------------------------------------
+# Where a build's input and decoder settings come from (edge_sdk.builder.presets.Provenance).
+PROVENANCE_KINDS = ("metadata", "preset", "edge.toml", "flag", "graph", "default", "embedded model", "model head",
+                    "--labels")
+
+
+def _source(value: Any, at: At) -> None:
+    if not text(value, at).startswith(PROVENANCE_KINDS):
+        raise at.fail(f"must name its source ({', '.join(PROVENANCE_KINDS)}), got {_shown(value)}")
+
+
+def _preset(value: Any, at: At) -> None:
+    keys({"name": optional(text)})(value, at)
+
+
+_PROVENANCE: Dict[str, Check] = {
+    "input": mapping(text, _source),
+    "decoder": mapping(text, _source),
+    "preset": _preset,
+}
+
+
 FIELDS: Dict[str, Check] = {
     "model": keys(_MODEL),
     "target": keys(_TARGET),
@@ -331,6 +354,7 @@ FIELDS: Dict[str, Check] = {
     "calibration": keys(_CALIBRATION),
     "int8": keys(_INT8),
     "engine": keys(_ENGINE),
+    "provenance": keys(_PROVENANCE),
     "graph": any_object,
     "preprocess_probe": any_object,
     "builder": any_object,

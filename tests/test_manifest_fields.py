@@ -41,7 +41,10 @@ def complete_manifest(root: Path) -> Dict[str, Any]:
         "target": {"name": "xavier-nx", "sm": "7.2", "tensorrt": "8.5.2", "quantization": "implicit"},
         "outputs": [{"name": n, "shape": [1, c, HEIGHT // 4, WIDTH // 4], "dtype": "float32"} for n, c in OUTPUTS],
         "decoder": {"type": "centerface", "score_threshold": 0.5, "nms_iou": 0.3,
-                    "output_names": [n for n, _ in OUTPUTS]},
+                    "output_names": [n for n, _ in OUTPUTS], "labels": ["face"]},
+        "provenance": {"input": {"color": "preset: ultralytics", "size": "graph"},
+                       "decoder": {"type": "flag: --decoder", "labels": "metadata: names"},
+                       "preset": {"name": "ultralytics", "evidence": "metadata author"}},
         "precision": "fp32",
         "requested_precision": "best",
         "variants": ["fp32"],
@@ -204,7 +207,8 @@ def test_fuzz_reaches_every_field(tiny) -> None:
     root, manifest = tiny
     top = {p[0] for p in paths(manifest)}
     assert {"inputs", "outputs", "decoder", "accuracy", "calibration", "int8", "engine", "reference", "target",
-            "model", "files", "input_stats", "variants", "precision"} <= top
+            "model", "files", "input_stats", "variants", "precision", "provenance"} <= top
+    assert {"placement", "pad_value"} <= set(manifest["inputs"][0])
 
 
 @pytest.mark.parametrize("path, value, message", [

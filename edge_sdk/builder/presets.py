@@ -264,7 +264,7 @@ def choose(meta: ModelMetadata, outputs: Sequence[Tuple[str, List[Any]]], decode
 class Provenance:
     """Where every input and decoder setting of a build came from: "metadata: imgsz",
     "preset: ultralytics", "edge.toml: PATH", "flag: --color", "graph", "default", "embedded model"
-    (the kinds :data:`edge_sdk.manifest.PROVENANCE_KINDS` accepts)."""
+    (the kinds :data:`edge_sdk.manifest_check.PROVENANCE_KINDS` accepts)."""
 
     input: Dict[str, str] = field(default_factory=dict)
     decoder: Dict[str, str] = field(default_factory=dict)

@@ -120,11 +120,12 @@ def test_ultralytics_export_gets_its_preset_size_and_decoder_with_provenance(tmp
     assert (spec.color, spec.mean, spec.resize, spec.placement, spec.pad_value) == ("RGB", [0.0] * 3, "letterbox", "center", 114)
     assert spec.scale == pytest.approx([1 / 255.0] * 3)
     assert spec.shape == [1, 3, 320, 416]
-    assert inputs.decoder_spec == {"type": "yolov8", "num_classes": 3}
+    assert inputs.decoder_spec == {"type": "yolov8", "num_classes": 3, "labels": ["person", "bicycle", "car"]}
     prov = inputs.provenance
     assert prov.input["size"] == "metadata: imgsz" and prov.input["name"] == "graph"
     assert {prov.input[k] for k in ("color", "mean", "scale", "resize", "placement", "pad_value")} == {"preset: ultralytics"}
     assert prov.decoder["type"].startswith("preset: ultralytics") and prov.decoder["num_classes"] == "metadata: names"
+    assert prov.decoder["labels"] == "metadata: names"
     assert prov.preset["name"] == "ultralytics"
     printed = "\n".join(lines)
     assert "size 416x320 ← metadata: imgsz" in printed and "type yolov8 ← preset: ultralytics" in printed
@@ -134,7 +135,7 @@ def test_yolov5_export_metadata_without_author_and_its_layout(tmp_path: Path) ->
     meta = {"stride": "32", "names": "{0: 'person', 1: 'bicycle', 2: 'car'}"}
     inputs, _ = resolved(tmp_path, head_model(meta, [1, 25200, 8], [1, 3, 640, 640]))
     assert inputs.spec.color == "RGB" and inputs.spec.pad_value == 114 and inputs.spec.shape == [1, 3, 640, 640]
-    assert inputs.decoder_spec == {"type": "yolov5", "num_classes": 3}
+    assert inputs.decoder_spec == {"type": "yolov5", "num_classes": 3, "labels": ["person", "bicycle", "car"]}
     assert inputs.provenance.input["size"] == "graph"
 
 
