@@ -93,10 +93,13 @@ def test_the_export_builds_with_ultralytics_preprocessing_from_its_metadata(buil
     assert (spec.name, spec.shape, spec.color, spec.resize, spec.placement, spec.pad_value) == (
         "images", [1, 3, 320, 320], "RGB", "letterbox", "center", 114)
     assert spec.scale == pytest.approx([1 / 255.0] * 3) and spec.mean == [0.0] * 3
-    assert bundle.decoder == {"type": "yolov8", "num_classes": 18}
+    decoder = dict(bundle.decoder)
+    labels = decoder.pop("labels")
+    assert decoder == {"type": "yolov8", "num_classes": 18}
+    assert len(labels) == 18 and labels[1] == "FACE_FEMALE"  # the metadata's names, in class-id order
     prov = bundle.manifest["provenance"]
     assert prov["preset"]["name"] == "ultralytics" and prov["input"]["size"] == "metadata: imgsz"
-    assert prov["decoder"]["num_classes"] == "metadata: names"
+    assert prov["decoder"]["num_classes"] == "metadata: names" and prov["decoder"]["labels"] == "metadata: names"
     assert "preset: ultralytics (metadata: Ultralytics export (author Ultralytics, task detect, imgsz [320, 320]" in output
     assert bundle.manifest["preprocess_probe"]["verdict"] == "configured"
 
@@ -122,6 +125,7 @@ def test_it_finds_the_faces_a_person_sees_where_nudenet_itself_does(built, nuden
         x, y, w, h = upstream[0]["box"]
         ours = frame["detections"]
         assert [d["class_id"] for d in ours] == [class_id], ours
+        assert [d["label"] for d in ours] == [label]  # NudeNet's own name for the class
         # NudeNet pads at the top left with 0 and truncates its boxes to whole pixels; the preset
         # centres with 114, as Ultralytics does: the boxes agree within a few pixels
         np.testing.assert_allclose(ours[0]["xyxy"], [x, y, x + w, y + h], atol=BOX_TOLERANCE_PX)
