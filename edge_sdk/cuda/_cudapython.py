@@ -168,8 +168,8 @@ class CudaPython(CudaApi):
         ptr = _checked(self.rt.cudaMalloc(nbytes), "cudaMalloc", nbytes)
         return DeviceBuffer(int(ptr), nbytes, ptr)
 
-    def free_device(self, buffer: DeviceBuffer) -> None:
-        _checked(self.rt.cudaFree(buffer.handle), "cudaFree")
+    def _free_device(self, handle: Any) -> None:
+        _checked(self.rt.cudaFree(handle), "cudaFree")
 
     def _alloc_host(self, nbytes: int, mapped: bool) -> Tuple[int, Optional[int], Any]:
         flags = self.rt.cudaHostAllocMapped if mapped else self.rt.cudaHostAllocDefault
@@ -186,8 +186,15 @@ class CudaPython(CudaApi):
     def create_stream(self) -> Any:
         return _checked(self.rt.cudaStreamCreateWithFlags(self.rt.cudaStreamNonBlocking), "cudaStreamCreateWithFlags")
 
-    def create_event(self) -> Any:
-        return _checked(self.rt.cudaEventCreate(), "cudaEventCreate")
+    def destroy_stream(self, stream: Any) -> None:
+        _checked(self.rt.cudaStreamDestroy(stream), "cudaStreamDestroy")
+
+    def create_event(self, blocking_sync: bool = True) -> Any:
+        flags = self.rt.cudaEventBlockingSync if blocking_sync else self.rt.cudaEventDefault
+        return _checked(self.rt.cudaEventCreateWithFlags(flags), "cudaEventCreateWithFlags")
+
+    def destroy_event(self, event: Any) -> None:
+        _checked(self.rt.cudaEventDestroy(event), "cudaEventDestroy")
 
     def record(self, event: Any, stream: Any) -> None:
         _checked(self.rt.cudaEventRecord(event, stream), "cudaEventRecord")
@@ -242,10 +249,18 @@ class CudaPython(CudaApi):
         # Thread-local mode: other threads (TensorRT's, the capture thread) may keep calling
         # CUDA while this stream captures.
         mode = self.rt.cudaStreamCaptureMode.cudaStreamCaptureModeThreadLocal
-        _checked(self.rt.cudaStreamBeginCapture(stream, mode), "cudaStreamBeginCapture")
+        self._capture_started()
+        try:
+            _checked(self.rt.cudaStreamBeginCapture(stream, mode), "cudaStreamBeginCapture")
+        except CudaError:
+            self._capture_ended()
+            raise
 
     def end_capture(self, stream: Any) -> Any:
-        graph = _checked(self.rt.cudaStreamEndCapture(stream), "cudaStreamEndCapture")
+        try:
+            graph = _checked(self.rt.cudaStreamEndCapture(stream), "cudaStreamEndCapture")
+        finally:
+            self._capture_ended()
         try:
             exe = _checked(self.rt.cudaGraphInstantiateWithFlags(graph, 0), "cudaGraphInstantiateWithFlags")
         except CudaError:

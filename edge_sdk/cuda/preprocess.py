@@ -120,6 +120,7 @@ class GpuPreprocessor:
         self.spec = spec
         self.api = api
         self.batch = int(batch or spec.batch)
+        self._own_stream = stream is None  # destroyed by close() only when made here
         self.stream = stream if stream is not None else api.create_stream()
         self.frame_memory = frame_memory or frame_memory_for(api.properties)
         self._mapped = self.frame_memory == MAPPED
@@ -236,9 +237,16 @@ class GpuPreprocessor:
         }
 
     def close(self) -> None:
-        """Free the device and page-locked buffers (after the stream's work is done)."""
+        """Free the device and page-locked buffers, the event and a stream made here (after the
+        stream's work is done)."""
+        if self._done is None:
+            return
         self.api.synchronize(self.stream)
         self.graph.invalidate()
+        self.api.destroy_event(self._done)
+        self._done = None
+        if self._own_stream:
+            self.api.destroy_stream(self.stream)
         for buf in (self._staging, self._slots, self._host_out):
             if buf is not None:
                 self.api.free_host(buf)

@@ -93,8 +93,13 @@ class GpuFullFrameDetector(DecoderDetector):
         return {"mode": self.mode, "preprocess": "gpu", **self.preprocessor.describe()}
 
     def close(self) -> None:
-        """Free the preprocessor's device buffers (before the backend is deactivated). Idempotent."""
+        """Free the preprocessor's device buffers and the events (before the backend is
+        deactivated). Idempotent."""
         self.preprocessor.close()
+        for event in (self._before, self._after):
+            if event is not None:
+                self.cuda.destroy_event(event)
+        self._before = self._after = None
 
 
 def make_gpu_detector(model: Any, thresholds: Optional[Mapping[str, Any]] = None, cache: Any = None,

@@ -139,6 +139,15 @@ def test_the_fastest_engine_that_passes_is_chosen_and_recorded(device, tmp_path:
     assert Path(stored["candidates"][1]["engine"]) == choice.engine.path and choice.engine.key.precision == "int8"
 
 
+def test_choice_runs_destroy_the_streams_and_events_they_create(device, tmp_path: Path) -> None:
+    trt, cuda = device(latency={"fp16": 4.0, "int8": 2.5}, distort={"int8": tiny_noise})
+    bundle = choice_bundle(tmp_path / "b")
+    for i in range(3):
+        choose(bundle, cuda, tmp_path / "engines", force=i > 0)
+    assert cuda.streams >= 6 and cuda.events >= 12
+    assert (cuda.live_streams, cuda.live_events) == (0, 0)
+
+
 def test_a_faster_int8_that_fails_the_gate_is_not_chosen(device, tmp_path: Path) -> None:
     trt, cuda = device(latency={"fp16": 4.0, "int8": 1.0}, distort={"int8": drop_left_half})
     choice = choose(choice_bundle(tmp_path / "b"), cuda, tmp_path / "engines")
