@@ -117,6 +117,10 @@ class GpuPreprocessor:
             raise ConfigError(f"input pad_value must be a grey level 0..255, got {spec.pad_value}")
         if frame_memory not in (None, MAPPED, PINNED):
             raise ConfigError(f"frame_memory must be {MAPPED!r} or {PINNED!r}, got {frame_memory!r}")
+        # Kernels first: a GPU the compiler does not know (KernelArchitectureError) allocates nothing.
+        kernels = (cache or KernelCache()).kernels(api, KERNEL_FILE, ("preprocess_frame", "preprocess_rois"))
+        self._k_frame = kernels["preprocess_frame"]
+        self._k_rois = kernels["preprocess_rois"]
         self.spec = spec
         self.api = api
         self.batch = int(batch or spec.batch)
@@ -129,9 +133,6 @@ class GpuPreprocessor:
         self._slot_elems = 3 * spec.height * spec.width
         self._out = api.alloc_device(self.batch * self._slot_elems * itemsize)
         self.tensor = DeviceTensor(self._out, (self.batch, 3, spec.height, spec.width), spec.dtype)
-        kernels = (cache or KernelCache()).kernels(api, KERNEL_FILE, ("preprocess_frame", "preprocess_rois"))
-        self._k_frame = kernels["preprocess_frame"]
-        self._k_rois = kernels["preprocess_rois"]
         # One graph per plan (frame size, buffer, ROI count): as many as plans are kept, so a ROI
         # count that varies from frame to frame replays its graphs instead of re-capturing them.
         self.graph = FrameGraph(api, self.stream, max_graphs=MAX_PLANS, enabled=use_graphs)

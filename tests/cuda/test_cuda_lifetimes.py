@@ -22,15 +22,10 @@ from fakes import fake_cuda_python, fake_pycuda
 SPEC = InputSpec(shape=[1, 3, 48, 80], mean=[104, 117, 123], scale=[1 / 58, 1 / 57, 1 / 59])
 
 
-@pytest.fixture(params=fake_cuda_python.LAYOUTS)
-def cudapython(request, monkeypatch, kernel_shim):
-    shim = kernel_shim("preprocess.cu")
-    monkeypatch.setattr(_cudapython, "nvrtc_compile", lambda source, *a, **k: source.encode())
-    monkeypatch.setattr(_cudapython, "nvrtc_version", lambda: (11, 8))
-
+@pytest.fixture
+def cudapython(cuda_python_fake):
     def make(integrated: bool = True):
-        fb = fake_cuda_python.install(monkeypatch, fake_cuda_python.FakeDevice(integrated=integrated), shim.launch,
-                                      layout=request.param)
+        fb = cuda_python_fake(fake_cuda_python.FakeDevice(integrated=integrated))
         return fb, _cudapython.open_device()
 
     return make

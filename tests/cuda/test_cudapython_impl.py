@@ -18,20 +18,9 @@ from fakes import fake_cuda_python as fake
 SPEC = InputSpec(shape=[1, 3, 96, 160], mean=[104, 117, 123], scale=[1 / 58, 1 / 57, 1 / 59], dtype="float16")
 
 
-@pytest.fixture(params=fake.LAYOUTS)
-def bindings(request, monkeypatch, kernel_shim):
-    """install(device) -> fake bindings, in each layout of cuda-python (`cuda.bindings.*`, and
-    11.8.2's `cuda.cudart` / `cuda.cuda`, what resolves on JetPack 5); compiling returns the
-    source (the real NVRTC path is tested in test_nvrtc_compile.py), launches run through the
-    host shim."""
-    shim = kernel_shim("preprocess.cu")
-    monkeypatch.setattr(_cudapython, "nvrtc_compile", lambda source, *a, **k: source.encode())
-    monkeypatch.setattr(_cudapython, "nvrtc_version", lambda: (11, 8))
-
-    def make(device: fake.FakeDevice):
-        return fake.install(monkeypatch, device, shim.launch, layout=request.param)
-
-    return make
+@pytest.fixture
+def bindings(cuda_python_fake):
+    return cuda_python_fake
 
 
 def test_each_layout_is_the_one_imported(bindings) -> None:

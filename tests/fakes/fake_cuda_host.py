@@ -70,6 +70,7 @@ class FakeHostCuda(CudaApi):
         self._blocks: Dict[int, Any] = {}
         self.executed: List[str] = []  # every op run, in order: "htod:<n>", "launch:<kernel>", ...
         self.compiles = 0
+        self.compiler_archs: Optional[Sequence[int]] = None  # architectures the compiler knows (None: all)
         self.streams = 0  # streams created
         self.events = 0  # events created
         self.destroyed_streams = 0
@@ -205,6 +206,10 @@ class FakeHostCuda(CudaApi):
         return "fake-host-shim"
 
     def compile(self, source: str, filename: str, arch: str, include_dirs: Sequence[str]) -> bytes:
+        from edge_sdk.errors import KernelArchitectureError
+
+        if self.compiler_archs is not None and int(arch.split("_")[-1]) not in self.compiler_archs:
+            raise KernelArchitectureError(f"{self.properties.name} ({arch}) is newer than the fake compiler knows")
         self.compiles += 1
         return source.encode()
 

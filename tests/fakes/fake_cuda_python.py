@@ -68,14 +68,23 @@ class cudaDeviceAttr(IntEnum):  # driver_types.h
     cudaDevAttrCanMapHostMemory = 19
 
 
+# nvrtcGetSupportedArchs of NVRTC 11.8 (the real library's answer): no sm_100, no sm_120.
+NVRTC_11_8_ARCHS = (35, 37, 50, 52, 53, 60, 61, 62, 70, 72, 75, 80, 86, 87, 89, 90)
+
+
+class nvrtcResult(IntEnum):  # nvrtc.h
+    NVRTC_SUCCESS = 0
+
+
 class FakeDevice:
     def __init__(self, name: bytes = b"Xavier", major: int = 7, minor: int = 2, integrated: bool = True,
                  memory: int = 8 << 30, driver: Optional[int] = 11040, bindings: int = 11080, count: int = 1,
-                 count_error: int = 0, bad_image: int = 0) -> None:
+                 count_error: int = 0, bad_image: int = 0, nvrtc=(11, 8), nvrtc_archs=NVRTC_11_8_ARCHS) -> None:
         self.name, self.major, self.minor, self.integrated = name, major, minor, integrated
         self.memory, self.driver, self.bindings, self.count = memory, driver, bindings, count
         self.count_error = count_error  # cudaGetDeviceCount's error (35, 100) when not 0
         self.bad_image = bad_image  # CUresult cuModuleLoadData returns when not 0
+        self.nvrtc, self.nvrtc_archs = tuple(nvrtc), list(nvrtc_archs)  # nvrtcVersion, nvrtcGetSupportedArchs
 
 
 class _Stream:
@@ -333,8 +342,24 @@ def install(monkeypatch: Any, device: FakeDevice, launcher: Optional[Callable[..
         api(drv, fn)
     drv.CUresult = CUresult
 
-    _install_layout(monkeypatch, layout, {"runtime": rt, "driver": drv})
-    return types.SimpleNamespace(rt=rt, drv=drv, state=state)
+    # --- nvrtc: nvrtc.h (only what the code asks before compiling; compiling is the real NVRTC's
+    # job, tested in test_nvrtc_compile.py) ---------------------------------------------------
+    nv = types.ModuleType("cuda.bindings.nvrtc")
+    nv.nvrtcResult = nvrtcResult
+
+    def nvrtcVersion():
+        return nvrtcResult.NVRTC_SUCCESS, device.nvrtc[0], device.nvrtc[1]
+
+    def nvrtcGetNumSupportedArchs():
+        return nvrtcResult.NVRTC_SUCCESS, len(device.nvrtc_archs)
+
+    def nvrtcGetSupportedArchs():
+        return nvrtcResult.NVRTC_SUCCESS, list(device.nvrtc_archs)
+
+    for fn in (nvrtcVersion, nvrtcGetNumSupportedArchs, nvrtcGetSupportedArchs):
+        api(nv, fn)
+    _install_layout(monkeypatch, layout, {"runtime": rt, "driver": drv, "nvrtc": nv})
+    return types.SimpleNamespace(rt=rt, drv=drv, nvrtc=nv, state=state)
 
 
 _LEGACY_NAMES = {"runtime": "cuda.cudart", "driver": "cuda.cuda", "nvrtc": "cuda.nvrtc"}
