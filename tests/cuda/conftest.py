@@ -36,10 +36,15 @@ class ShimLibrary:
         self._launch = self._lib.shim_launch
         self._launch.restype = ctypes.c_int
         self._launch.argtypes = [ctypes.c_char_p] + [ctypes.c_uint] * 6 + [ctypes.c_void_p]
+        for counter in (self._lib.shim_loads, self._lib.shim_misaligned_loads):
+            counter.restype = ctypes.c_ulonglong
+        self.loads = self.misaligned_loads = 0
 
     def launch(self, name: str, grid: Sequence[int], block: Sequence[int], params_address: int) -> None:
         rc = self._launch(name.encode(), *grid, *block, params_address)
         assert rc == 0, f"the shim has no kernel {name!r} (it has {self.names})"
+        self.loads = int(self._lib.shim_loads())  # the last launch's 16-byte frame loads
+        self.misaligned_loads = int(self._lib.shim_misaligned_loads())
 
 
 def _harness(cu: Path, names: Sequence[str]) -> str:
@@ -56,6 +61,8 @@ def _harness(cu: Path, names: Sequence[str]) -> str:
         f"{cases}\n"
         "    return -1;\n"
         "}\n"
+        'extern "C" unsigned long long shim_loads() { return shim_load_count; }\n'
+        'extern "C" unsigned long long shim_misaligned_loads() { return shim_misaligned_count; }\n'
     )
 
 

@@ -297,3 +297,45 @@ def test_close_frees_every_buffer(fake_gpu) -> None:
     assert api.used == 0
     pre.close()  # again (an error path plus a finally): the fake raises on a double free
     assert api.used == 0
+
+
+# -- odd sizes, odd pitches, unaligned frames: 16-byte loads, still bit-exact -------------------
+def _frame_at(api, h: int, w: int, pitch: int, offset: int, seed: int):
+    """A frame in a mapped buffer whose first byte is `offset` bytes past a 16-byte boundary."""
+    buf = api.alloc_host((offset + h * pitch + 16,), np.uint8, mapped=True)
+    buf.array[...] = np.random.default_rng(seed).integers(0, 256, buf.array.shape, dtype=np.uint8)
+    frame = np.lib.stride_tricks.as_strided(buf.array[offset:], shape=(h, w, 3), strides=(pitch, 3, 1))
+    assert (buf.ptr + offset) % 16 == offset % 16
+    return frame
+
+
+@pytest.mark.parametrize("options", OPTIONS, ids=lambda o: "-".join(str(o[k]) for k in ("resize", "dtype", "interpolation")))
+@pytest.mark.parametrize("h,w,pad,offset", [(5, 3, 1, 1), (97, 131, 2, 7), (383, 641, 5, 13), (1081, 1921, 1, 3),
+                                            (2, 1, 0, 15)])
+def test_odd_sizes_unaligned_frames_match_cpu_bit_for_bit(fake_gpu, kernel_shim, options, h, w, pad, offset) -> None:
+    api, cache = fake_gpu(XAVIER_NX)
+    frame = _frame_at(api, h, w, 3 * w + pad, offset, seed=h + w)
+    spec = spec_for(**options)
+    pre = GpuPreprocessor(spec, api, cache=cache, frame_memory="mapped")
+    pre.fill(frame)
+    out = pre.download()
+    assert pre.zero_copy_frames == 1  # read in place, at its unaligned address
+    np.testing.assert_array_equal(out, cpu_result(np.ascontiguousarray(frame), spec))
+    shim = kernel_shim("preprocess.cu")
+    assert shim.loads > 0 and shim.misaligned_loads == 0
+
+
+@pytest.mark.parametrize("size,interpolation,per_pixel", [
+    ((1080, 1920), "linear", 4),  # two rows of two taps: at most two 16-byte blocks a row
+    ((1152, 1920), "area", 6),  # 3x3 area cells: three rows of 9 bytes, at most two blocks each
+])
+def test_loads_per_output_pixel(fake_gpu, kernel_shim, size, interpolation, per_pixel) -> None:
+    """What the issue measured as ~54 byte loads per thread is a handful of 16-byte loads."""
+    api, cache = fake_gpu(DISCRETE)
+    spec = spec_for(resize="stretch", interpolation=interpolation)
+    pre = GpuPreprocessor(spec, api, cache=cache)
+    frame = noise(*size)
+    pre.fill(frame)
+    np.testing.assert_array_equal(pre.download(), cpu_result(frame, spec))
+    shim = kernel_shim("preprocess.cu")
+    assert 0 < shim.loads <= per_pixel * spec.width * spec.height and shim.misaligned_loads == 0
