@@ -18,10 +18,11 @@ machine without CUDA and loads neither. :func:`open_cuda` picks one:
 - ``"cuda-python"`` / ``"pycuda"``: that one, or a typed error naming the cause and the fix
   (:class:`~edge_sdk.errors.MissingDependencyError`, :class:`~edge_sdk.errors.CudaError`).
 
-Frame memory (:func:`frame_memory_for`): on an integrated GPU (``cudaDevAttrIntegrated``: a
-Jetson) CPU and GPU share DRAM, so frames live in mapped page-locked memory and kernels read
-them with no copy; on a discrete GPU mapped reads would cross PCIe for every access, so frames
-go to pinned memory and one async copy per frame moves them to device memory.
+Host memory the GPU writes and the CPU reads once (:func:`frame_memory_for`, the TensorRT
+backend's outputs): mapped page-locked memory on an integrated GPU (``cudaDevAttrIntegrated``:
+a Jetson, CPU and GPU share DRAM), pinned memory and a copy on a discrete one. Camera frames,
+which a kernel reads with overlapping loads, are a measured choice of their own
+(:mod:`edge_sdk.cuda.frames`, :mod:`edge_sdk.cuda.measure`).
 """
 from __future__ import annotations
 
@@ -85,7 +86,8 @@ def version_text(code: int) -> str:
 
 
 def frame_memory_for(props: DeviceProperties) -> str:
-    """`mapped` (zero-copy) on an integrated GPU that can map host memory, else `pinned`.
+    """`mapped` (zero-copy) on an integrated GPU that can map host memory, else `pinned`: for
+    buffers the GPU writes once and the CPU reads (outputs). Frames: edge_sdk.cuda.frames.
 
     NVIDIA's "CUDA for Tegra" application note (section "I/O Coherency") is what makes
     mapped frames pay on Xavier and later: pinned host memory stays cached on the CPU and the

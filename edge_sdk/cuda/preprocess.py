@@ -22,7 +22,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from edge_sdk.cuda import MAPPED, PINNED, CudaApi, DeviceTensor, HostBuffer, KernelArgs, frame_memory_for
+from edge_sdk.cuda import MAPPED, PINNED, CudaApi, DeviceTensor, HostBuffer, KernelArgs
 from edge_sdk.cuda.compiler import KernelCache
 from edge_sdk.cuda.graph import FrameGraph
 from edge_sdk.errors import ConfigError, SourceError
@@ -103,16 +103,19 @@ class GpuPreprocessor:
     `fill(frame, index)` and `fill_rois(frame, regions)` only queue work: the tensor is ready
     for whatever runs next on `stream` (the backend), and `download()` waits for it. Frames
     that lie in a mapped buffer from `api.alloc_host(..., mapped=True)` are read in place (no
-    copy); a frame already in device memory is read there when its address is given
-    (`device_ptr=`, e.g. what the capture ring's `upload(slot, stream)` returns for pinned
-    memory, queued on this same stream); other frames are copied once into a page-locked staging
-    buffer (mapped on an integrated GPU; pinned plus one async copy to device memory on a
-    discrete one).
+    copy) when the preprocessor's `frame_memory` is mapped; a frame already in device memory is
+    read there when its address is given (`device_ptr=`, e.g. what the capture ring's
+    `upload(slot, stream)` returns for pinned memory, queued on this same stream); other frames
+    are copied once into a page-locked staging buffer (mapped, or pinned plus one async copy to
+    device memory, as `frame_memory` says).
     """
 
     def __init__(self, spec: InputSpec, api: CudaApi, batch: Optional[int] = None, stream: Any = None,
                  cache: Optional[KernelCache] = None, use_graphs: bool = True, frame_memory: Optional[str] = None) -> None:
-        """`frame_memory` overrides the device's choice (`mapped` or `pinned`; benchmarks)."""
+        """`frame_memory`: how frames that are not already on the device are staged, `mapped`
+        (the kernel reads page-locked host memory in place) or `pinned` (one async copy to device
+        memory first); default pinned, the documented default of edge_sdk.cuda.frames until
+        `edge-sdk engine` has measured the two on the device (the runtime passes what it measured)."""
         if not 0 <= int(spec.pad_value) <= 255:
             raise ConfigError(f"input pad_value must be a grey level 0..255, got {spec.pad_value}")
         if frame_memory not in (None, MAPPED, PINNED):
@@ -126,7 +129,9 @@ class GpuPreprocessor:
         self.batch = int(batch or spec.batch)
         self._own_stream = stream is None  # destroyed by close() only when made here
         self.stream = stream if stream is not None else api.create_stream()
-        self.frame_memory = frame_memory or frame_memory_for(api.properties)
+        if frame_memory == MAPPED and not api.properties.can_map_host_memory:
+            frame_memory = PINNED
+        self.frame_memory = frame_memory or PINNED
         self._mapped = self.frame_memory == MAPPED
         self._fp16 = spec.dtype == "float16"
         itemsize = 2 if self._fp16 else 4

@@ -55,7 +55,7 @@ def test_mapped_buffer_has_a_device_pointer_pinned_does_not(bindings) -> None:
 def test_preprocessor_end_to_end_with_a_captured_graph(bindings, tmp_path, integrated) -> None:
     fb = bindings(fake.FakeDevice(integrated=integrated))
     api = _cudapython.open_device()
-    pre = GpuPreprocessor(SPEC, api, cache=KernelCache(tmp_path))
+    pre = GpuPreprocessor(SPEC, api, cache=KernelCache(tmp_path), frame_memory=MAPPED if integrated else None)
     rng = np.random.default_rng(0)
     for i in range(3):
         frame = rng.integers(0, 256, (121, 203, 3), dtype=np.uint8)
