@@ -101,6 +101,7 @@ def test_gpu_pipeline_equals_the_cpu_path(gpu_model, cpu_detections, props, meas
     assert sum(len(d) for d in expected) >= 6  # the scenes light up the heatmap: something to compare
     model, cuda, cache = gpu_model(props)
     model.backend.device_choice = {"chosen": "fp32", "frame_memory": measured}  # what `edge-sdk engine` recorded
+    handles = (cuda.live_streams, cuda.live_events)  # the backend's
     detector = make_gpu_detector(model, cache=cache)
     cfg = PipelineConfig(source=SourceConfig("list://"), cache=CacheConfig(enabled=False))
     with Pipeline(cfg, model=model, source=ListSource(frames), detector=detector) as pipeline:
@@ -123,6 +124,8 @@ def test_gpu_pipeline_equals_the_cpu_path(gpu_model, cpu_detections, props, meas
     assert pre.graph.captures <= cfg.pool_size and pre.graph.captures + pre.graph.replays == len(frames)
     assert (model.backend.graph.captures, model.backend.graph.replays) == (1, len(frames) - 2)
     detector.close()
+    detector.close()
+    assert (cuda.live_streams, cuda.live_events) == handles  # the detector's events are destroyed, once
 
 
 def test_device_ptr_from_a_pinned_upload_is_read_in_place(gpu_model, cpu_detections) -> None:

@@ -236,6 +236,18 @@ def test_engine_default_then_auto_reuses_the_chosen_engine(device, tmp_path: Pat
     assert trt.engines_built() == built
 
 
+def test_engine_prints_the_frame_memory_measured_and_the_backend_carries_it(device, tmp_path: Path) -> None:
+    trt, cuda = device("8.5", "xavier", latency={"fp16": 2.0, "int8": 3.0})
+    bundle, cache = choice_bundle(tmp_path / "b"), tmp_path / "engines"
+    result = CliRunner().invoke(app, ["engine", str(bundle), "--cache-dir", str(cache), "--iterations", "5",
+                                      "--reference", "bundle"])
+    assert result.exit_code == 0, result.output
+    assert ("frame memory measured on this device: mapped (mapped 0.800 ms, pinned 1.100 ms, device 0.500 ms per "
+            "1920x1080 frame; frame_memory = auto uses it)") in result.stdout
+    backend = select_backend("tensorrt", bundle=Bundle.load(bundle), cache_dir=cache)
+    assert backend.describe()["device_choice"]["frame_memory"]["chosen"] == "mapped"
+
+
 def test_an_old_bundle_gets_one_fp16_int8_engine_which_auto_reuses(device, tmp_path: Path, monkeypatch) -> None:
     trt, cuda = device("8.5")
     monkeypatch.setattr(engine_mod, "detect_gpu", lambda: XAVIER)
