@@ -207,7 +207,9 @@ class CudaApi(abc.ABC):
         self.properties = props
         self._mapped: List[HostBuffer] = []
         self._modules: Dict[str, Any] = {}  # compiled-image key -> loaded module (per context)
-        self._lock = threading.Lock()
+        # Reentrant: a frame buffer's finalizer frees through free_host, and the collector may run
+        # it on a thread that holds this lock already (any allocation inside a locked section).
+        self._lock = threading.RLock()
         # Frees wait while any stream captures a graph: cudaFree and cudaFreeHost synchronize
         # implicitly, which is invalid during capture and invalidates it (CUDA programming guide,
         # "Prohibited and unhandled operations"). A finalizer of the frame ring may free a buffer

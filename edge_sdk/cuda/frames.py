@@ -104,7 +104,7 @@ class FrameMemory:
     def __init__(self, reason: str = "") -> None:
         self.reason = reason
         self._live: Dict[int, FrameBuffer] = {}
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # reentrant: the collector may run _free_pages inside a locked section
         self.allocations = 0  # buffers allocated
         self.releases = 0  # buffers the ring let go of
         self.freed = 0  # page-locked buffers actually freed (released and no array left)

@@ -212,3 +212,27 @@ def test_pycuda_frees_on_a_thread_that_holds_the_context(pycuda) -> None:
         t.start()
         t.join(10)
     assert fp.state.leaks == 0 and fp.state.used == used - 64
+
+
+def test_a_finalizer_run_inside_a_locked_section_does_not_deadlock(cudapython) -> None:
+    """The collector runs a frame buffer's finalizer on whatever thread allocates next, which may
+    hold the CUDA layer's or the frame memory's lock at that moment."""
+    fb, api = cudapython()
+    memory = MappedMemory(api)
+    buffer = memory.allocate((8, 12, 3))
+    ptr = buffer.host.ptr
+    frames = [buffer.array]  # a frame a caller still holds after the ring let go of its buffer
+    memory.release(buffer)
+    del buffer
+    done = threading.Event()
+
+    def collect_while_locked() -> None:
+        with api._lock, memory._lock:
+            frames.clear()  # the last array goes: the finalizer frees the page-locked memory here
+            gc.collect()
+        done.set()
+
+    t = threading.Thread(target=collect_while_locked, daemon=True)
+    t.start()
+    assert done.wait(10), "the finalizer deadlocked on a lock its thread held"
+    assert memory.freed == 1 and ptr not in fb.state.blocks
