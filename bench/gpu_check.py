@@ -419,9 +419,10 @@ def _blocking_wait(api: CudaApi, cache: KernelCache, size=SIZES[-1][1], launches
 
 
 def check_logger() -> List[Row]:
-    """Two TensorRT builders alive at once, each built while a listener of the process's one
-    logger listens: both listeners receive messages (a logger per builder would leave the second
-    deaf while the first lives)."""
+    """Two TensorRT builders alive at once, each asked to build an empty network (which TensorRT
+    refuses with a logged error) while a listener of the process's one logger listens: both
+    listeners hear their builder (a logger per builder left the second deaf while the first
+    lived: TensorRT keeps the first logger it is given)."""
     try:
         import tensorrt as trt  # type: ignore[import-not-found]
     except ImportError:
@@ -430,18 +431,19 @@ def check_logger() -> List[Row]:
         from edge_sdk.trt import log as trt_log  # type: ignore[attr-defined]
     except ImportError:
         return [{"check": "TensorRT logger, two builders", "result": "skipped: edge_sdk.trt.log is absent"}]
-    heard = []
-    with trt_log.listen(min_severity=4) as first:
-        one = trt.Builder(trt_log.process_logger(trt))
-        one.create_network(0)
-    with trt_log.listen(min_severity=4) as second:
-        two = trt.Builder(trt_log.process_logger(trt))
-        two.create_network(0)
-    heard = [len(first.messages), len(second.messages)]
-    del one, two
+    builders, heard = [], []
+    for _ in range(2):
+        with trt_log.listen(min_severity=4) as listener:
+            builder = trt.Builder(trt_log.process_logger(trt))
+            builders.append(builder)  # both stay alive: the second is made while the first lives
+            flag = getattr(trt.NetworkDefinitionCreationFlag, "EXPLICIT_BATCH", None)
+            network = builder.create_network(0 if flag is None else 1 << int(flag))
+            builder.build_serialized_network(network, builder.create_builder_config())
+        heard.append(len(listener.messages))
+    del builders
     ok = all(n > 0 for n in heard)
     return [{"check": "TensorRT logger, two builders", "result": "both heard" if ok else "A LISTENER HEARD NOTHING",
-             "detail": f"messages: first {heard[0]}, second {heard[1]} (TensorRT {trt.__version__})"}]
+             "detail": f"messages: first {heard[0]}, second {heard[1]} (TensorRT {getattr(trt, '__version__', '?')})"}]
 
 
 def run_checks(api: CudaApi, repeat: int = 100, cache: Optional[KernelCache] = None, sizes=SIZES,

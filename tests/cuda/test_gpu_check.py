@@ -87,3 +87,17 @@ def test_without_a_gpu_one_line_and_status_2() -> None:
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("gpu_check: no usable NVIDIA GPU here")
     assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("version", ["8.5", "10"])
+def test_the_logger_row_on_the_fake_tensorrt(monkeypatch, version: str) -> None:
+    """Where edge_sdk.trt.log exists: two builders on the fake TensorRT, which keeps the first
+    logger it is given as TensorRT does, both heard."""
+    trt_log = pytest.importorskip("edge_sdk.trt.log")
+    from fakes.fake_tensorrt import FAKES
+
+    fake = FAKES[version]()
+    monkeypatch.setitem(sys.modules, "tensorrt", fake)
+    (row,) = load_bench().check_logger()
+    assert row["result"] == "both heard", row
+    assert trt_log.listening() == 0
