@@ -1,21 +1,34 @@
-"""The CUDA layer on a real NVIDIA GPU: correctness against the CPU and speed, as one table.
+"""The CUDA layer on a real NVIDIA GPU, as one table: the prepared check for the day a GPU is lent.
 
-    python bench/gpu_check.py [--impl auto|cuda-python|pycuda|all] [--frames 200] [--json out.json]
+    python bench/gpu_check.py [--impl auto|cuda-python|pycuda|all] [--frames 100] [--json out.json]
+    python bench/gpu_check.py --self-test      # no GPU: what can run without one (CI, any machine)
 
-For each implementation that opens a device (cuda-python; pycuda where it imports):
+For each implementation that opens a device (cuda-python; pycuda where it imports), in well under
+five minutes on one GPU:
 
-1. buffers: device memory, a pinned and a mapped page-locked buffer (with its device pointer),
-   a round trip through each;
-2. kernels against the CPU Preprocessor: full frames (1080p and 4K, letterbox float16 RGB and
-   stretch float32; an odd-sized upscale; pitched rows read in place from mapped memory) and a
-   ROI batch; the max abs error, the share of differing elements, within tolerance or not;
-3. a CUDA graph: the per-frame work captured once and replayed (cuda-python), against eager
-   launches, median host time per frame;
-4. kernel throughput at 1080p and 4K -> 640x384 (GPU time from events), frames/s;
-5. mapped read (the kernel reads the frame in host memory, no copy) against pinned + one async
-   copy per frame, GPU time per frame.
+1. buffers: device memory, a pinned and a mapped page-locked buffer, a round trip through each;
+   which NVRTC compiled the kernels and why (describe()["nvrtc"]);
+2. kernels against the CPU Preprocessor, bit for bit: the real frames of edge_sdk/assets (as
+   they are, and resampled to 1080p and 4K), noise at 1080p/4K in every resize mode, an odd-sized
+   upscale, pitched rows read in place from mapped memory, a ROI batch; "bit-exact" or the max
+   abs error and the share of differing elements (within tolerance or not);
+3. frame memory: mapped read against pinned + one copy against the kernel alone on device memory,
+   GPU time per frame at 1080p and 4K (edge_sdk.cuda.measure, what `edge-sdk engine` records), and
+   the winner;
+4. CUDA graphs: the per-frame work captured once and replayed against eager launches; ROI
+   batches of varying size (1, 1, 2, 2, 1, 3, 4, ...) replaying one graph per size, each checked
+   against the CPU;
+5. kernel throughput at 1080p and 4K -> 640x384 (GPU time from events);
+6. lifetimes: streams and events created and destroyed over 100 preprocessor open/close cycles
+   (and 100 TensorRT backend activate/deactivate cycles when a bundle is given with --bundle);
+   a frame buffer freed on another thread while a graph is being captured (the capture must
+   succeed and the memory be freed after it); CPU time of a blocking-sync event wait;
+7. TensorRT's one logger: two builders alive at once, a listener for each scope receives
+   messages (skipped when tensorrt is not importable).
 
-Without a usable GPU it prints one line naming the cause and exits with status 2.
+Without a usable GPU it prints one line naming the cause and exits with status 2; --self-test
+then runs what needs no GPU (real frames through the CPU preprocessor, NVRTC compiling the
+kernels for sm_72 and sm_87 where cuda-python is installed, the table) and exits 0 when it passes.
 """
 from __future__ import annotations
 
@@ -23,19 +36,25 @@ import argparse
 import ctypes
 import json
 import sys
+import threading
 import time
-from typing import Any, Callable, Dict, List, Optional
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import numpy as np
 
 from edge_sdk.cuda import MAPPED, PINNED, CudaApi, KernelArgs, open_cuda
 from edge_sdk.cuda.compiler import KernelCache
+from edge_sdk.cuda.graph import FrameGraph
 from edge_sdk.cuda.preprocess import BLOCK, KERNEL_FILE, GpuPreprocessor, plan_slot
 from edge_sdk.errors import EdgeSdkError
 from edge_sdk.preprocess import InputSpec, Preprocessor
 
 NET = (384, 640)
 SIZES = (("1080p", (1080, 1920)), ("4K", (2160, 3840)))
+ASSETS = Path(__file__).resolve().parents[1] / "edge_sdk" / "assets"
+ROI_COUNTS = (1, 1, 2, 2, 1, 3, 4, 2, 1, 4)
+CYCLES = 100
 Row = Dict[str, Any]
 
 
@@ -43,31 +62,41 @@ def noise(h: int, w: int, seed: int = 0) -> np.ndarray:
     return np.random.default_rng(seed).integers(0, 256, (h, w, 3), dtype=np.uint8)
 
 
+def real_frames(sizes=SIZES) -> List[Any]:
+    """(name, frame) for each image of edge_sdk/assets, as it is and resampled to each size."""
+    from edge_sdk import _imports
+    from edge_sdk.images import read_image
+
+    cv2 = _imports.cv2()
+    out = []
+    for path in sorted(ASSETS.glob("*.jpg")):
+        image = read_image(str(path))
+        out.append((f"{path.name} {image.shape[1]}x{image.shape[0]}", image))
+        for label, (h, w) in sizes:
+            out.append((f"{path.name} at {label}", cv2.resize(image, (w, h), interpolation=cv2.INTER_LINEAR)))
+    return out
+
+
 def compare(gpu: np.ndarray, cpu: np.ndarray, spec: InputSpec) -> Dict[str, Any]:
-    """Max abs error, share of differing elements, and whether both are within the stated
-    tolerance (edge_sdk/cuda/preprocess.py: one grey level times |scale|, 0.1 % of elements)."""
+    """"bit-exact", else the max abs error, the share of differing elements, and whether both are
+    within the stated tolerance (edge_sdk/cuda/preprocess.py: one grey level times |scale|,
+    0.1 % of elements)."""
     diff = np.abs(gpu.astype(np.float64) - cpu.astype(np.float64))
+    if gpu.shape == cpu.shape and np.array_equal(gpu.view(np.uint8), cpu.view(np.uint8)):
+        return {"max_abs_error": 0.0, "differing": 0.0, "result": "bit-exact"}
     step = max(abs(s) for s in spec.scale)
     if spec.dtype == "float16":
         step += float(np.abs(cpu.astype(np.float64)).max()) * 2.0 ** -10
     differing = float(np.mean(diff > 0))
     ok = float(diff.max()) <= step * (1 + 1e-6) and differing <= 1e-3
-    return {"max_abs_error": float(diff.max()), "differing": differing, "result": "ok" if ok else "OUT OF TOLERANCE"}
+    return {"max_abs_error": float(diff.max()), "differing": differing,
+            "result": "within tolerance" if ok else "OUT OF TOLERANCE"}
 
 
 def gpu_ms(api: CudaApi, stream: Any, fn: Callable[[], None], repeat: int) -> float:
-    """Median GPU time of `fn`'s work on `stream`, from events around each repetition."""
-    start, end = api.create_event(), api.create_event()
-    fn()
-    api.synchronize(stream)
-    times = []
-    for _ in range(repeat):
-        api.record(start, stream)
-        fn()
-        api.record(end, stream)
-        api.event_synchronize(end)
-        times.append(api.elapsed_ms(start, end))
-    return float(np.median(times))
+    from edge_sdk.cuda.measure import median_gpu_ms
+
+    return median_gpu_ms(api, stream, fn, repeat)
 
 
 def host_ms(api: CudaApi, stream: Any, fn: Callable[[], None], repeat: int) -> float:
@@ -108,35 +137,50 @@ def check_buffers(api: CudaApi) -> List[Row]:
         api.free_host(src)
         api.free_host(back)
     api.free_device(dev)
+    api.destroy_stream(stream)
+    nvrtc = api.describe().get("nvrtc")
+    if nvrtc is not None:
+        rows.append({"check": "nvrtc", "result": f"{nvrtc.get('source')} {nvrtc.get('version')}",
+                     "detail": f"{nvrtc.get('library')}: {nvrtc.get('reason')}"})
     return rows
 
 
-def check_kernels(api: CudaApi, cache: KernelCache, sizes=SIZES) -> List[Row]:
+def _kernel_row(api: CudaApi, cache: KernelCache, name: str, frame: np.ndarray, spec: InputSpec, **kw: Any) -> Row:
+    pre = GpuPreprocessor(spec, api, cache=cache, **kw)
+    try:
+        pre.fill(frame)
+        return {"check": f"kernel {name}", **compare(pre.download(), Preprocessor(spec)(np.ascontiguousarray(frame))[0], spec)}
+    finally:
+        pre.close()
+
+
+def check_kernels(api: CudaApi, cache: KernelCache, sizes=SIZES, frames: Optional[Sequence[Any]] = None) -> List[Row]:
     rows = []
     mean, scale = [104.0, 117.0, 123.0], [1 / 58.0, 1 / 57.0, 1 / 59.0]
+    letterbox = InputSpec(shape=[1, 3, NET[0], NET[1]], dtype="float16", color="RGB", mean=mean, scale=scale)
+    area = InputSpec(shape=[1, 3, NET[0], NET[1]], resize="stretch", interpolation="area")
+    for name, frame in (frames if frames is not None else real_frames(sizes)):
+        rows.append(_kernel_row(api, cache, f"{name} letterbox fp16 RGB", frame, letterbox))
+        rows.append(_kernel_row(api, cache, f"{name} stretch fp32 area", frame, area))
     cases = []
     for i, (label, (h, w)) in enumerate(sizes):
-        cases.append((f"{label} letterbox fp16 RGB", noise(h, w, 2 * i), dict(dtype="float16", color="RGB", mean=mean, scale=scale)))
-        cases.append((f"{label} stretch fp32", noise(h, w, 2 * i + 1), dict(resize="stretch")))
-        cases.append((f"{label} stretch fp32 area", noise(h, w, 2 * i + 1), dict(resize="stretch", interpolation="area")))
+        cases.append((f"{label} noise letterbox fp16 RGB", noise(h, w, 2 * i), dict(dtype="float16", color="RGB", mean=mean, scale=scale)))
+        cases.append((f"{label} noise stretch fp32", noise(h, w, 2 * i + 1), dict(resize="stretch")))
+        cases.append((f"{label} noise stretch fp32 area", noise(h, w, 2 * i + 1), dict(resize="stretch", interpolation="area")))
     cases.append(("641x383 upscale fp32", noise(383, 641, 3), dict(mean=mean, scale=scale, pad_value=114)))
     for name, frame, options in cases:
-        spec = InputSpec(shape=[1, 3, NET[0], NET[1]], **options)
-        pre = GpuPreprocessor(spec, api, cache=cache)
-        pre.fill(frame)
-        rows.append({"check": f"kernel {name}", **compare(pre.download(), Preprocessor(spec)(frame)[0], spec)})
-        pre.close()
-    # Pitched rows read in place from a mapped buffer (the capture ring's layout).
+        rows.append(_kernel_row(api, cache, name, frame, InputSpec(shape=[1, 3, NET[0], NET[1]], **options)))
+    # Pitched rows, 5 bytes past a 16-byte boundary, read in place from a mapped buffer.
     if api.properties.can_map_host_memory:
-        h, w, pitch = 383, 641, 641 * 3 + 64
-        buf = api.alloc_host((h, pitch), np.uint8, mapped=True)
+        h, w, pitch, offset = 383, 641, 641 * 3 + 7, 5
+        buf = api.alloc_host((offset + h * pitch,), np.uint8, mapped=True)
         buf.array[...] = np.random.default_rng(4).integers(0, 256, buf.array.shape, dtype=np.uint8)
-        frame = np.lib.stride_tricks.as_strided(buf.array, shape=(h, w, 3), strides=(pitch, 3, 1))
+        frame = np.lib.stride_tricks.as_strided(buf.array[offset:], shape=(h, w, 3), strides=(pitch, 3, 1))
         spec = InputSpec(shape=[1, 3, NET[0], NET[1]], mean=mean, scale=scale)
         pre = GpuPreprocessor(spec, api, cache=cache, frame_memory=MAPPED)
         pre.fill(frame)
         row = compare(pre.download(), Preprocessor(spec)(np.ascontiguousarray(frame))[0], spec)
-        rows.append({"check": "kernel pitched mapped frame", **row, "zero_copy": pre.zero_copy_frames == 1})
+        rows.append({"check": "kernel pitched unaligned mapped frame", **row, "zero_copy": pre.zero_copy_frames == 1})
         pre.close()
         api.free_host(buf)
     h, w = sizes[0][1]
@@ -165,7 +209,38 @@ def check_graph(api: CudaApi, cache: KernelCache, repeat: int, sizes=SIZES) -> L
         rows.append({"check": f"per-frame work, {pre.graph.mode}", "host_ms": ms, "fps": fps(ms),
                      "captures": pre.graph.captures, "replays": pre.graph.replays, **cpu})
         pre.close()
-    return rows
+    return rows + check_graph_varying_batch(api, cache, sizes)
+
+
+def check_graph_varying_batch(api: CudaApi, cache: KernelCache, sizes=SIZES, counts: Sequence[int] = ROI_COUNTS) -> List[Row]:
+    """ROI batches whose size changes from frame to frame: one graph per size, replayed, each
+    result checked against the CPU."""
+    h, w = sizes[0][1]
+    batch = max(counts)
+    spec = InputSpec(shape=[batch, 3, 192, 320], dtype="float16")
+    pre = GpuPreprocessor(spec, api, cache=cache)
+    worst: Dict[str, Any] = {"max_abs_error": 0.0, "differing": 0.0, "result": "bit-exact"}
+    t0 = time.perf_counter()
+    for i, n in enumerate(counts):
+        frame = noise(h, w, 20 + i)
+        regions = [(37 * k, 11 * k, w // 2 + 29 * k, h // 2 + 13 * k) for k in range(n)]
+        pre.fill_rois(frame, regions)
+        got = pre.download()[:n]
+        cpu = Preprocessor(InputSpec(**dict(spec.to_dict(), shape=[n, 3, 192, 320])))
+        for k, (x0, y0, x1, y1) in enumerate(regions):
+            cpu.fill(frame[y0:y1, x0:x1], k)
+        result = compare(got, cpu.tensor, spec)
+        if result["result"] != "bit-exact" and worst["result"] != "OUT OF TOLERANCE":
+            worst = result
+    ms = (time.perf_counter() - t0) * 1e3 / len(counts)
+    sizes_seen = len(set(counts))
+    graphs = pre.graph.describe()
+    ok = graphs["mode"] == "eager" or (graphs["captures"] == sizes_seen and graphs["replays"] == len(counts) - sizes_seen)
+    pre.close()
+    return [{"check": f"ROI graphs, batch sizes {','.join(map(str, counts))}", **worst, "host_ms": ms,
+             "detail": f"{graphs['mode']}: {graphs['captures']} captured, {graphs['replays']} replayed"
+                       + ("" if ok else " (EXPECTED ONE CAPTURE PER SIZE)")}] + ([] if ok else [
+                {"check": "ROI graphs per size", "result": "GRAPHS RE-CAPTURED"}])
 
 
 def check_throughput(api: CudaApi, cache: KernelCache, repeat: int, sizes=SIZES) -> List[Row]:
@@ -189,44 +264,235 @@ def check_throughput(api: CudaApi, cache: KernelCache, repeat: int, sizes=SIZES)
             rows.append({"check": f"kernel {name} -> {NET[1]}x{NET[0]} {dtype}", "gpu_ms": ms, "fps": fps(ms)})
             api.free_device(out)
         api.free_device(frame)
+    api.destroy_stream(stream)
     return rows
 
 
-def check_mapped_vs_pinned(api: CudaApi, cache: KernelCache, repeat: int, sizes=SIZES) -> List[Row]:
-    rows = []
+def check_frame_memory(api: CudaApi, cache: KernelCache, repeat: int, sizes=SIZES) -> List[Row]:
+    """Mapped against pinned + copy against device memory, as `edge-sdk engine` measures them."""
+    from edge_sdk.cuda.measure import measure_frame_memory
+
     spec = InputSpec(shape=[1, 3, NET[0], NET[1]], dtype="float16")
+    rows = []
     for name, (h, w) in sizes:
-        if api.properties.can_map_host_memory:
-            buf = api.alloc_host((h, w, 3), np.uint8, mapped=True)
-            buf.array[...] = noise(h, w)
-            pre = GpuPreprocessor(spec, api, cache=cache, frame_memory=MAPPED)
-            ms = gpu_ms(api, pre.stream, lambda: pre.fill(buf.array), repeat)
-            rows.append({"check": f"{name} mapped read (no copy)", "gpu_ms": ms, "fps": fps(ms)})
-            pre.close()
-            api.free_host(buf)
-        frame = noise(h, w)
-        pre = GpuPreprocessor(spec, api, cache=cache, frame_memory=PINNED)
-        ms = gpu_ms(api, pre.stream, lambda: pre.fill(frame), repeat)
-        rows.append({"check": f"{name} pinned + async copy", "gpu_ms": ms, "fps": fps(ms)})
-        pre.close()
+        result = measure_frame_memory(api, spec, noise(h, w), repeat=repeat, cache=cache)
+        for path, ms in result["gpu_ms"].items():
+            rows.append({"check": f"frame memory {name} {path}", "gpu_ms": ms, "fps": fps(ms),
+                         "result": "chosen" if path == result["chosen"] else ""})
     return rows
 
 
-def run_checks(api: CudaApi, repeat: int = 200, cache: Optional[KernelCache] = None, sizes=SIZES) -> List[Row]:
+class CountingCuda:
+    """`api` counting the streams and events created and destroyed through it."""
+
+    def __init__(self, api: CudaApi) -> None:
+        self._api = api
+        self.counts = {"stream+": 0, "stream-": 0, "event+": 0, "event-": 0}
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._api, name)
+
+    def create_stream(self) -> Any:
+        self.counts["stream+"] += 1
+        return self._api.create_stream()
+
+    def destroy_stream(self, stream: Any) -> None:
+        self.counts["stream-"] += 1
+        self._api.destroy_stream(stream)
+
+    def create_event(self, blocking_sync: bool = True) -> Any:
+        self.counts["event+"] += 1
+        return self._api.create_event(blocking_sync)
+
+    def destroy_event(self, event: Any) -> None:
+        self.counts["event-"] += 1
+        self._api.destroy_event(event)
+
+    def row(self, what: str) -> Row:
+        c = self.counts
+        ok = c["stream+"] == c["stream-"] and c["event+"] == c["event-"] and c["stream+"] > 0
+        return {"check": what, "result": "all destroyed" if ok else "LEAKED",
+                "detail": f"streams {c['stream+']} created / {c['stream-']} destroyed, "
+                          f"events {c['event+']} created / {c['event-']} destroyed"}
+
+
+def check_lifetimes(api: CudaApi, cache: KernelCache, cycles: int = CYCLES, bundle: Optional[str] = None,
+                    sizes=SIZES) -> List[Row]:
+    rows = []
+    counting = CountingCuda(api)
+    spec = InputSpec(shape=[1, 3, 96, 160])
+    frame = noise(120, 200, 9)
+    for _ in range(cycles):
+        pre = GpuPreprocessor(spec, counting, cache=cache)  # type: ignore[arg-type]
+        pre.fill(frame)
+        pre.download()
+        pre.close()
+    rows.append(counting.row(f"streams/events, {cycles} preprocessor cycles"))
+    if bundle:
+        rows.append(_backend_cycles(api, bundle, cycles))
+    rows.append(_free_during_capture(api))
+    rows.append(_blocking_wait(api, cache, sizes[-1][1]))
+    return rows
+
+
+def _backend_cycles(api: CudaApi, bundle: str, cycles: int) -> Row:
+    from edge_sdk.manifest import Bundle
+    from edge_sdk.runtime.backends.tensorrt import TensorRTBackend
+
+    counting = CountingCuda(api)
+    backend = TensorRTBackend.from_bundle(Bundle.load(bundle), "auto", cuda=counting)
+    for _ in range(cycles):
+        backend.activate()
+        backend.deactivate()
+    return counting.row(f"streams/events, {cycles} TensorRT activate/deactivate")
+
+
+def _free_during_capture(api: CudaApi) -> Row:
+    """A buffer freed on another thread while this one captures a graph: the free waits for the
+    end of the capture (cudaFreeHost during a capture would invalidate it)."""
+    if not api.supports_graphs:
+        return {"check": "free during a graph capture", "result": "skipped: no CUDA graphs in " + api.name}
+    stream = api.create_stream()
+    graph = FrameGraph(api, stream)
+    host = api.alloc_host((1 << 20,), np.uint8)
+    victim = api.alloc_host((1 << 20,), np.uint8)  # a buffer the graph does not use, freed meanwhile
+    dev = api.alloc_device(1 << 20)
+    entered, freed = threading.Event(), threading.Event()
+    errors: List[str] = []
+    deferred = api.deferred_frees
+
+    def work() -> None:
+        api.copy_htod(dev, host, 1 << 20, stream)
+        entered.set()
+        freed.wait(10)
+
+    def free_elsewhere() -> None:
+        entered.wait(10)
+        try:
+            api.free_host(victim)
+        except EdgeSdkError as exc:
+            errors.append(str(exc))
+        freed.set()
+
+    t = threading.Thread(target=free_elsewhere)
+    t.start()
+    try:
+        graph.run("copy", work)
+        api.synchronize(stream)
+    except EdgeSdkError as exc:
+        errors.append(f"capture: {exc}")
+    t.join(10)
+    graph.invalidate()
+    api.free_host(host)
+    api.free_device(dev)
+    api.destroy_stream(stream)
+    ok = not errors and api.pending_frees == 0 and api.deferred_frees > deferred
+    return {"check": "free during a graph capture", "result": "capture kept, freed after" if ok else "FAILED",
+            "detail": "; ".join(errors) or f"{api.deferred_frees - deferred} free(s) deferred to the end of the capture"}
+
+
+def _blocking_wait(api: CudaApi, cache: KernelCache, size=SIZES[-1][1], launches: int = 50) -> Row:
+    """CPU time of waiting on a blocking-sync event for `launches` queued kernels on `size`
+    frames (spinning would cost about the wall time)."""
+    spec = InputSpec(shape=[1, 3, NET[0], NET[1]])
+    pre = GpuPreprocessor(spec, api, cache=cache, use_graphs=False)
+    h, w = size
+    frame = api.alloc_device(h * w * 3)
+    done = api.create_event()
+    try:
+        pre.fill(noise(h, w), 0)
+        api.synchronize(pre.stream)
+        shape = np.empty((h, w, 3), np.uint8)
+        for _ in range(launches):
+            pre.fill(shape, 0, device_ptr=frame.ptr)
+        api.record(done, pre.stream)
+        wall, cpu = time.perf_counter(), time.process_time()
+        api.event_synchronize(done)
+        wall, cpu = (time.perf_counter() - wall) * 1e3, (time.process_time() - cpu) * 1e3
+    finally:
+        api.destroy_event(done)
+        api.free_device(frame)
+        pre.close()
+    return {"check": "blocking-sync event wait", "host_ms": wall,
+            "result": "sleeps" if cpu < 0.5 * wall or wall < 1.0 else "SPINS",
+            "detail": f"CPU {cpu:.2f} ms during a {wall:.2f} ms wait"}
+
+
+def check_logger() -> List[Row]:
+    """Two TensorRT builders alive at once, each asked to build an empty network (which TensorRT
+    refuses with a logged error) while a listener of the process's one logger listens: both
+    listeners hear their builder (a logger per builder left the second deaf while the first
+    lived: TensorRT keeps the first logger it is given)."""
+    try:
+        import tensorrt as trt  # type: ignore[import-not-found]
+    except ImportError:
+        return [{"check": "TensorRT logger, two builders", "result": "skipped: tensorrt is not installed"}]
+    try:
+        from edge_sdk.trt import log as trt_log  # type: ignore[attr-defined]
+    except ImportError:
+        return [{"check": "TensorRT logger, two builders", "result": "skipped: edge_sdk.trt.log is absent"}]
+    builders, heard = [], []
+    for _ in range(2):
+        with trt_log.listen(min_severity=4) as listener:
+            builder = trt.Builder(trt_log.process_logger(trt))
+            builders.append(builder)  # both stay alive: the second is made while the first lives
+            flag = getattr(trt.NetworkDefinitionCreationFlag, "EXPLICIT_BATCH", None)
+            network = builder.create_network(0 if flag is None else 1 << int(flag))
+            builder.build_serialized_network(network, builder.create_builder_config())
+        heard.append(len(listener.messages))
+    del builders
+    ok = all(n > 0 for n in heard)
+    return [{"check": "TensorRT logger, two builders", "result": "both heard" if ok else "A LISTENER HEARD NOTHING",
+             "detail": f"messages: first {heard[0]}, second {heard[1]} (TensorRT {getattr(trt, '__version__', '?')})"}]
+
+
+def run_checks(api: CudaApi, repeat: int = 100, cache: Optional[KernelCache] = None, sizes=SIZES,
+               frames: Optional[Sequence[Any]] = None, cycles: int = CYCLES, bundle: Optional[str] = None) -> List[Row]:
     cache = cache or KernelCache()
     t0 = time.perf_counter()
     rows = check_buffers(api)
-    rows += check_kernels(api, cache, sizes)
-    rows.append({"check": "kernel compile (or cache)", "host_ms": (time.perf_counter() - t0) * 1e3})
+    rows += check_kernels(api, cache, sizes, frames)
+    rows.append({"check": "kernels (compile or cache, all cases)", "host_ms": (time.perf_counter() - t0) * 1e3})
+    rows += check_frame_memory(api, cache, repeat, sizes)
     rows += check_graph(api, cache, repeat, sizes)
     rows += check_throughput(api, cache, repeat, sizes)
-    rows += check_mapped_vs_pinned(api, cache, repeat, sizes)
+    rows += check_lifetimes(api, cache, cycles, bundle, sizes)
     for row in rows:
         row["impl"] = api.name
     return rows
 
 
+def self_test() -> List[Row]:
+    """What runs without a GPU: real frames through the CPU preprocessor, NVRTC compiling the
+    kernels for Xavier and Orin where cuda-python is installed, TensorRT's logger where TensorRT is."""
+    rows: List[Row] = []
+    frames = real_frames(SIZES[:1])
+    spec = InputSpec(shape=[1, 3, NET[0], NET[1]], dtype="float16", color="RGB")
+    for name, frame in frames:
+        tensor = Preprocessor(spec)(frame)[0]
+        ok = tensor.shape == (1, 3, NET[0], NET[1]) and bool(np.isfinite(tensor).all())
+        rows.append({"check": f"CPU preprocessor {name}", "result": "ok" if ok else "FAILED"})
+    try:
+        from edge_sdk.cuda import _cudapython
+        from edge_sdk.cuda import KERNEL_DIR
+
+        source = (KERNEL_DIR / KERNEL_FILE).read_text()
+        for arch in ("sm_72", "sm_87"):
+            t0 = time.perf_counter()
+            image = _cudapython.nvrtc_compile(source, KERNEL_FILE, arch, [str(KERNEL_DIR)])
+            rows.append({"check": f"NVRTC {'.'.join(map(str, _cudapython.nvrtc_version()))} {KERNEL_FILE} for {arch}",
+                         "result": "ok" if image[:4] == b"\x7fELF" else "NOT A CUBIN", "host_ms": (time.perf_counter() - t0) * 1e3})
+    except EdgeSdkError as exc:
+        rows.append({"check": "NVRTC compile", "result": f"skipped: {str(exc).splitlines()[0]}"})
+    rows += check_logger()
+    for row in rows:
+        row["impl"] = "self-test"
+    return rows
+
+
 COLUMNS = ("impl", "check", "result", "max_abs_error", "differing", "gpu_ms", "host_ms", "fps", "detail")
+FAILED = ("OUT OF TOLERANCE", "ROUND TRIP MISMATCH", "LEAKED", "FAILED", "SPINS", "A LISTENER HEARD NOTHING",
+          "GRAPHS RE-CAPTURED", "NOT A CUBIN")
 
 
 def table(rows: List[Row]) -> str:
@@ -238,17 +504,28 @@ def table(rows: List[Row]) -> str:
     cols = [c for c in COLUMNS if any(c in r for r in rows)]
     cells = [[cell(r.get(c)) for c in cols] for r in rows]
     widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(cols)]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(cols, widths))]
-    lines += ["  ".join(v.ljust(w) for v, w in zip(row, widths)) for row in cells]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(cols, widths)).rstrip()]
+    lines += ["  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip() for row in cells]
     return "\n".join(lines)
+
+
+def failed(rows: List[Row]) -> List[Row]:
+    return [r for r in rows if r.get("result") in FAILED]
 
 
 def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--impl", default="all", choices=["auto", "cuda-python", "pycuda", "all"])
-    parser.add_argument("--frames", type=int, default=200, help="repetitions per timing (medians are printed)")
+    parser.add_argument("--frames", type=int, default=100, help="repetitions per timing (medians are printed)")
+    parser.add_argument("--cycles", type=int, default=CYCLES, help="open/close cycles counted for stream and event leaks")
+    parser.add_argument("--bundle", default=None, help="a bundle folder: also cycle its TensorRT backend")
     parser.add_argument("--json", default=None, help="also write the rows to this JSON file")
+    parser.add_argument("--self-test", action="store_true", help="run what needs no GPU, and exit 0 when it passes")
     args = parser.parse_args(argv)
+    if args.self_test:
+        rows = self_test()
+        print(table(rows))
+        return 1 if failed(rows) else 0
     names = ["cuda-python", "pycuda"] if args.impl == "all" else [args.impl]
     rows: List[Row] = []
     failures = []
@@ -261,18 +538,18 @@ def main(argv: Optional[List[str]] = None) -> int:
             failures.append(f"{name}: {exc}")
             continue
         print(f"{api.name}: {json.dumps(api.describe())}", flush=True)
-        rows += run_checks(api, args.frames)
+        rows += run_checks(api, args.frames, cycles=args.cycles, bundle=args.bundle)
     if not rows:
         print("gpu_check: no usable NVIDIA GPU here (" + "; ".join(failures) + ")", file=sys.stderr)
         return 2
+    rows += check_logger()
     print(table(rows))
     for line in failures:
         print(f"skipped {line}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=2)
-    bad = [r for r in rows if r.get("result") in ("OUT OF TOLERANCE", "ROUND TRIP MISMATCH")]
-    return 1 if bad else 0
+    return 1 if failed(rows) else 0
 
 
 if __name__ == "__main__":

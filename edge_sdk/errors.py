@@ -75,3 +75,8 @@ class CudaError(BackendError):
 
     A BackendError, so the CLI exits with the backend's code; the message names cause and fix.
     """
+
+
+class KernelArchitectureError(CudaError):
+    """The kernel compiler does not know the GPU's architecture (NVRTC 11.8 stops at sm_90):
+    GPU preprocessing gives way to the CPU preprocessor."""

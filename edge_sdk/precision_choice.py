@@ -13,7 +13,12 @@ manifest's fallback layers), run through the TensorRT backend:
   manifest's gate, output cosines).
 
 When neither passes, FP32 is built and verified too (not on a DLA, which has no FP32): a device
-always gets an engine that matches FP32, and an AccuracyGateError when not even that does. The
+always gets an engine that matches FP32, and an AccuracyGateError when not even that does.
+
+On an integrated GPU (a Jetson) the frame memory is measured too: mapped against pinned + one
+copy, the preprocess kernel included, for a 1080p frame into the bundle's input
+(:func:`edge_sdk.cuda.measure.measure_frame_memory`); the runtime's frame memory `auto` takes
+the faster (edge_sdk.cuda.frames). The
 table goes to `device_report.json` beside the cached engines (:mod:`edge_sdk.trt.choice` reads
 it: the runtime's precision `auto` on TensorRT runs the engine it names, and the backend's
 describe() reports it).
@@ -180,6 +185,25 @@ def choose_engine(
         "timing": {"warmup": warmup, "iterations": iterations, "statistic": "median GPU ms (CUDA events)"},
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
+    if props.integrated:
+        info["frame_memory"] = _measure_frames(api, bundle, say, notes)
     choice = DeviceChoice(best.precision, rows, path, info, notes, results[best.precision])
     atomic_write_json(path, choice.to_dict())
     return choice
+
+
+def _measure_frames(api: Any, bundle: Bundle, say: Callable[[str], None], notes: List[str]) -> Optional[Dict[str, Any]]:
+    """Mapped against pinned frame memory on this device (edge_sdk.cuda.measure), or None with a
+    note when the GPU preprocessor cannot run here (the runtime then keeps its default)."""
+    from edge_sdk.cuda.measure import measure_frame_memory
+    from edge_sdk.errors import CudaError
+
+    inputs = bundle.inputs
+    if not inputs:
+        return None
+    say("timing mapped against pinned frame memory")
+    try:
+        return measure_frame_memory(api, inputs[0])
+    except CudaError as exc:
+        notes.append(f"frame memory not measured: {exc}")
+        return None

@@ -122,6 +122,11 @@ def engine(
             f1 = "-" if row.f1_vs_fp32 is None else f"{row.f1_vs_fp32:.4f}"
             typer.echo(f"  {row.precision:<9}  {row.median_ms:>9.3f}  {f1:>10}  {'yes' if row.passed else 'no':<6}  "
                        f"{'*' if row.chosen else ''}")
+        frames = choice.info.get("frame_memory")
+        if frames:
+            times = ", ".join(f"{k} {v:.3f} ms" for k, v in frames["gpu_ms"].items())
+            typer.echo(f"frame memory measured on this device: {frames['chosen']} ({times} per {frames['frame']} frame; "
+                       "frame_memory = auto uses it)")
         for note in choice.notes:
             typer.secho(f"note: {note}", fg=typer.colors.YELLOW, err=True)
     elif precision.value == BEST:

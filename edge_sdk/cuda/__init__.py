@@ -18,10 +18,11 @@ machine without CUDA and loads neither. :func:`open_cuda` picks one:
 - ``"cuda-python"`` / ``"pycuda"``: that one, or a typed error naming the cause and the fix
   (:class:`~edge_sdk.errors.MissingDependencyError`, :class:`~edge_sdk.errors.CudaError`).
 
-Frame memory (:func:`frame_memory_for`): on an integrated GPU (``cudaDevAttrIntegrated``: a
-Jetson) CPU and GPU share DRAM, so frames live in mapped page-locked memory and kernels read
-them with no copy; on a discrete GPU mapped reads would cross PCIe for every access, so frames
-go to pinned memory and one async copy per frame moves them to device memory.
+Host memory the GPU writes and the CPU reads once (:func:`frame_memory_for`, the TensorRT
+backend's outputs): mapped page-locked memory on an integrated GPU (``cudaDevAttrIntegrated``:
+a Jetson, CPU and GPU share DRAM), pinned memory and a copy on a discrete one. Camera frames,
+which a kernel reads with overlapping loads, are a measured choice of their own
+(:mod:`edge_sdk.cuda.frames`, :mod:`edge_sdk.cuda.measure`).
 """
 from __future__ import annotations
 
@@ -85,7 +86,8 @@ def version_text(code: int) -> str:
 
 
 def frame_memory_for(props: DeviceProperties) -> str:
-    """`mapped` (zero-copy) on an integrated GPU that can map host memory, else `pinned`.
+    """`mapped` (zero-copy) on an integrated GPU that can map host memory, else `pinned`: for
+    buffers the GPU writes once and the CPU reads (outputs). Frames: edge_sdk.cuda.frames.
 
     NVIDIA's "CUDA for Tegra" application note (section "I/O Coherency") is what makes
     mapped frames pay on Xavier and later: pinned host memory stays cached on the CPU and the
@@ -205,7 +207,17 @@ class CudaApi(abc.ABC):
         self.properties = props
         self._mapped: List[HostBuffer] = []
         self._modules: Dict[str, Any] = {}  # compiled-image key -> loaded module (per context)
-        self._lock = threading.Lock()
+        # Reentrant: a frame buffer's finalizer frees through free_host, and the collector may run
+        # it on a thread that holds this lock already (any allocation inside a locked section).
+        self._lock = threading.RLock()
+        # Frees wait while any stream captures a graph: cudaFree and cudaFreeHost synchronize
+        # implicitly, which is invalid during capture and invalidates it (CUDA programming guide,
+        # "Prohibited and unhandled operations"). A finalizer of the frame ring may free a buffer
+        # on any thread at any time; the free is kept here and done once no capture runs.
+        self._capture_lock = threading.RLock()
+        self._capturing = 0
+        self._deferred: List[Tuple[Any, Any]] = []  # (free function, handle)
+        self.deferred_frees = 0  # frees that had to wait for a capture to end (describe(), tests)
 
     # -- memory ------------------------------------------------------------------------------
     @abc.abstractmethod
@@ -217,10 +229,14 @@ class CudaApi(abc.ABC):
         """(host address, device address or None, handle) of page-locked memory."""
 
     @abc.abstractmethod
-    def free_device(self, buffer: DeviceBuffer) -> None: ...
+    def _free_device(self, handle: Any) -> None: ...
 
     @abc.abstractmethod
     def _free_host(self, handle: Any) -> None: ...
+
+    def free_device(self, buffer: DeviceBuffer) -> None:
+        """Free device memory now, or as soon as no stream captures (see _free)."""
+        self._free(self._free_device, buffer.handle)
 
     def alloc_host(self, shape: Sequence[int], dtype: Any = np.uint8, mapped: bool = False) -> HostBuffer:
         """Page-locked host memory as an array; `mapped=True` also maps it into the device's
@@ -241,7 +257,41 @@ class CudaApi(abc.ABC):
     def free_host(self, buffer: HostBuffer) -> None:
         with self._lock:
             self._mapped = [b for b in self._mapped if b is not buffer]
-        self._free_host(buffer.handle)
+        self._free(self._free_host, buffer.handle)
+
+    def _free(self, free: Any, handle: Any) -> None:
+        """Free now when no stream captures, else defer to the end of the last capture. The
+        lock is held through the free, so a capture cannot begin while one is under way."""
+        with self._capture_lock:
+            if self._capturing:
+                self._deferred.append((free, handle))
+                self.deferred_frees += 1
+                return
+            self._drain_deferred()
+            free(handle)
+
+    def _capture_started(self) -> None:
+        """Implementations call this before cudaStreamBeginCapture; frees from now on wait."""
+        with self._capture_lock:
+            self._capturing += 1
+
+    def _capture_ended(self) -> None:
+        """...and this after cudaStreamEndCapture (whatever it returned): with no capture left,
+        the frees that waited are done here, on this thread."""
+        with self._capture_lock:
+            self._capturing = max(0, self._capturing - 1)
+            if not self._capturing:
+                self._drain_deferred()
+
+    def _drain_deferred(self) -> None:
+        while self._deferred:
+            free, handle = self._deferred.pop(0)
+            free(handle)
+
+    @property
+    def pending_frees(self) -> int:
+        with self._capture_lock:
+            return len(self._deferred)
 
     def device_pointer_of(self, array: np.ndarray) -> Optional[int]:
         """The device address of `array`'s first byte when it lies in a mapped buffer of ours
@@ -262,7 +312,18 @@ class CudaApi(abc.ABC):
     def create_stream(self) -> Any: ...
 
     @abc.abstractmethod
-    def create_event(self) -> Any: ...
+    def destroy_stream(self, stream: Any) -> None:
+        """cudaStreamDestroy: handles of the bindings are not freed by garbage collection."""
+
+    @abc.abstractmethod
+    def create_event(self, blocking_sync: bool = True) -> Any:
+        """An event; `blocking_sync` (cudaEventBlockingSync) makes `event_synchronize` sleep
+        until the event completes instead of spinning a CPU core, which on a Jetson the capture
+        and the decoder need (the wake-up costs tens of microseconds, against the milliseconds of
+        a frame's work)."""
+
+    @abc.abstractmethod
+    def destroy_event(self, event: Any) -> None: ...
 
     @abc.abstractmethod
     def record(self, event: Any, stream: Any) -> None: ...

@@ -7,19 +7,33 @@ to PTX: a driver older than NVRTC cannot JIT newer PTX (CUDA_ERROR_UNSUPPORTED_P
 while a CUBIN loads on any driver of the same major version. The bindings' major version must
 match the driver's: 11.x for JetPack 5 (CUDA 11.4).
 
-The bindings live in `cuda.bindings.*` from 11.8.6/12.x on and in `cuda.*` before; both work.
+Which NVRTC: the pip wheel's (nvidia-cuda-nvrtc-cu11, 11.8) or the system's (JetPack's CUDA
+11.4 in /usr/local/cuda/lib64). A CUBIN from an NVRTC newer than the driver's CUDA version
+loads through minor-version compatibility, which on a Jetson comes only with the cuda-compat
+upgrade package; so when the wheel's NVRTC is newer than `cudaDriverGetVersion` and a system
+NVRTC no newer than the driver is present, the system one is loaded (:func:`choose_nvrtc`), and
+`describe()["nvrtc"]` says which and why. The bindings dlopen NVRTC by its soname
+(`libnvrtc.so.11.2` for every CUDA 11.2+), so the library loaded first, globally, is the one
+they use. A GPU newer than the NVRTC's architecture list (NVRTC 11.8 stops at sm_90: sm_100,
+sm_120) is a :class:`~edge_sdk.errors.KernelArchitectureError`, on which the runtime keeps
+preprocessing on the CPU.
+
+The bindings live in `cuda.bindings.*` from 11.8.6/12.x on and in `cuda.cudart`, `cuda.cuda`,
+`cuda.nvrtc` up to 11.8.2 (what resolves on Python 3.8 aarch64, JetPack 5); both work.
 """
 from __future__ import annotations
 
 import ctypes
 import importlib
 import os
+import re
 import threading
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from edge_sdk.cuda import CudaApi, DeviceBuffer, DeviceProperties, HostBuffer, Kernel, KernelArgs, version_text
-from edge_sdk.errors import CudaError, MissingDependencyError
+from edge_sdk.errors import CudaError, KernelArchitectureError, MissingDependencyError
 
 NVRTC_OPTIONS = ("--fmad=false", "--std=c++14")  # no FMA contraction: the host shim runs the same arithmetic
 _INSTALL_HINT = 'pip install "edge-sdk[cuda]" (cuda-python 11.x for JetPack 5)'
@@ -36,34 +50,132 @@ def _module(new: str, old: str) -> Any:
         raise MissingDependencyError("cuda-python", "cuda", "NVIDIA's CUDA bindings") from exc
 
 
-def _preload_nvrtc() -> None:
-    """Older cuda-python 11.8 releases do not look for NVRTC inside the nvidia-cuda-nvrtc-cu11
-    wheel; load it globally first so their dlopen finds it (no-op without the wheel)."""
+@dataclass(frozen=True)
+class NvrtcLibrary:
+    """One NVRTC shared library found on this machine."""
+
+    path: str
+    version: Tuple[int, int]  # the CUDA version it belongs to (from libnvrtc-builtins.so.X.Y)
+    source: str  # "pip wheel" or "system"
+
+    @property
+    def code(self) -> int:
+        """CUDA's version encoding, as cudaDriverGetVersion's (11.8 -> 11080)."""
+        return self.version[0] * 1000 + self.version[1] * 10
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {"library": self.path, "version": f"{self.version[0]}.{self.version[1]}", "source": self.source}
+
+
+_BUILTINS = re.compile(r"libnvrtc-builtins\.so\.(\d+)\.(\d+)")
+
+
+def _library_in(folder: Path, source: str) -> Optional[NvrtcLibrary]:
+    """The NVRTC in `folder`, its version read from the builtins library beside it."""
+    try:
+        libs = sorted(p for p in folder.glob("libnvrtc.so*") if "builtins" not in p.name)
+        versions = sorted({(int(m.group(1)), int(m.group(2))) for m in map(_BUILTINS.match, (p.name for p in folder.iterdir())) if m})
+    except OSError:
+        return None
+    if not libs or not versions:
+        return None
+    return NvrtcLibrary(str(libs[0]), versions[-1], source)
+
+
+def nvrtc_candidates() -> List[NvrtcLibrary]:
+    """NVRTC libraries on this machine: the nvidia-cuda-nvrtc-cu11 wheel's, then the system's
+    ($CUDA_HOME, $CUDA_PATH, /usr/local/cuda: JetPack's)."""
+    found: List[NvrtcLibrary] = []
     try:
         import nvidia.cuda_nvrtc as wheel  # type: ignore[import-not-found]
+
+        for folder in getattr(wheel, "__path__", []):
+            lib = _library_in(Path(folder) / "lib", "pip wheel")
+            if lib is not None:
+                found.append(lib)
     except ImportError:
-        return
-    for folder in getattr(wheel, "__path__", []):
-        for lib in sorted((Path(folder) / "lib").glob("libnvrtc.so*")):
-            if "builtins" not in lib.name:
-                try:
-                    ctypes.CDLL(str(lib), mode=ctypes.RTLD_GLOBAL)
-                    return
-                except OSError:
-                    continue
+        pass
+    folders = [Path(os.environ[v]) / "lib64" for v in ("CUDA_HOME", "CUDA_PATH") if os.environ.get(v)]
+    folders.append(Path("/usr/local/cuda/lib64"))
+    seen = set()
+    for folder in folders:
+        lib = _library_in(folder, "system")
+        if lib is not None and os.path.realpath(lib.path) not in seen:
+            seen.add(os.path.realpath(lib.path))
+            found.append(lib)
+    return found
+
+
+def choose_nvrtc(candidates: Sequence[NvrtcLibrary], driver_version: Optional[int]) -> Tuple[Optional[NvrtcLibrary], str]:
+    """(the NVRTC to load, why) for a driver of CUDA version `driver_version` (None: unknown).
+
+    The wheel's unless it is newer than the driver and a system NVRTC is not; with none found,
+    None: the bindings' own search (LD_LIBRARY_PATH) decides."""
+    wheel = [c for c in candidates if c.source == "pip wheel"]
+    system = sorted((c for c in candidates if c.source == "system"), key=lambda c: c.code, reverse=True)
+    if driver_version is None:
+        pick = (wheel or system or [None])[0]
+        return pick, "the driver's CUDA version is not known yet"
+    driver = version_text(driver_version)
+    fits = [c for c in system if c.code <= driver_version]
+    if wheel and wheel[0].code <= driver_version:
+        return wheel[0], f"the pip wheel's NVRTC is not newer than the driver's CUDA {driver}"
+    if wheel and fits:
+        return fits[0], (f"the pip wheel's NVRTC {version_text(wheel[0].code)} is newer than the driver's CUDA {driver} "
+                         "(its kernels would need the cuda-compat upgrade package on a Jetson): the system's NVRTC")
+    if wheel:
+        return wheel[0], (f"the pip wheel's NVRTC {version_text(wheel[0].code)} is newer than the driver's CUDA {driver} "
+                          "and no system NVRTC is (JetPack's is in /usr/local/cuda/lib64): kernels load only through "
+                          "CUDA minor-version compatibility (cuda-compat on a Jetson)")
+    if system:
+        return (fits or system)[0], "no pip wheel NVRTC: the system's"
+    return None, "no NVRTC library found in the wheel or the system folders: the bindings search LD_LIBRARY_PATH"
+
+
+def _preload_nvrtc(library: Optional[NvrtcLibrary]) -> bool:
+    """Load `library` globally so the bindings' dlopen of the soname finds it; older
+    cuda-python 11.8 releases do not look inside the nvidia-cuda-nvrtc-cu11 wheel at all."""
+    if library is None:
+        return False
+    try:
+        ctypes.CDLL(library.path, mode=ctypes.RTLD_GLOBAL)
+        return True
+    except OSError:
+        return False
 
 
 _nvrtc_lock = threading.Lock()
 _nvrtc_module: Optional[Any] = None
+_nvrtc_loaded: Optional[Dict[str, Any]] = None  # the library chosen and why (describe())
 
 
-def nvrtc() -> Any:
-    global _nvrtc_module
+def nvrtc(driver_version: Optional[int] = None) -> Any:
+    """The NVRTC bindings, loading the library :func:`choose_nvrtc` picks for the driver the
+    first time (once per process: the library then stays)."""
+    global _nvrtc_module, _nvrtc_loaded
     with _nvrtc_lock:
         if _nvrtc_module is None:
-            _preload_nvrtc()
+            library, why = choose_nvrtc(nvrtc_candidates(), driver_version)
+            loaded = _preload_nvrtc(library)
             _nvrtc_module = _module("cuda.bindings.nvrtc", "cuda.nvrtc")
+            _nvrtc_loaded = dict(library.to_dict() if library is not None and loaded else {"library": None},
+                                 reason=why if loaded or library is None else f"{library.path} did not load; {why}")
         return _nvrtc_module
+
+
+def nvrtc_loaded() -> Optional[Dict[str, Any]]:
+    """The NVRTC library this process loaded and why, or None before the first compile."""
+    with _nvrtc_lock:
+        return None if _nvrtc_loaded is None else dict(_nvrtc_loaded)
+
+
+def nvrtc_supported_archs() -> List[int]:
+    """The real architectures NVRTC compiles for (nvrtcGetSupportedArchs: 72 for sm_72, ...)."""
+    nv = nvrtc()
+    err, archs = nv.nvrtcGetSupportedArchs()
+    if err != nv.nvrtcResult.NVRTC_SUCCESS:
+        raise CudaError(f"NVRTC could not list its architectures ({err})")
+    return [int(a) for a in archs]
 
 
 def nvrtc_version() -> Tuple[int, int]:
@@ -168,8 +280,8 @@ class CudaPython(CudaApi):
         ptr = _checked(self.rt.cudaMalloc(nbytes), "cudaMalloc", nbytes)
         return DeviceBuffer(int(ptr), nbytes, ptr)
 
-    def free_device(self, buffer: DeviceBuffer) -> None:
-        _checked(self.rt.cudaFree(buffer.handle), "cudaFree")
+    def _free_device(self, handle: Any) -> None:
+        _checked(self.rt.cudaFree(handle), "cudaFree")
 
     def _alloc_host(self, nbytes: int, mapped: bool) -> Tuple[int, Optional[int], Any]:
         flags = self.rt.cudaHostAllocMapped if mapped else self.rt.cudaHostAllocDefault
@@ -186,8 +298,15 @@ class CudaPython(CudaApi):
     def create_stream(self) -> Any:
         return _checked(self.rt.cudaStreamCreateWithFlags(self.rt.cudaStreamNonBlocking), "cudaStreamCreateWithFlags")
 
-    def create_event(self) -> Any:
-        return _checked(self.rt.cudaEventCreate(), "cudaEventCreate")
+    def destroy_stream(self, stream: Any) -> None:
+        _checked(self.rt.cudaStreamDestroy(stream), "cudaStreamDestroy")
+
+    def create_event(self, blocking_sync: bool = True) -> Any:
+        flags = self.rt.cudaEventBlockingSync if blocking_sync else self.rt.cudaEventDefault
+        return _checked(self.rt.cudaEventCreateWithFlags(flags), "cudaEventCreateWithFlags")
+
+    def destroy_event(self, event: Any) -> None:
+        _checked(self.rt.cudaEventDestroy(event), "cudaEventDestroy")
 
     def record(self, event: Any, stream: Any) -> None:
         _checked(self.rt.cudaEventRecord(event, stream), "cudaEventRecord")
@@ -216,12 +335,30 @@ class CudaPython(CudaApi):
     @property
     def compiler_id(self) -> str:
         if self._compiler_id is None:
+            nvrtc(self.properties.driver_version)
             major, minor = nvrtc_version()
             self._compiler_id = f"nvrtc-{major}.{minor}"
         return self._compiler_id
 
     def compile(self, source: str, filename: str, arch: str, include_dirs: Sequence[str]) -> bytes:
+        nvrtc(self.properties.driver_version)
+        wanted = int(arch.split("_")[-1])
+        supported = nvrtc_supported_archs()
+        if wanted not in supported:
+            raise KernelArchitectureError(
+                f"{self.properties.name} ({arch}) is newer than {self.compiler_id} knows (its architectures stop at "
+                f"sm_{max(supported)}): the GPU kernels cannot be compiled for it; install cuda-python and NVRTC of a "
+                "CUDA version that supports this GPU")
         return nvrtc_compile(source, filename, arch, include_dirs)
+
+    def describe(self) -> Dict[str, Any]:
+        out = super().describe()
+        loaded = nvrtc_loaded()
+        if loaded is None:  # nothing compiled yet: what would be loaded
+            library, why = choose_nvrtc(nvrtc_candidates(), self.properties.driver_version)
+            loaded = dict(library.to_dict() if library is not None else {"library": None}, reason=why, loaded=False)
+        out["nvrtc"] = loaded
+        return out
 
     def load_module(self, image: bytes) -> Any:
         self._current()
@@ -242,10 +379,18 @@ class CudaPython(CudaApi):
         # Thread-local mode: other threads (TensorRT's, the capture thread) may keep calling
         # CUDA while this stream captures.
         mode = self.rt.cudaStreamCaptureMode.cudaStreamCaptureModeThreadLocal
-        _checked(self.rt.cudaStreamBeginCapture(stream, mode), "cudaStreamBeginCapture")
+        self._capture_started()
+        try:
+            _checked(self.rt.cudaStreamBeginCapture(stream, mode), "cudaStreamBeginCapture")
+        except CudaError:
+            self._capture_ended()
+            raise
 
     def end_capture(self, stream: Any) -> Any:
-        graph = _checked(self.rt.cudaStreamEndCapture(stream), "cudaStreamEndCapture")
+        try:
+            graph = _checked(self.rt.cudaStreamEndCapture(stream), "cudaStreamEndCapture")
+        finally:
+            self._capture_ended()
         try:
             exe = _checked(self.rt.cudaGraphInstantiateWithFlags(graph, 0), "cudaGraphInstantiateWithFlags")
         except CudaError:

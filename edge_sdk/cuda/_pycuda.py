@@ -3,7 +3,10 @@
 The context is the device's primary context, retained by `pycuda.autoprimaryctx` (never
 `pycuda.autoinit`, which creates a context of its own): TensorRT and ONNX Runtime use the
 primary context, so buffers and streams are shared with them. pycuda pushes that context on
-the importing thread only; every call here makes it current in the calling thread first.
+the thread that first imports `autoprimaryctx` only, and its contexts are per thread: every call
+here first makes the context current in the calling thread (pushing it where it is not), and
+frees run through the same path, so memory is freed on a thread that holds the context (pycuda
+leaks, with a warning, an allocation collected on a thread without it).
 
 Differences from cuda-python that callers see:
 - kernels are compiled by nvcc, exactly as `pycuda.compiler.SourceModule` does (its
@@ -54,11 +57,18 @@ class PyCuda(CudaApi):
         self._thread = threading.local()
         self._nvcc_version: Optional[str] = None
         self._prepared: dict = {}
+        self.pushes = 0  # threads this instance pushed the context on
 
     def _current(self) -> None:
-        if not getattr(self._thread, "pushed", False):
+        """Make the primary context current in the calling thread, once per thread. pycuda's
+        contexts are per thread: `autoprimaryctx` pushed it on the thread that first imported it,
+        which need not be this one (nor the one that opened this instance)."""
+        if getattr(self._thread, "ready", False):
+            return
+        if self.drv.Context.get_current() != self.context:
             self.context.push()
-            self._thread.pushed = True
+            self.pushes += 1
+        self._thread.ready = True
 
     def _call(self, what: str, fn: Any, *args: Any, nbytes: int = 0, **kwargs: Any) -> Any:
         self._current()
@@ -76,8 +86,8 @@ class PyCuda(CudaApi):
         alloc = self._call("mem_alloc", self.drv.mem_alloc, nbytes, nbytes=nbytes)
         return DeviceBuffer(int(alloc), nbytes, alloc)
 
-    def free_device(self, buffer: DeviceBuffer) -> None:
-        self._call("free", buffer.handle.free)
+    def _free_device(self, handle: Any) -> None:
+        self._call("free", handle.free)
 
     def _alloc_host(self, nbytes: int, mapped: bool) -> Tuple[int, Optional[int], Any]:
         flags = self.drv.host_alloc_flags.DEVICEMAP if mapped else 0
@@ -92,8 +102,17 @@ class PyCuda(CudaApi):
     def create_stream(self) -> Any:
         return self._call("Stream", self.drv.Stream)
 
-    def create_event(self) -> Any:
-        return self._call("Event", self.drv.Event)
+    def destroy_stream(self, stream: Any) -> None:
+        """pycuda destroys a stream when its object is collected; make sure this thread holds
+        the context then (the caller drops its reference after this call)."""
+        self._current()
+
+    def create_event(self, blocking_sync: bool = True) -> Any:
+        flags = self.drv.event_flags.BLOCKING_SYNC if blocking_sync else 0
+        return self._call("Event", self.drv.Event, flags)
+
+    def destroy_event(self, event: Any) -> None:
+        self._current()
 
     def record(self, event: Any, stream: Any) -> None:
         self._call("Event.record", event.record, stream)
@@ -188,6 +207,4 @@ def open_device(device: int = 0) -> PyCuda:
         bindings_version=bindings,
     )
     nvcc = shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"
-    api = PyCuda(props, drv, primary.context, compiler, nvcc)
-    api._thread.pushed = True
-    return api
+    return PyCuda(props, drv, primary.context, compiler, nvcc)

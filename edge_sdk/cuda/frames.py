@@ -6,24 +6,27 @@ What happens next depends on the kind of memory:
 
 | kind | slot buffer | the preprocess kernel reads the frame | `frame_memory("auto")` picks it |
 |---|---|---|---|
-| ``mapped`` | page-locked host memory mapped into the GPU's address space (``cudaHostAlloc(cudaHostAllocMapped)``; pycuda ``pagelocked_empty(mem_flags=DEVICEMAP)``) | in place, through the buffer's device pointer: no copy | on an integrated GPU (a Jetson) |
-| ``pinned`` | page-locked host memory, not mapped, plus one device buffer per slot | from the device buffer, after one async host-to-device copy per frame on the inference stream (:meth:`FrameMemory.upload`) | on a discrete GPU |
+| ``mapped`` | page-locked host memory mapped into the GPU's address space (``cudaHostAlloc(cudaHostAllocMapped)``; pycuda ``pagelocked_empty(mem_flags=DEVICEMAP)``) | in place, through the buffer's device pointer: no copy | on an integrated GPU where `edge-sdk engine` measured it faster |
+| ``pinned`` | page-locked host memory, not mapped, plus one device buffer per slot | from the device buffer, after one async host-to-device copy per frame on the inference stream (:meth:`FrameMemory.upload`) | on a discrete GPU; on an integrated GPU until measured, or where measured faster |
 | ``host`` | an ordinary numpy array | not at all: the CPU preprocessor reads it (or the GPU preprocessor stages a copy) | without a CUDA device |
 
-Why mapped memory is the right default on Xavier and later. NVIDIA's "CUDA for Tegra"
-application note, section "Memory Management", subsection "I/O Coherency": on Tegra the CPU
-and the integrated GPU share the SoC's DRAM; from the Xavier SoC on the platform is *I/O
-coherent* (one-way): the GPU reads the latest data in the CPU's caches, so a frame the CPU
-decoder has just written into a buffer is read by a kernel with no CPU cache maintenance; and
-only on such I/O coherent platforms is the CPU cache enabled for page-locked memory (the note
-names ``cudaMallocHost`` and ``cuMemHostAlloc``, whose runtime-API form is ``cudaHostAlloc``).
-Its section "Porting Considerations", subsection "Memory Selection"
-("Pinned Memory"), adds that devices of compute capability 7.2 and above are I/O coherent,
-that the CPU then accesses pinned memory as fast as pageable memory, and that a large buffer
-the GPU reads once, coalesced, performs as well from pinned memory as from unified memory: a
-frame read once by the preprocess kernel is that case. Older Tegra GPUs (below 7.2: Nano,
-TX2) are not I/O coherent and page-locked memory is not cached on their CPU; the
-reason this module records says so when it meets one.
+On a Jetson the choice between mapped and pinned is measured, on the device, by `edge-sdk
+engine` (:func:`edge_sdk.cuda.measure.measure_frame_memory`: GPU time per frame of each path,
+the kernel included), and recorded in the engine cache's ``device_report.json``; ``auto`` then
+takes the faster one. Until a measurement exists the default on an integrated GPU is pinned +
+one copy, from the platform's documentation. NVIDIA's "CUDA for Tegra" application note
+("Porting Considerations", "Memory Selection"): on Tegra page-locked (pinned and mapped) memory
+is cached on the CPU from compute capability 7.2 on (the platform is then I/O coherent: the
+GPU sees what the decoder just wrote, with no cache maintenance), but it is *not cached for the
+integrated GPU*. A kernel reading a mapped frame therefore pays a DRAM access for every load,
+and neighbouring output pixels load overlapping source bytes (bilinear taps, area cells), each
+time from DRAM. One copy per frame streams the frame through the copy engine once (about twice
+its size in DRAM traffic: 12 MB for a 1080p frame, ~0.2 ms at Xavier NX's 59.7 GB/s) into
+device memory, which the GPU caches, and the kernel's overlapping reads hit its L2. The kernel
+reads with 16-byte loads either way (kernels/preprocess.cu). Which is faster depends on the
+frame size, the network input size and the clocks: hence the measurement. Older Tegra GPUs
+(below 7.2: Nano, TX2) are not I/O coherent, and page-locked memory is not cached on their CPU
+either, so the decoder's writes into it are slower too; the reason this module records says so.
 
 The coherency is one way: the GPU's own caches are not snooped by the CPU. Frames flow CPU ->
 GPU only, so nothing here reads back what the GPU wrote; results come back through the
@@ -101,7 +104,7 @@ class FrameMemory:
     def __init__(self, reason: str = "") -> None:
         self.reason = reason
         self._live: Dict[int, FrameBuffer] = {}
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # reentrant: the collector may run _free_pages inside a locked section
         self.allocations = 0  # buffers allocated
         self.releases = 0  # buffers the ring let go of
         self.freed = 0  # page-locked buffers actually freed (released and no array left)
@@ -282,15 +285,34 @@ _FREED = ("this frame buffer was released (the capture stopped or the frame size
 
 
 # -- the chooser -----------------------------------------------------------------------------
+def measured_choice(measured: Any) -> Optional[str]:
+    """`mapped` or `pinned` from a recorded measurement (device_report.json's "frame_memory":
+    {"chosen": ..., "gpu_ms": {...}}), or None when there is none or it is malformed."""
+    if not isinstance(measured, dict) or measured.get("chosen") not in (MAPPED, PINNED):
+        return None
+    return str(measured["chosen"])
+
+
+def _measured_text(measured: Dict[str, Any]) -> str:
+    times = measured.get("gpu_ms")
+    if isinstance(times, dict):
+        parts = [f"{k} {v:.3f} ms" for k, v in times.items() if isinstance(v, (int, float)) and not isinstance(v, bool)]
+        if parts:
+            return " (GPU time per frame: " + ", ".join(parts) + ")"
+    return ""
+
+
 def frame_memory(choice: str = "auto", cuda: Optional[CudaApi] = None,
-                 loader: Optional[Callable[[str], CudaApi]] = None) -> FrameMemory:
+                 loader: Optional[Callable[[str], CudaApi]] = None, measured: Any = None) -> FrameMemory:
     """The frame memory for a configuration value: ``auto``, ``host``, ``mapped`` or ``pinned``.
 
     `cuda` is the CUDA implementation the pipeline runs on; None opens one as
     ``open_cuda("auto")`` would (`loader` replaces the import of an implementation, for tests).
 
-    - ``auto``: mapped on an integrated GPU that can map host memory, pinned on a discrete GPU,
-      host memory when no CUDA device opens (silently; `reason` says why).
+    - ``auto``: on an integrated GPU that can map host memory, the kind `measured` names (what
+      `edge-sdk engine` measured on this device, see :func:`measured_choice`), else pinned + one
+      copy (see the module docstring); pinned on a discrete GPU; host memory when no CUDA device
+      opens (silently; `reason` says why).
     - ``host``: always ordinary memory.
     - ``mapped`` / ``pinned``: that kind, or a CudaError naming the fix when no CUDA device
       opens (or, for mapped, when the device cannot map host memory).
@@ -311,7 +333,12 @@ def frame_memory(choice: str = "auto", cuda: Optional[CudaApi] = None,
     props = api.properties
     if choice == "auto":
         if props.integrated and props.can_map_host_memory:
-            return MappedMemory(api, reason=f"auto: {_integrated_reason(api)}")
+            kind = measured_choice(measured)
+            if kind is not None:
+                why = (f"auto: {kind} was measured faster on this device by `edge-sdk engine`{_measured_text(measured)}; "
+                       f"{_coherency(props)}")
+                return (MappedMemory if kind == MAPPED else PinnedMemory)(api, reason=why)
+            return PinnedMemory(api, reason=f"auto: {_integrated_reason(api)}")
         if props.integrated:
             return PinnedMemory(api, reason=f"auto: {props.name} cannot map host memory (cudaDevAttrCanMapHostMemory "
                                             "is 0), so frames are pinned and copied once per frame")
@@ -322,22 +349,25 @@ def frame_memory(choice: str = "auto", cuda: Optional[CudaApi] = None,
         note = ("" if props.integrated else
                 "; on a discrete GPU every kernel read of it crosses PCIe (auto would pick pinned + one copy)")
         return MappedMemory(api, reason=f"frame_memory=mapped was asked for{note}")
-    note = ("; on an integrated GPU this adds one copy per frame that mapped memory avoids (auto would pick mapped)"
-            if props.integrated and props.can_map_host_memory else "")
-    return PinnedMemory(api, reason=f"frame_memory=pinned was asked for{note}")
+    return PinnedMemory(api, reason="frame_memory=pinned was asked for")
 
 
 def _integrated_reason(api: CudaApi) -> str:
     props = api.properties
-    text = (f"{props.name} is an integrated GPU (cudaDevAttrIntegrated) sharing DRAM with the CPU: the decoder "
-            "writes frames into mapped page-locked memory and the kernel reads them there with no copy")
+    return (f"{props.name} is an integrated GPU (cudaDevAttrIntegrated) sharing DRAM with the CPU, and nothing was "
+            "measured here yet (`edge-sdk engine` measures mapped against pinned): pinned + one copy per frame, "
+            'because page-locked memory is not cached for the integrated GPU (NVIDIA "CUDA for Tegra", Memory '
+            "Selection), so a kernel reading a mapped frame goes to DRAM for every load, while the copied frame is "
+            f"read from device memory the GPU caches; {_coherency(props)}")
+
+
+def _coherency(props: Any) -> str:
     if tuple(props.sm) >= IO_COHERENT_SM:
-        return text + (f"; sm_{props.sm[0]}{props.sm[1]} is I/O coherent, so that memory stays cached on the CPU "
-                       "and the GPU sees the decoder's writes without cache maintenance "
-                       '(NVIDIA "CUDA for Tegra", I/O Coherency)')
-    return text + (f"; sm_{props.sm[0]}{props.sm[1]} is not I/O coherent, so page-locked memory is not cached on "
-                   'the CPU and decoding into it is slower (NVIDIA "CUDA for Tegra", Memory Selection); '
-                   "frame_memory=host avoids that at the cost of one staged copy per frame")
+        return (f"sm_{props.sm[0]}{props.sm[1]} is I/O coherent, so page-locked memory stays cached on the CPU "
+                'and the GPU sees the decoder\'s writes without cache maintenance (NVIDIA "CUDA for Tegra", I/O Coherency)')
+    return (f"sm_{props.sm[0]}{props.sm[1]} is not I/O coherent, so page-locked memory is not cached on "
+            'the CPU and decoding into it is slower (NVIDIA "CUDA for Tegra", Memory Selection); '
+            "frame_memory=host avoids that at the cost of one staged copy per frame")
 
 
 def _open(loader: Optional[Callable[[str], CudaApi]]) -> Tuple[Optional[CudaApi], str]:

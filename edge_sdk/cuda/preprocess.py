@@ -22,7 +22,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from edge_sdk.cuda import MAPPED, PINNED, CudaApi, DeviceTensor, HostBuffer, KernelArgs, frame_memory_for
+from edge_sdk.cuda import MAPPED, PINNED, CudaApi, DeviceTensor, HostBuffer, KernelArgs
 from edge_sdk.cuda.compiler import KernelCache
 from edge_sdk.cuda.graph import FrameGraph
 from edge_sdk.errors import ConfigError, SourceError
@@ -103,34 +103,41 @@ class GpuPreprocessor:
     `fill(frame, index)` and `fill_rois(frame, regions)` only queue work: the tensor is ready
     for whatever runs next on `stream` (the backend), and `download()` waits for it. Frames
     that lie in a mapped buffer from `api.alloc_host(..., mapped=True)` are read in place (no
-    copy); a frame already in device memory is read there when its address is given
-    (`device_ptr=`, e.g. what the capture ring's `upload(slot, stream)` returns for pinned
-    memory, queued on this same stream); other frames are copied once into a page-locked staging
-    buffer (mapped on an integrated GPU; pinned plus one async copy to device memory on a
-    discrete one).
+    copy) when the preprocessor's `frame_memory` is mapped; a frame already in device memory is
+    read there when its address is given (`device_ptr=`, e.g. what the capture ring's
+    `upload(slot, stream)` returns for pinned memory, queued on this same stream); other frames
+    are copied once into a page-locked staging buffer (mapped, or pinned plus one async copy to
+    device memory, as `frame_memory` says).
     """
 
     def __init__(self, spec: InputSpec, api: CudaApi, batch: Optional[int] = None, stream: Any = None,
                  cache: Optional[KernelCache] = None, use_graphs: bool = True, frame_memory: Optional[str] = None) -> None:
-        """`frame_memory` overrides the device's choice (`mapped` or `pinned`; benchmarks)."""
+        """`frame_memory`: how frames that are not already on the device are staged, `mapped`
+        (the kernel reads page-locked host memory in place) or `pinned` (one async copy to device
+        memory first); default pinned, the documented default of edge_sdk.cuda.frames until
+        `edge-sdk engine` has measured the two on the device (the runtime passes what it measured)."""
         if not 0 <= int(spec.pad_value) <= 255:
             raise ConfigError(f"input pad_value must be a grey level 0..255, got {spec.pad_value}")
         if frame_memory not in (None, MAPPED, PINNED):
             raise ConfigError(f"frame_memory must be {MAPPED!r} or {PINNED!r}, got {frame_memory!r}")
+        # Kernels first: a GPU the compiler does not know (KernelArchitectureError) allocates nothing.
+        kernels = (cache or KernelCache()).kernels(api, KERNEL_FILE, ("preprocess_frame", "preprocess_rois"))
+        self._k_frame = kernels["preprocess_frame"]
+        self._k_rois = kernels["preprocess_rois"]
         self.spec = spec
         self.api = api
         self.batch = int(batch or spec.batch)
+        self._own_stream = stream is None  # destroyed by close() only when made here
         self.stream = stream if stream is not None else api.create_stream()
-        self.frame_memory = frame_memory or frame_memory_for(api.properties)
+        if frame_memory == MAPPED and not api.properties.can_map_host_memory:
+            frame_memory = PINNED
+        self.frame_memory = frame_memory or PINNED
         self._mapped = self.frame_memory == MAPPED
         self._fp16 = spec.dtype == "float16"
         itemsize = 2 if self._fp16 else 4
         self._slot_elems = 3 * spec.height * spec.width
         self._out = api.alloc_device(self.batch * self._slot_elems * itemsize)
         self.tensor = DeviceTensor(self._out, (self.batch, 3, spec.height, spec.width), spec.dtype)
-        kernels = (cache or KernelCache()).kernels(api, KERNEL_FILE, ("preprocess_frame", "preprocess_rois"))
-        self._k_frame = kernels["preprocess_frame"]
-        self._k_rois = kernels["preprocess_rois"]
         # One graph per plan (frame size, buffer, ROI count): as many as plans are kept, so a ROI
         # count that varies from frame to frame replays its graphs instead of re-capturing them.
         self.graph = FrameGraph(api, self.stream, max_graphs=MAX_PLANS, enabled=use_graphs)
@@ -236,9 +243,16 @@ class GpuPreprocessor:
         }
 
     def close(self) -> None:
-        """Free the device and page-locked buffers (after the stream's work is done)."""
+        """Free the device and page-locked buffers, the event and a stream made here (after the
+        stream's work is done)."""
+        if self._done is None:
+            return
         self.api.synchronize(self.stream)
         self.graph.invalidate()
+        self.api.destroy_event(self._done)
+        self._done = None
+        if self._own_stream:
+            self.api.destroy_stream(self.stream)
         for buf in (self._staging, self._slots, self._host_out):
             if buf is not None:
                 self.api.free_host(buf)

@@ -84,7 +84,7 @@ class PipelineConfig:
     score_threshold: Optional[float] = None  # output threshold in every mode; None: the bundle decoder's
     nms_iou: Optional[float] = None  # NMS IoU of the decoder; None: the bundle decoder's
     preprocess: str = "auto"  # where CPU preprocessing runs: auto | capture (beside capture) | inline (inference thread)
-    frame_memory: str = "auto"  # capture ring: auto (mapped on Jetson, pinned on a discrete GPU, else host) | host | mapped | pinned
+    frame_memory: str = "auto"  # capture ring: auto (on a Jetson what `edge-sdk engine` measured faster, pinned until then; pinned on a discrete GPU; else host) | host | mapped | pinned
     pool_size: int = 4  # preallocated frame buffers (>= 3)
     capture_nice: int = 10  # the capture thread's priority below the process (0..19; 0 = same)
     cache: CacheConfig = field(default_factory=CacheConfig)

@@ -21,13 +21,14 @@ proposal threshold the coarse pass needs and the strategy filters at the output 
 """
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
 from edge_sdk.detections import Detections
-from edge_sdk.errors import ConfigError
+from edge_sdk.errors import ConfigError, KernelArchitectureError
 from edge_sdk.preprocess import InputSpec, Preprocessor, Transform
 from edge_sdk.roi.config import MODES, RoiConfig
 
@@ -360,6 +361,16 @@ class StrategyDetector(Detector):
         return self.thresholds
 
 
+log = logging.getLogger(__name__)
+_WARNED: set = set()
+
+
+def _warn_once(message: str) -> None:
+    if message not in _WARNED:
+        _WARNED.add(message)
+        log.warning(message)
+
+
 def make_detector(mode: str, model: Any, roi: Optional[RoiConfig] = None,
                   thresholds: Optional[Mapping[str, Any]] = None) -> Detector:
     """The per-frame detector for `mode` ("full", "tiles" or "roi") over a loaded model; in mode
@@ -378,7 +389,10 @@ def make_detector(mode: str, model: Any, roi: Optional[RoiConfig] = None,
         # a backend on a CUDA stream (TensorRT): preprocess on the GPU, on that stream
         from edge_sdk.runtime.gpu_detector import make_gpu_detector
 
-        return make_gpu_detector(model, thresholds=thresholds)
+        try:
+            return make_gpu_detector(model, thresholds=thresholds)
+        except KernelArchitectureError as exc:  # a GPU newer than the kernel compiler: the CPU preprocesses
+            _warn_once(f"GPU preprocessing is off, frames are preprocessed on the CPU: {exc}")
     spec = dict(model.decoder_spec)
     for key, value in (thresholds or {}).items():
         if value is not None:

@@ -38,7 +38,8 @@ class GpuFullFrameDetector(DecoderDetector):
     preprocess_device = "gpu"
     prepared_spec: Optional[InputSpec] = None
 
-    def __init__(self, backend: Any, decoder: Any, input_spec: InputSpec, cache: Any = None, use_graphs: bool = True) -> None:
+    def __init__(self, backend: Any, decoder: Any, input_spec: InputSpec, cache: Any = None, use_graphs: bool = True,
+                 frame_memory: Optional[str] = None) -> None:
         from edge_sdk.cuda.preprocess import GpuPreprocessor
 
         api = getattr(backend, "cuda", None)
@@ -54,7 +55,8 @@ class GpuFullFrameDetector(DecoderDetector):
         self.decoder = decoder
         self.input_spec = input_spec
         self.cuda = api
-        self.preprocessor = GpuPreprocessor(input_spec, api, batch=1, stream=stream, cache=cache, use_graphs=use_graphs)
+        self.preprocessor = GpuPreprocessor(input_spec, api, batch=1, stream=stream, cache=cache, use_graphs=use_graphs,
+                                            frame_memory=frame_memory)
         self._feed = {input_spec.name: self.preprocessor.tensor[:1]}  # one view, bound once by the backend
         self._before = api.create_event()
         self._after = api.create_event()
@@ -93,8 +95,13 @@ class GpuFullFrameDetector(DecoderDetector):
         return {"mode": self.mode, "preprocess": "gpu", **self.preprocessor.describe()}
 
     def close(self) -> None:
-        """Free the preprocessor's device buffers (before the backend is deactivated). Idempotent."""
+        """Free the preprocessor's device buffers and the events (before the backend is
+        deactivated). Idempotent."""
         self.preprocessor.close()
+        for event in (self._before, self._after):
+            if event is not None:
+                self.cuda.destroy_event(event)
+        self._before = self._after = None
 
 
 def make_gpu_detector(model: Any, thresholds: Optional[Mapping[str, Any]] = None, cache: Any = None,
@@ -108,4 +115,14 @@ def make_gpu_detector(model: Any, thresholds: Optional[Mapping[str, Any]] = None
         if value is not None:
             spec[key] = check_threshold(key, value)
     decoder = make_decoder(spec, model.input_spec)
-    return GpuFullFrameDetector(model.backend, decoder, model.input_spec, cache=cache, use_graphs=use_graphs)
+    from edge_sdk.cuda.frames import measured_choice
+
+    return GpuFullFrameDetector(model.backend, decoder, model.input_spec, cache=cache, use_graphs=use_graphs,
+                                frame_memory=measured_choice(measured_frame_memory(model.backend)))
+
+
+def measured_frame_memory(backend: Any) -> Any:
+    """What `edge-sdk engine` measured of frame memory on this device, as the backend's device
+    choice carries it (edge_sdk.trt.choice.summary), or None."""
+    choice = getattr(backend, "device_choice", None)
+    return choice.get("frame_memory") if isinstance(choice, dict) else None

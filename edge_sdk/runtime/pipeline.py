@@ -213,9 +213,12 @@ class Pipeline:
             # With inference on the CPU, capture runs only on cores inference leaves idle.
             idle = cfg.capture_nice > 0 and bool(getattr(self.backend, "cpu_bound", False))
             from edge_sdk.cuda.frames import frame_memory
+            from edge_sdk.runtime.gpu_detector import measured_frame_memory
 
-            # the backend's CUDA implementation when it has one, so that its kernels read the ring
-            memory = frame_memory(cfg.frame_memory, cuda=getattr(self.backend, "cuda", None))
+            # the backend's CUDA implementation when it has one, so that its kernels read the ring;
+            # on a Jetson, the kind `edge-sdk engine` measured faster there
+            memory = frame_memory(cfg.frame_memory, cuda=getattr(self.backend, "cuda", None),
+                                  measured=measured_frame_memory(self.backend))
             capture = Capture(self._source, cfg.pool_size, fps=cfg.source.fps, reconnect=cfg.reconnect, stats=self.stats,
                               nice=cfg.capture_nice, idle=idle, prepare=self._run_prepare, memory=memory)
             capture.start()

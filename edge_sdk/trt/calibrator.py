@@ -161,6 +161,7 @@ class CudaBatchBuffer(DeviceBuffer):
             self.ptr = 0
             self._cuda.free_device(self._device)
             self._cuda.free_host(self._host)
+            self._cuda.destroy_stream(self._stream)
 
 
 def open_calibration_cuda() -> Any:

@@ -96,7 +96,27 @@ def summary(report: Dict[str, Any]) -> Dict[str, Any]:
         "created": report.get("created"),
         "report": report.get("path"),
         "table": [{k: r.get(k) for k in ("precision", "median_ms", "f1_vs_fp32", "passed", "chosen")} for r in rows],
+        "frame_memory": frame_memory(report),
     }
+
+
+FRAME_MEMORY_KINDS = ("mapped", "pinned")
+
+
+def frame_memory(report: Dict[str, Any]) -> Optional[Dict[str, Any]]:
+    """The frame memory measured on the device (edge_sdk.cuda.measure), checked: {"chosen":
+    "mapped" | "pinned", "gpu_ms": {path: ms}}, or None when absent or malformed (the runtime
+    then keeps its documented default)."""
+    value = report.get("frame_memory")
+    if not isinstance(value, dict) or value.get("chosen") not in FRAME_MEMORY_KINDS:
+        return None
+    times = value.get("gpu_ms")
+    if not isinstance(times, dict) or not all(
+            isinstance(k, str) and isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0
+            for k, v in times.items()) or value["chosen"] not in times:
+        return None
+    return {"chosen": value["chosen"], "gpu_ms": dict(times), "frame": str(value.get("frame", "")),
+            "input": str(value.get("input", ""))}
 
 
 def reason(report: Dict[str, Any]) -> str:

@@ -36,10 +36,15 @@ class ShimLibrary:
         self._launch = self._lib.shim_launch
         self._launch.restype = ctypes.c_int
         self._launch.argtypes = [ctypes.c_char_p] + [ctypes.c_uint] * 6 + [ctypes.c_void_p]
+        for counter in (self._lib.shim_loads, self._lib.shim_misaligned_loads):
+            counter.restype = ctypes.c_ulonglong
+        self.loads = self.misaligned_loads = 0
 
     def launch(self, name: str, grid: Sequence[int], block: Sequence[int], params_address: int) -> None:
         rc = self._launch(name.encode(), *grid, *block, params_address)
         assert rc == 0, f"the shim has no kernel {name!r} (it has {self.names})"
+        self.loads = int(self._lib.shim_loads())  # the last launch's 16-byte frame loads
+        self.misaligned_loads = int(self._lib.shim_misaligned_loads())
 
 
 def _harness(cu: Path, names: Sequence[str]) -> str:
@@ -56,6 +61,8 @@ def _harness(cu: Path, names: Sequence[str]) -> str:
         f"{cases}\n"
         "    return -1;\n"
         "}\n"
+        'extern "C" unsigned long long shim_loads() { return shim_load_count; }\n'
+        'extern "C" unsigned long long shim_misaligned_loads() { return shim_misaligned_count; }\n'
     )
 
 
@@ -115,3 +122,24 @@ def _fresh_kernel_memory_cache():
     clear_memory_cache()
     yield
     clear_memory_cache()
+
+
+@pytest.fixture(params=("bindings", "legacy"))
+def cuda_python_fake(request, monkeypatch, kernel_shim):
+    """cuda_python_fake(device) -> the fake cuda-python 11.8 (tests/fakes/fake_cuda_python.py) in
+    each layout: `cuda.bindings.*`, and 11.8.2's `cuda.cudart` / `cuda.cuda` / `cuda.nvrtc`,
+    what resolves on JetPack 5. Compiling returns the source (the real NVRTC path is tested in
+    test_nvrtc_compile.py); launches run through the host shim."""
+    from edge_sdk.cuda import _cudapython
+    from fakes import fake_cuda_python
+
+    assert request.param in fake_cuda_python.LAYOUTS
+    shim = kernel_shim("preprocess.cu")
+    monkeypatch.setattr(_cudapython, "nvrtc_compile", lambda source, *a, **k: source.encode())
+    monkeypatch.setattr(_cudapython, "_nvrtc_module", None)  # the fake's nvrtc module, not a real one loaded earlier
+    monkeypatch.setattr(_cudapython, "_nvrtc_loaded", None)
+
+    def make(device):
+        return fake_cuda_python.install(monkeypatch, device, shim.launch, layout=request.param)
+
+    return make

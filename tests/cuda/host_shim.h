@@ -10,6 +10,10 @@
 // Valid for kernels that use no shared memory, no __syncthreads and no atomics (each thread
 // then depends on nothing another thread does, and running them in sequence is a legal
 // schedule). Compile with -ffp-contract=off: the GPU path compiles with --fmad=false.
+//
+// Kernels read frames through EDGE_LOAD16(p) (an aligned 16-byte load, __ldg on the GPU); the
+// shim's version counts the loads and those not 16-byte aligned (which the GPU would fault on):
+// `shim_loads()` / `shim_misaligned_loads()`, reset by every launch.
 #pragma once
 
 #include <algorithm>
@@ -29,6 +33,25 @@ struct dim3 {
 
 static thread_local dim3 threadIdx, blockIdx, blockDim, gridDim;
 
+struct uint4 {
+    unsigned int x, y, z, w;
+};
+
+static unsigned long long shim_load_count = 0, shim_misaligned_count = 0;
+
+static inline uint4 shim_load16(const void* p)
+{
+    ++shim_load_count;
+    if (reinterpret_cast<std::size_t>(p) % 16 != 0) {
+        ++shim_misaligned_count;
+    }
+    uint4 v;
+    std::memcpy(&v, p, 16);
+    return v;
+}
+
+#define EDGE_LOAD16(p) shim_load16(p)
+
 using std::max;
 using std::min;
 
@@ -43,6 +66,7 @@ static void shim_launch_packed(void (*kernel)(A...), dim3 grid, dim3 block, void
 {
     gridDim = grid;
     blockDim = block;
+    shim_load_count = shim_misaligned_count = 0;
     for (unsigned bz = 0; bz < grid.z; ++bz)
         for (unsigned by = 0; by < grid.y; ++by)
             for (unsigned bx = 0; bx < grid.x; ++bx)

@@ -18,9 +18,9 @@ URI = "synthetic://faces?width=161&height=97&count=3&frames=6&seed=7&min_size=16
 
 @pytest.mark.parametrize("choice,zero_copy", [("auto", True), ("host", False)])
 def test_capture_ring_frames_reach_the_kernel_in_place(fake_gpu, choice: str, zero_copy: bool) -> None:
-    api, cache = fake_gpu()  # Xavier NX: integrated, so auto means mapped
-    memory = frame_memory(choice, cuda=api)
-    pre = GpuPreprocessor(SPEC, api, cache=cache)
+    api, cache = fake_gpu()  # Xavier NX where mapped memory was measured faster: auto means mapped
+    memory = frame_memory(choice, cuda=api, measured={"chosen": "mapped", "gpu_ms": {"mapped": 1.0, "pinned": 2.0}})
+    pre = GpuPreprocessor(SPEC, api, cache=cache, frame_memory="mapped")
     cpu = Preprocessor(SPEC)
     capture = Capture(open_source(URI), pool_size=3, memory=memory).start()
     frames = 0

@@ -20,17 +20,14 @@ SPEC = InputSpec(shape=[1, 3, 96, 160], mean=[104, 117, 123], scale=[1 / 58, 1 /
 
 
 @pytest.fixture
-def bindings(monkeypatch, kernel_shim):
-    """install(device) -> fake bindings; compiling returns the source (the real NVRTC path is
-    tested in test_nvrtc_compile.py), launches run through the host shim."""
-    shim = kernel_shim("preprocess.cu")
-    monkeypatch.setattr(_cudapython, "nvrtc_compile", lambda source, *a, **k: source.encode())
-    monkeypatch.setattr(_cudapython, "nvrtc_version", lambda: (11, 8))
+def bindings(cuda_python_fake):
+    return cuda_python_fake
 
-    def make(device: fake.FakeDevice):
-        return fake.install(monkeypatch, device, shim.launch)
 
-    return make
+def test_each_layout_is_the_one_imported(bindings) -> None:
+    fb = bindings(fake.FakeDevice())
+    api = _cudapython.open_device()
+    assert api.rt is fb.rt and api.drv is fb.drv
 
 
 def test_xavier_properties_and_mapped_frames(bindings) -> None:
@@ -59,7 +56,7 @@ def test_mapped_buffer_has_a_device_pointer_pinned_does_not(bindings) -> None:
 def test_preprocessor_end_to_end_with_a_captured_graph(bindings, tmp_path, integrated) -> None:
     fb = bindings(fake.FakeDevice(integrated=integrated))
     api = _cudapython.open_device()
-    pre = GpuPreprocessor(SPEC, api, cache=KernelCache(tmp_path))
+    pre = GpuPreprocessor(SPEC, api, cache=KernelCache(tmp_path), frame_memory=MAPPED if integrated else None)
     rng = np.random.default_rng(0)
     for i in range(3):
         frame = rng.integers(0, 256, (121, 203, 3), dtype=np.uint8)

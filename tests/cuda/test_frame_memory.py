@@ -42,17 +42,18 @@ class Loader:
         return result
 
 
+MEASURED_MAPPED = {"chosen": "mapped", "gpu_ms": {"mapped": 0.9, "pinned": 1.2}}  # device_report.json's field
 NO_GPU = Loader(**{"cuda-python": CudaError("no NVIDIA driver: Failed to dlopen libcuda.so.1"),
                    "pycuda": MissingDependencyError("pycuda", "pycuda")})
 
 
 # -- the chooser -------------------------------------------------------------------------------
 @pytest.mark.parametrize("props,kind,path,why", [
-    (XAVIER_NX, "mapped", "mapped (zero-copy, integrated GPU)", "integrated GPU (cudaDevAttrIntegrated)"),
+    (XAVIER_NX, "pinned", "pinned + async copy (integrated GPU)", "not cached for the integrated GPU"),
     (DISCRETE, "pinned", "pinned + async copy (discrete GPU)", "would cross PCIe"),
     (tegra(can_map=False), "pinned", "pinned + async copy (integrated GPU)", "cannot map host memory"),
 ])
-def test_auto_maps_on_an_integrated_gpu_and_pins_on_a_discrete_one(props, kind: str, path: str, why: str) -> None:
+def test_auto_pins_until_measured(props, kind: str, path: str, why: str) -> None:
     memory = frame_memory("auto", cuda=fake_gpu(props))
     described = memory.describe()
     assert (memory.kind, described["path"], described["device"]) == (kind, path, props.name)
@@ -92,7 +93,7 @@ def test_explicit_choices_with_a_device() -> None:
     mapped = frame_memory("mapped", cuda=fake_gpu(DISCRETE))
     assert mapped.describe()["path"] == "mapped (zero-copy, discrete GPU)" and "crosses PCIe" in mapped.reason
     pinned = frame_memory("pinned", cuda=fake_gpu())
-    assert pinned.describe()["path"] == "pinned + async copy (integrated GPU)" and "one copy per frame" in pinned.reason
+    assert pinned.describe()["path"] == "pinned + async copy (integrated GPU)" and pinned.reason == "frame_memory=pinned was asked for"
     with pytest.raises(CudaError, match=r"cannot map host memory.*frame_memory=pinned or auto"):
         frame_memory("mapped", cuda=fake_gpu(tegra(can_map=False)))
 
@@ -188,7 +189,7 @@ def test_close_releases_every_buffer() -> None:
 # -- the allocators, on the two bindings ---------------------------------------------------------
 def test_cuda_python_mapped_frames_come_from_cudaHostAlloc_mapped(monkeypatch: pytest.MonkeyPatch) -> None:
     fb = fake_cuda_python.install(monkeypatch, fake_cuda_python.FakeDevice(integrated=True))
-    memory = frame_memory("auto", cuda=_cudapython.open_device())
+    memory = frame_memory("auto", cuda=_cudapython.open_device(), measured=MEASURED_MAPPED)
     assert memory.kind == "mapped" and memory.describe()["implementation"] == "cuda-python"
     buf = memory.allocate((48, 64, 3))
     host_address = buf.array.__array_interface__["data"][0]
@@ -223,8 +224,8 @@ def test_cuda_python_pinned_frames_upload_with_cudaMemcpyAsync(monkeypatch: pyte
 def test_pycuda_frames(monkeypatch: pytest.MonkeyPatch, integrated: bool) -> None:
     fp = fake_pycuda.install(monkeypatch, fake_pycuda.FakePycudaDevice(integrated=integrated))
     api = _pycuda.open_device()
-    memory = frame_memory("auto", cuda=api)
-    assert memory.kind == ("mapped" if integrated else "pinned")
+    memory = frame_memory("auto", cuda=api, measured=MEASURED_MAPPED)
+    assert memory.kind == ("mapped" if integrated else "pinned")  # a discrete GPU pins whatever was measured
     buf = memory.allocate((30, 41, 3))
     flags = buf.host.handle.base.flags  # pagelocked_empty's HostAllocation
     assert flags == (fp.drv.host_alloc_flags.DEVICEMAP if integrated else 0)
@@ -238,3 +239,23 @@ def test_pycuda_frames(monkeypatch: pytest.MonkeyPatch, integrated: bool) -> Non
         assert fp.state.copies == [(buf.device_ptr, host_address, 30 * 41 * 3, stream)]
     memory.release(buf)
     assert fp.state.used == 0
+
+
+@pytest.mark.parametrize("measured,kind", [
+    ({"chosen": "mapped", "gpu_ms": {"mapped": 0.9, "pinned": 1.2}}, "mapped"),
+    ({"chosen": "pinned", "gpu_ms": {"mapped": 1.9, "pinned": 1.2}}, "pinned"),
+    (None, "pinned"),  # nothing measured yet: the documented default
+    ({"chosen": "zero-copy"}, "pinned"),  # malformed: ignored
+])
+def test_auto_on_a_jetson_takes_what_was_measured_there(measured, kind: str) -> None:
+    memory = frame_memory("auto", cuda=fake_gpu(XAVIER_NX), measured=measured)
+    assert memory.kind == kind
+    if kind == "mapped" or (measured or {}).get("chosen") == "pinned":
+        assert "measured faster on this device by `edge-sdk engine`" in memory.reason and "1.2" in memory.reason
+    else:
+        assert "nothing was measured here yet" in memory.reason
+
+
+def test_a_measurement_never_maps_a_device_that_cannot() -> None:
+    memory = frame_memory("auto", cuda=fake_gpu(tegra(can_map=False)), measured=MEASURED_MAPPED)
+    assert memory.kind == "pinned"

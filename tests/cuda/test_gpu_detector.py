@@ -90,12 +90,18 @@ def same(a, b) -> None:
     np.testing.assert_array_equal(a.class_id, b.class_id)
 
 
-@pytest.mark.parametrize("props", [XAVIER_NX, DISCRETE], ids=["xavier", "discrete"])
-def test_gpu_pipeline_equals_the_cpu_path(gpu_model, cpu_detections, props) -> None:
+MEASURED = {"chosen": "mapped", "gpu_ms": {"mapped": 0.7, "pinned": 0.9}}  # device_report.json's field
+
+
+@pytest.mark.parametrize("props,measured", [(XAVIER_NX, MEASURED), (XAVIER_NX, None), (DISCRETE, MEASURED)],
+                         ids=["xavier-measured-mapped", "xavier-default", "discrete"])
+def test_gpu_pipeline_equals_the_cpu_path(gpu_model, cpu_detections, props, measured) -> None:
     frames = scenes()
     expected = cpu_detections(frames)
     assert sum(len(d) for d in expected) >= 6  # the scenes light up the heatmap: something to compare
     model, cuda, cache = gpu_model(props)
+    model.backend.device_choice = {"chosen": "fp32", "frame_memory": measured}  # what `edge-sdk engine` recorded
+    handles = (cuda.live_streams, cuda.live_events)  # the backend's
     detector = make_gpu_detector(model, cache=cache)
     cfg = PipelineConfig(source=SourceConfig("list://"), cache=CacheConfig(enabled=False))
     with Pipeline(cfg, model=model, source=ListSource(frames), detector=detector) as pipeline:
@@ -105,18 +111,21 @@ def test_gpu_pipeline_equals_the_cpu_path(gpu_model, cpu_detections, props) -> N
     for a, b in zip(got, expected):
         same(a, b)
     pre = detector.preprocessor
-    if props is XAVIER_NX:  # the capture ring is mapped memory: the kernel read every frame in place
+    if props is XAVIER_NX and measured:  # the capture ring is mapped memory: the kernel read every frame in place
         assert described["frame_memory"]["kind"] == "mapped"
         assert (pre.zero_copy_frames, pre.staged_frames) == (len(frames), 0)
     else:
         assert described["frame_memory"]["kind"] == "pinned"
-    assert not any(op.startswith("htod") for op in cuda.executed if props is XAVIER_NX)
+    copies = [op for op in cuda.executed if op.startswith("htod")]
+    assert len(copies) == (0 if props is XAVIER_NX and measured else len(frames))
     # the backend was fed the preprocessor's device tensor: bound, never copied
     assert model.backend._bound_input == pre.tensor.ptr
     # graphs: the preprocessor's one per frame buffer (ring slot), the backend's one per input (after one plain run)
     assert pre.graph.captures <= cfg.pool_size and pre.graph.captures + pre.graph.replays == len(frames)
     assert (model.backend.graph.captures, model.backend.graph.replays) == (1, len(frames) - 2)
     detector.close()
+    detector.close()
+    assert (cuda.live_streams, cuda.live_events) == handles  # the detector's events are destroyed, once
 
 
 def test_device_ptr_from_a_pinned_upload_is_read_in_place(gpu_model, cpu_detections) -> None:

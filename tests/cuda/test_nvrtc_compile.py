@@ -74,3 +74,15 @@ def test_compile_error_shows_nvrtc_log(nvrtc) -> None:
     text = str(info.value)
     assert "broken.cu" in text and "sm_72" in text and "NVRTC 11." in text
     assert 'identifier "undefined_name" is undefined' in text
+
+
+def test_frames_are_read_with_16_byte_loads(nvrtc) -> None:
+    """The compiled code itself: every global load of the frame is a 16-byte vector load through
+    the read-only path (ld.global.nc.v4.u32), none a byte load (ld.global[.nc].u8), which on a
+    Jetson's uncached page-locked memory would each go to DRAM."""
+    module, _ = nvrtc
+    path = KERNEL_DIR / "preprocess.cu"
+    ptx = module.nvrtc_compile(path.read_text(), path.name, "compute_72", [str(path.parent)]).decode("ascii", "replace")
+    loads = re.findall(r"\bld\.global(?:\.nc)?(?:\.v\d)?\.[us]\d+", ptx)
+    assert "ld.global.nc.v4.u32" in loads
+    assert [x for x in loads if x.endswith((".u8", ".s8"))] == []

@@ -94,16 +94,19 @@ def test_gpu_detector_fps_and_stage_latency(backend, bundle, tmp_path) -> None:
     finally:
         detector.close()
         backend.cuda.free_host(frame_buf)
-    _table([("GPU detector, 1080p frame in mapped memory", FRAMES, seconds, pre, inf, dec)])
+    path = detector.preprocessor.describe()["frame_memory"]
+    _table([(f"GPU detector, 1080p frame in mapped memory, {path}", FRAMES, seconds, pre, inf, dec)])
     print("cuda graphs:", backend.describe()["cuda_graphs"])
-    assert detector.preprocessor.zero_copy_frames == FRAMES + 10
+    done = detector.preprocessor
+    # read in place where mapped frame memory was measured faster here, else staged and copied once
+    assert (done.zero_copy_frames if done.frame_memory == "mapped" else done.staged_frames) == FRAMES + 10
 
 
 @pytest.mark.skipif(not os.environ.get("EDGE_SDK_CAMERA"), reason="set EDGE_SDK_CAMERA to a camera URI (csi://0, v4l2:///dev/video0)")
 def test_camera_60s_full_pipeline_against_the_engine_alone(backend, bundle) -> None:
-    """The whole pipeline (capture ring in mapped memory, GPU preprocessing, TensorRT, decode) on
-    the camera for 60 s, against the engine alone on a ready device input (what trtexec
-    measures). Target: end-to-end FPS >= 0.9 x the engine's throughput, or the camera's rate
+    """The whole pipeline (capture ring in the frame memory measured faster here, GPU
+    preprocessing, TensorRT, decode) on the camera for 60 s, against the engine alone on a ready
+    device input (what trtexec measures). Target: end-to-end FPS >= 0.9 x the engine's throughput, or the camera's rate
     when that is lower. Prints the README's table."""
     from edge_sdk.runtime.config import PipelineConfig, SourceConfig
     from edge_sdk.runtime.pipeline import Pipeline

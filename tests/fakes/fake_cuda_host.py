@@ -13,7 +13,13 @@ under test relies on them:
 * stream capture: between begin_capture and end_capture work is recorded, not run (CUDA
   graphs: cudaStreamBeginCapture); a graph launch queues the recorded work again;
 * memory limits: allocations past `memory_limit` raise the CudaError the implementations
-  raise for cudaErrorMemoryAllocation.
+  raise for cudaErrorMemoryAllocation;
+* handles: streams and events live until destroyed (`live_streams`, `live_events`); destroying
+  one twice is an error, as an invalid handle is to CUDA;
+* waits: `event_synchronize` on an event created without blocking sync counts a spinning wait
+  (`spin_waits`);
+* frees are implicitly synchronizing: freeing memory while any stream captures is an error
+  (CUDA invalidates the capture).
 """
 from __future__ import annotations
 
@@ -38,9 +44,11 @@ class FakeStream:
 
 
 class FakeEvent:
-    def __init__(self) -> None:
+    def __init__(self, blocking_sync: bool = True) -> None:
         self.done = True
         self.stream: Optional[FakeStream] = None
+        self.blocking_sync = blocking_sync
+        self.destroyed = False
 
 
 class FakeGraph:
@@ -62,7 +70,29 @@ class FakeHostCuda(CudaApi):
         self._blocks: Dict[int, Any] = {}
         self.executed: List[str] = []  # every op run, in order: "htod:<n>", "launch:<kernel>", ...
         self.compiles = 0
-        self.streams = 0
+        self.compiler_archs: Optional[Sequence[int]] = None  # architectures the compiler knows (None: all)
+        self.streams = 0  # streams created
+        self.events = 0  # events created
+        self.destroyed_streams = 0
+        self.destroyed_events = 0
+        self.spin_waits = 0
+        self._live_streams: set = set()
+        self._capturing_streams: set = set()
+
+    @property
+    def live_streams(self) -> int:
+        return self.streams - self.destroyed_streams
+
+    @property
+    def live_events(self) -> int:
+        return self.events - self.destroyed_events
+
+    def _check_not_capturing(self, what: str) -> None:
+        from edge_sdk.errors import CudaError
+
+        if self._capturing_streams:
+            raise CudaError(f"{what} failed: cudaErrorStreamCaptureUnsupported (900): an implicitly synchronizing call "
+                            "while a stream captures (the capture is invalidated)")
 
     # memory
     def _block(self, nbytes: int) -> Tuple[int, Any]:
@@ -81,8 +111,9 @@ class FakeHostCuda(CudaApi):
         address, _ = self._block(nbytes)
         return DeviceBuffer(address, nbytes, address)
 
-    def free_device(self, buffer: DeviceBuffer) -> None:
-        block = self._blocks.pop(buffer.handle)
+    def _free_device(self, handle: Any) -> None:
+        self._check_not_capturing("cudaFree")
+        block = self._blocks.pop(handle)
         self.used -= len(block)
 
     def _alloc_host(self, nbytes: int, mapped: bool) -> Tuple[int, Optional[int], Any]:
@@ -90,16 +121,30 @@ class FakeHostCuda(CudaApi):
         return address, (address if mapped else None), address
 
     def _free_host(self, handle: Any) -> None:
+        self._check_not_capturing("cudaFreeHost")
         block = self._blocks.pop(handle)
         self.used -= len(block)
 
     # streams and events
     def create_stream(self) -> FakeStream:
         self.streams += 1
-        return FakeStream(f"stream{self.streams}")
+        stream = FakeStream(f"stream{self.streams}")
+        self._live_streams.add(id(stream))
+        return stream
 
-    def create_event(self) -> FakeEvent:
-        return FakeEvent()
+    def destroy_stream(self, stream: FakeStream) -> None:
+        assert id(stream) in self._live_streams, "cudaStreamDestroy of a stream destroyed already"
+        self._live_streams.discard(id(stream))
+        self.destroyed_streams += 1
+
+    def create_event(self, blocking_sync: bool = True) -> FakeEvent:
+        self.events += 1
+        return FakeEvent(blocking_sync)
+
+    def destroy_event(self, event: FakeEvent) -> None:
+        assert not event.destroyed, "cudaEventDestroy of an event destroyed already"
+        event.destroyed = True
+        self.destroyed_events += 1
 
     def _queue(self, stream: FakeStream, name: str, op: Callable[[], None]) -> None:
         if stream.capture is not None:
@@ -135,6 +180,8 @@ class FakeHostCuda(CudaApi):
                 return
 
     def event_synchronize(self, event: FakeEvent) -> None:
+        if not event.blocking_sync:
+            self.spin_waits += 1
         if not event.done and event.stream is not None:
             self._drain(event.stream, until=event)
 
@@ -159,6 +206,10 @@ class FakeHostCuda(CudaApi):
         return "fake-host-shim"
 
     def compile(self, source: str, filename: str, arch: str, include_dirs: Sequence[str]) -> bytes:
+        from edge_sdk.errors import KernelArchitectureError
+
+        if self.compiler_archs is not None and int(arch.split("_")[-1]) not in self.compiler_archs:
+            raise KernelArchitectureError(f"{self.properties.name} ({arch}) is newer than the fake compiler knows")
         self.compiles += 1
         return source.encode()
 
@@ -182,12 +233,16 @@ class FakeHostCuda(CudaApi):
     def begin_capture(self, stream: FakeStream) -> None:
         assert self.supports_graphs
         assert stream.capture is None, "already capturing"
+        self._capture_started()
         stream.capture = []
+        self._capturing_streams.add(id(stream))
 
     def end_capture(self, stream: FakeStream) -> FakeGraph:
         assert stream.capture is not None, "not capturing"
         graph = FakeGraph(stream.capture)
         stream.capture = None
+        self._capturing_streams.discard(id(stream))
+        self._capture_ended()
         return graph
 
     def launch_graph(self, graph: FakeGraph, stream: FakeStream) -> None:

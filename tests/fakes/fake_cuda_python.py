@@ -1,4 +1,6 @@
-"""Fake cuda-python 11.8 modules (`cuda.bindings.runtime`, `cuda.bindings.driver`) for tests.
+"""Fake cuda-python 11.8 modules for tests, in either layout of the real package: `cuda.cudart`,
+`cuda.cuda`, `cuda.nvrtc` (11.8.2 and earlier: what resolves on Python 3.8 aarch64, JetPack 5)
+or `cuda.bindings.runtime`, `.driver`, `.nvrtc` (later releases); `install(layout=...)`.
 
 They prove edge_sdk.cuda._cudapython's logic, not CUDA's behaviour. Every member follows the
 signature and return convention of cuda-python 11.8 (`cuda/cudart.pyx`, `cuda/cuda.pyx`,
@@ -9,6 +11,16 @@ launcher given to `install()`; work is run when it is issued (one stream, in ord
 between cudaStreamBeginCapture and cudaStreamEndCapture, where it is recorded into the graph.
 `calls` lists every call by name, in order; `copies` every cudaMemcpyAsync as
 (dst, src, count, kind, stream).
+
+As strict as the real API where the code under test could go wrong:
+- streams and events are handles that garbage collection never frees: `live_streams` and
+  `live_events` count those created and not destroyed; destroying one twice is
+  cudaErrorInvalidResourceHandle;
+- cudaEventSynchronize on an event created without cudaEventBlockingSync spins a CPU core
+  (the default schedule on Tegra); `spin_waits` counts such waits;
+- cudaFree and cudaFreeHost synchronize implicitly: called while any stream captures, on any
+  thread, they fail (cudaErrorStreamCaptureUnsupported) and invalidate every capture under way,
+  whose cudaStreamEndCapture then returns cudaErrorStreamCaptureInvalidated and no graph.
 """
 from __future__ import annotations
 
@@ -26,6 +38,9 @@ class cudaError_t(IntEnum):  # driver_types.h
     cudaErrorMemoryAllocation = 2
     cudaErrorInsufficientDriver = 35
     cudaErrorNoDevice = 100
+    cudaErrorInvalidResourceHandle = 400
+    cudaErrorStreamCaptureUnsupported = 900
+    cudaErrorStreamCaptureInvalidated = 901
 
 
 class CUresult(IntEnum):  # cuda.h
@@ -53,25 +68,51 @@ class cudaDeviceAttr(IntEnum):  # driver_types.h
     cudaDevAttrCanMapHostMemory = 19
 
 
+# nvrtcGetSupportedArchs of NVRTC 11.8 (the real library's answer): no sm_100, no sm_120.
+NVRTC_11_8_ARCHS = (35, 37, 50, 52, 53, 60, 61, 62, 70, 72, 75, 80, 86, 87, 89, 90)
+
+
+class nvrtcResult(IntEnum):  # nvrtc.h
+    NVRTC_SUCCESS = 0
+
+
 class FakeDevice:
     def __init__(self, name: bytes = b"Xavier", major: int = 7, minor: int = 2, integrated: bool = True,
                  memory: int = 8 << 30, driver: Optional[int] = 11040, bindings: int = 11080, count: int = 1,
-                 count_error: int = 0, bad_image: int = 0) -> None:
+                 count_error: int = 0, bad_image: int = 0, nvrtc=(11, 8), nvrtc_archs=NVRTC_11_8_ARCHS) -> None:
         self.name, self.major, self.minor, self.integrated = name, major, minor, integrated
         self.memory, self.driver, self.bindings, self.count = memory, driver, bindings, count
         self.count_error = count_error  # cudaGetDeviceCount's error (35, 100) when not 0
         self.bad_image = bad_image  # CUresult cuModuleLoadData returns when not 0
+        self.nvrtc, self.nvrtc_archs = tuple(nvrtc), list(nvrtc_archs)  # nvrtcVersion, nvrtcGetSupportedArchs
 
 
 class _Stream:
     def __init__(self) -> None:
         self.capture: Optional[List[Callable[[], None]]] = None
+        self.invalidated = False
+        self.destroyed = False
 
 
-def install(monkeypatch: Any, device: FakeDevice, launcher: Optional[Callable[..., None]] = None) -> types.SimpleNamespace:
-    """Put fake `cuda.bindings.runtime` / `.driver` into sys.modules; returns (rt, drv, state)."""
+class _Event:
+    def __init__(self, flags: int) -> None:
+        self.flags = flags
+        self.destroyed = False
+
+
+LAYOUTS = ("bindings", "legacy")  # cuda.bindings.* (11.8.6 on, 12.x) / cuda.cudart, cuda.cuda, cuda.nvrtc (<= 11.8.2)
+
+
+def install(monkeypatch: Any, device: FakeDevice, launcher: Optional[Callable[..., None]] = None,
+            layout: str = "bindings") -> types.SimpleNamespace:
+    """Put the fake runtime and driver modules into sys.modules in `layout` (LAYOUTS; the other
+    layout's names then fail to import); returns (rt, drv, state)."""
+    assert layout in LAYOUTS, layout
     state = types.SimpleNamespace(calls=[], blocks={}, used=0, mapped=set(), flags={}, graphs=[], launches=[],
-                                  capture_modes=[], loads=0, copies=[])
+                                  capture_modes=[], loads=0, copies=[], streams=[], events=[], spin_waits=0,
+                                  capturing=[])
+    state.live_streams = lambda: sum(1 for x in state.streams if not x.destroyed)
+    state.live_events = lambda: sum(1 for x in state.events if not x.destroyed)
     rt = types.ModuleType("cuda.bindings.runtime")
     drv = types.ModuleType("cuda.bindings.driver")
     ok = cudaError_t.cudaSuccess
@@ -107,7 +148,18 @@ def install(monkeypatch: Any, device: FakeDevice, launcher: Optional[Callable[..
     def cudaSetDevice(dev):
         return (ok,)
 
+    def _implicit_sync() -> Any:
+        """An implicitly synchronizing call: invalid while any stream captures."""
+        if not state.capturing:
+            return None
+        for stream in state.capturing:
+            stream.invalidated = True
+        return (cudaError_t.cudaErrorStreamCaptureUnsupported,)
+
     def cudaFree(ptr):
+        failed = _implicit_sync()
+        if failed:
+            return failed
         if ptr in (0, None):
             return (ok,)
         block = state.blocks.pop(int(ptr))
@@ -151,14 +203,36 @@ def install(monkeypatch: Any, device: FakeDevice, launcher: Optional[Callable[..
         return ok, int(pHost)  # unified addressing: the same address
 
     def cudaFreeHost(ptr):
+        failed = _implicit_sync()
+        if failed:
+            return failed
         state.mapped.discard(int(ptr))
         return cudaFree(ptr)
 
     def cudaStreamCreateWithFlags(flags):
-        return ok, _Stream()
+        stream = _Stream()
+        state.streams.append(stream)
+        return ok, stream
+
+    def _destroy(handle: Any) -> Any:
+        if handle.destroyed:
+            return (cudaError_t.cudaErrorInvalidResourceHandle,)
+        handle.destroyed = True
+        return (ok,)
+
+    def cudaStreamDestroy(stream):
+        return _destroy(stream)
 
     def cudaEventCreate():
-        return ok, object()
+        return cudaEventCreateWithFlags(rt.cudaEventDefault)
+
+    def cudaEventCreateWithFlags(flags):
+        event = _Event(int(flags))
+        state.events.append(event)
+        return ok, event
+
+    def cudaEventDestroy(event):
+        return _destroy(event)
 
     def cudaEventRecord(event, stream):
         return (ok,)
@@ -167,6 +241,10 @@ def install(monkeypatch: Any, device: FakeDevice, launcher: Optional[Callable[..
         return (ok,)
 
     def cudaEventSynchronize(event):
+        if event.destroyed:
+            return (cudaError_t.cudaErrorInvalidResourceHandle,)
+        if not event.flags & rt.cudaEventBlockingSync:
+            state.spin_waits += 1
         return (ok,)
 
     def cudaEventElapsedTime(start, end):
@@ -183,10 +261,15 @@ def install(monkeypatch: Any, device: FakeDevice, launcher: Optional[Callable[..
     def cudaStreamBeginCapture(stream, mode):
         state.capture_modes.append(mode)
         stream.capture = []
+        stream.invalidated = False
+        state.capturing.append(stream)
         return (ok,)
 
     def cudaStreamEndCapture(stream):
         graph, stream.capture = stream.capture, None
+        state.capturing[:] = [x for x in state.capturing if x is not stream]
+        if stream.invalidated:
+            return cudaError_t.cudaErrorStreamCaptureInvalidated, None
         state.graphs.append(graph)
         return ok, graph
 
@@ -206,7 +289,8 @@ def install(monkeypatch: Any, device: FakeDevice, launcher: Optional[Callable[..
 
     for fn in (cudaDriverGetVersion, cudaRuntimeGetVersion, cudaGetDeviceCount, cudaSetDevice, cudaFree,
                cudaGetDeviceProperties, cudaDeviceGetAttribute, cudaMalloc, cudaHostAlloc, cudaHostGetDevicePointer,
-               cudaFreeHost, cudaStreamCreateWithFlags, cudaEventCreate, cudaEventRecord, cudaStreamWaitEvent,
+               cudaFreeHost, cudaStreamCreateWithFlags, cudaStreamDestroy, cudaEventCreate, cudaEventCreateWithFlags,
+               cudaEventDestroy, cudaEventRecord, cudaStreamWaitEvent,
                cudaEventSynchronize, cudaEventElapsedTime, cudaStreamSynchronize, cudaMemcpyAsync, cudaStreamBeginCapture,
                cudaStreamEndCapture, cudaGraphInstantiateWithFlags, cudaGraphLaunch, cudaGraphExecDestroy, cudaGraphDestroy):
         api(rt, fn)
@@ -217,6 +301,9 @@ def install(monkeypatch: Any, device: FakeDevice, launcher: Optional[Callable[..
     rt.cudaHostAllocDefault = 0  # cuda_runtime_api.h
     rt.cudaHostAllocMapped = 2
     rt.cudaStreamNonBlocking = 1
+    rt.cudaEventDefault = 0  # driver_types.h
+    rt.cudaEventBlockingSync = 1
+    rt.cudaEventDisableTiming = 2
 
     # --- driver: cuda.h -----------------------------------------------------------------------
     def cuModuleLoadData(image):
@@ -255,9 +342,53 @@ def install(monkeypatch: Any, device: FakeDevice, launcher: Optional[Callable[..
         api(drv, fn)
     drv.CUresult = CUresult
 
-    bindings = types.ModuleType("cuda.bindings")
-    bindings.runtime, bindings.driver = rt, drv
-    monkeypatch.setitem(sys.modules, "cuda.bindings", bindings)
-    monkeypatch.setitem(sys.modules, "cuda.bindings.runtime", rt)
-    monkeypatch.setitem(sys.modules, "cuda.bindings.driver", drv)
-    return types.SimpleNamespace(rt=rt, drv=drv, state=state)
+    # --- nvrtc: nvrtc.h (only what the code asks before compiling; compiling is the real NVRTC's
+    # job, tested in test_nvrtc_compile.py) ---------------------------------------------------
+    nv = types.ModuleType("cuda.bindings.nvrtc")
+    nv.nvrtcResult = nvrtcResult
+
+    def nvrtcVersion():
+        return nvrtcResult.NVRTC_SUCCESS, device.nvrtc[0], device.nvrtc[1]
+
+    def nvrtcGetNumSupportedArchs():
+        return nvrtcResult.NVRTC_SUCCESS, len(device.nvrtc_archs)
+
+    def nvrtcGetSupportedArchs():
+        return nvrtcResult.NVRTC_SUCCESS, list(device.nvrtc_archs)
+
+    for fn in (nvrtcVersion, nvrtcGetNumSupportedArchs, nvrtcGetSupportedArchs):
+        api(nv, fn)
+    _install_layout(monkeypatch, layout, {"runtime": rt, "driver": drv, "nvrtc": nv})
+    return types.SimpleNamespace(rt=rt, drv=drv, nvrtc=nv, state=state)
+
+
+_LEGACY_NAMES = {"runtime": "cuda.cudart", "driver": "cuda.cuda", "nvrtc": "cuda.nvrtc"}
+
+
+def _install_layout(monkeypatch: Any, layout: str, modules: Dict[str, types.ModuleType]) -> None:
+    """`modules` ({"runtime": ..., "driver": ..., "nvrtc": ...}) under the names of `layout`;
+    the same names of the other layout are made unimportable (None in sys.modules)."""
+    package = sys.modules.get("cuda") if isinstance(sys.modules.get("cuda"), types.ModuleType) else None
+    if package is None or not getattr(package, "_edge_sdk_fake", False):
+        package = types.ModuleType("cuda")
+        package.__path__ = []  # type: ignore[attr-defined]
+        package._edge_sdk_fake = True  # type: ignore[attr-defined]
+        monkeypatch.setitem(sys.modules, "cuda", package)
+    bindings = sys.modules.get("cuda.bindings")
+    if layout == "bindings":
+        if not isinstance(bindings, types.ModuleType) or not getattr(bindings, "_edge_sdk_fake", False):
+            bindings = types.ModuleType("cuda.bindings")
+            bindings.__path__ = []  # type: ignore[attr-defined]
+            bindings._edge_sdk_fake = True  # type: ignore[attr-defined]
+            monkeypatch.setitem(sys.modules, "cuda.bindings", bindings)
+            monkeypatch.setattr(package, "bindings", bindings, raising=False)
+        for kind, module in modules.items():
+            monkeypatch.setattr(bindings, kind, module, raising=False)
+            monkeypatch.setitem(sys.modules, f"cuda.bindings.{kind}", module)
+            monkeypatch.setitem(sys.modules, _LEGACY_NAMES[kind], None)
+    else:
+        monkeypatch.setitem(sys.modules, "cuda.bindings", None)
+        for kind, module in modules.items():
+            monkeypatch.setitem(sys.modules, f"cuda.bindings.{kind}", None)
+            monkeypatch.setitem(sys.modules, _LEGACY_NAMES[kind], module)
+            monkeypatch.setattr(package, _LEGACY_NAMES[kind].split(".")[1], module, raising=False)

@@ -9,6 +9,14 @@ Function.prepare / prepared_async_call), `pycuda/compiler.py` (compile, get_nvcc
 `pycuda/autoprimaryctx.py` (`context`, `device`). Released pycuda has no CUDA graph API, so
 neither has this fake; it has no `pycuda.autoinit` either (tests check it is never imported:
 it would create a context of its own).
+
+Contexts are per thread, as in CUDA and pycuda: each thread has its own context stack;
+`autoprimaryctx` pushes the primary context on the thread that installs the fake (the thread
+that first imported it); a driver call on a thread where no context is current fails with
+`LogicError("... invalid device context")`; and `free()` of memory on such a thread leaks it
+with pycuda's warning ("leaked out-of-thread ... object"), counted in `state.leaks`. Events
+take pycuda's `flags` (`event_flags.BLOCKING_SYNC`); `Event.synchronize` on one without it
+spins a CPU core (`state.spin_waits`).
 """
 from __future__ import annotations
 
@@ -18,6 +26,7 @@ import struct
 import sys
 import threading
 import types
+import warnings
 from typing import Any, Callable, List, Optional
 
 import numpy as np
@@ -53,11 +62,23 @@ class FakePycudaDevice:
 
 def install(monkeypatch: Any, device: FakePycudaDevice, launcher: Optional[Callable[..., None]] = None) -> types.SimpleNamespace:
     # copies: every memcpy_htod_async as (dest, source address, nbytes, stream)
-    state = types.SimpleNamespace(used=0, blocks={}, pushes=[], compiles=[], launches=[], calls=[], copies=[])
+    state = types.SimpleNamespace(used=0, blocks={}, pushes=[], compiles=[], launches=[], calls=[], copies=[],
+                                  leaks=0, spin_waits=0)
     drv = types.ModuleType("pycuda.driver")
     drv.Error, drv.LogicError, drv.MemoryError, drv.CompileError = Error, LogicError, MemoryError, CompileError
+    stacks = threading.local()  # this thread's context stack
+
+    def _stack() -> List[Any]:
+        if not hasattr(stacks, "contexts"):
+            stacks.contexts = []
+        return stacks.contexts
+
+    def _need_context(what: str) -> None:
+        if not _stack():
+            raise LogicError(f"{what} failed: invalid device context")
 
     def _alloc(nbytes: int) -> Any:
+        _need_context("cuMemAlloc")
         if state.used + nbytes > device.memory:
             raise MemoryError("cuMemAlloc failed: out of memory")
         block = (ctypes.c_uint8 * max(1, nbytes))()
@@ -74,6 +95,10 @@ def install(monkeypatch: Any, device: FakePycudaDevice, launcher: Optional[Calla
             return ctypes.addressof(self.block)
 
         def free(self) -> None:
+            if not _stack():  # pycuda cannot activate the context here: it warns and leaks
+                warnings.warn(f"leaked out-of-thread {type(self).__name__} object", UserWarning, stacklevel=2)
+                state.leaks += 1
+                return
             state.blocks.pop(ctypes.addressof(self.block))
             state.used -= self.nbytes
 
@@ -106,9 +131,15 @@ def install(monkeypatch: Any, device: FakePycudaDevice, launcher: Optional[Calla
     class Context:
         def push(self) -> None:
             state.pushes.append(threading.get_ident())
+            _stack().append(self)
 
         def pop(self) -> None:
-            pass
+            _stack().pop()
+
+        @staticmethod
+        def get_current() -> Optional["Context"]:
+            stack = _stack()
+            return stack[-1] if stack else None
 
     class Device:
         def __init__(self, ordinal: int) -> None:
@@ -132,20 +163,30 @@ def install(monkeypatch: Any, device: FakePycudaDevice, launcher: Optional[Calla
 
     class Stream:
         def __init__(self, flags: int = 0) -> None:
-            pass
+            _need_context("cuStreamCreate")
 
         def synchronize(self) -> None:
+            _need_context("cuStreamSynchronize")
             state.calls.append("Stream.synchronize")
 
         def wait_for_event(self, event: Any) -> None:
+            _need_context("cuStreamWaitEvent")
             state.calls.append("Stream.wait_for_event")
 
     class Event:
+        def __init__(self, flags: int = 0) -> None:
+            _need_context("cuEventCreate")
+            self.flags = flags
+
         def record(self, stream: Any = None) -> "Event":
+            _need_context("cuEventRecord")
             state.calls.append("Event.record")
             return self
 
         def synchronize(self) -> "Event":
+            _need_context("cuEventSynchronize")
+            if not self.flags & drv.event_flags.BLOCKING_SYNC:
+                state.spin_waits += 1
             state.calls.append("Event.synchronize")
             return self
 
@@ -163,6 +204,7 @@ def install(monkeypatch: Any, device: FakePycudaDevice, launcher: Optional[Calla
         def prepared_async_call(self, grid, block, stream, *args):
             assert self.arg_format is not None, "prepare() first"
             assert len(self.arg_format) == len(args) == self.arity, (self.arg_format, args)
+            _need_context("cuLaunchKernel")
             state.launches.append(self.name)
             # Pack as pycuda does (struct), then hand the shim a kernelParams array.
             values = [ctypes.create_string_buffer(struct.pack(c, a), 8) for c, a in zip(self.arg_format, args)]
@@ -172,6 +214,7 @@ def install(monkeypatch: Any, device: FakePycudaDevice, launcher: Optional[Calla
 
     class Module:
         def __init__(self, image: bytes) -> None:
+            _need_context("cuModuleLoadData")
             self.image = image
 
         def get_function(self, name: str) -> Function:
@@ -181,10 +224,12 @@ def install(monkeypatch: Any, device: FakePycudaDevice, launcher: Optional[Calla
             return Function(name, match.group(1).count(b",") + 1)
 
     def memcpy_htod_async(dest, src, stream=None):
+        _need_context("cuMemcpyHtoDAsync")
         state.copies.append((int(dest), src.ctypes.data, src.nbytes, stream))
         ctypes.memmove(int(dest), src.ctypes.data, src.nbytes)
 
     def memcpy_dtoh_async(dest, src, stream=None):
+        _need_context("cuMemcpyDtoHAsync")
         ctypes.memmove(dest.ctypes.data, int(src), dest.nbytes)
 
     drv.init = lambda flags=0: None
@@ -197,9 +242,13 @@ def install(monkeypatch: Any, device: FakePycudaDevice, launcher: Optional[Calla
     drv.get_version = lambda: device.built
     drv.device_attribute = types.SimpleNamespace(INTEGRATED=18, CAN_MAP_HOST_MEMORY=19)
     drv.host_alloc_flags = types.SimpleNamespace(PORTABLE=1, DEVICEMAP=2, WRITECOMBINED=4)
+    drv.event_flags = types.SimpleNamespace(DEFAULT=0, BLOCKING_SYNC=1, DISABLE_TIMING=2, INTERPROCESS=4)
 
+    # Importing pycuda.autoprimaryctx retains the primary context and pushes it on the importing
+    # thread: here, the thread that installs the fake.
     primary = types.ModuleType("pycuda.autoprimaryctx")
     primary.context, primary.device = Context(), Device(0)
+    _stack().append(primary.context)
 
     compiler = types.ModuleType("pycuda.compiler")
 

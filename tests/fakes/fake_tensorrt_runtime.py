@@ -73,6 +73,7 @@ class FakeRuntimeCuda(FakeHostCuda):
     def create_stream(self) -> FakeHandleStream:
         self.streams += 1
         stream = FakeHandleStream(f"stream{self.streams}", 0x5000 + self.streams)
+        self._live_streams.add(id(stream))
         self.by_handle[stream.handle] = stream
         return stream
 

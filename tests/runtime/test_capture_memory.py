@@ -321,7 +321,7 @@ def test_grey_bgra_and_resized_frames_are_converted_into_the_slots(kind: str) ->
 
 
 # -- which path runs ---------------------------------------------------------------------------
-@pytest.mark.parametrize("props,path", [(XAVIER_NX, "mapped (zero-copy, integrated GPU)"),
+@pytest.mark.parametrize("props,path", [(XAVIER_NX, "pinned + async copy (integrated GPU)"),
                                         (DISCRETE, "pinned + async copy (discrete GPU)")])
 def test_describe_says_which_path_runs_and_why(props, path: str) -> None:
     capture = Capture(ListSource([scene(0)]), memory=frame_memory("auto", cuda=fake_gpu(props)))

@@ -451,6 +451,21 @@ def test_deactivate_frees_everything_and_twice_is_harmless(env) -> None:
         backend.infer({"input.1": frame_tensor(1)})
 
 
+@pytest.mark.parametrize("gpu", sorted(GPUS))
+def test_activate_deactivate_cycles_destroy_their_streams_and_events(env, gpu: str) -> None:
+    """Stream and event handles of the bindings are not freed by garbage collection: the fake
+    counts those created and not destroyed."""
+    trt, cuda, bundle, cache = env("8.5", gpu)
+    backend = open_backend(trt, cuda, bundle, cache)
+    backend.deactivate()
+    for i in range(5):
+        backend.activate()
+        backend.infer({"input.1": frame_tensor(i)})
+        backend.deactivate()
+    assert cuda.streams == 6 and cuda.events >= 12
+    assert (cuda.live_streams, cuda.live_events) == (0, 0)
+
+
 def test_auto_picks_tensorrt_and_the_bundle_s_choice(env) -> None:
     trt, cuda, bundle, cache = env("8.5")
     backend = select_backend("auto", bundle=bundle, cuda=cuda, cache_dir=cache)

@@ -109,9 +109,16 @@ def device(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Callable[..., Any
         monkeypatch.setitem(sys.modules, "tensorrt", trt)
         monkeypatch.setattr(calibrator_mod, "allocate_device_buffer", trt.device_memory.allocate)
         monkeypatch.setattr("edge_sdk.cuda.require_cuda", lambda *a, **k: cuda)
+        # The fake TensorRT runs no kernels: the frame-memory timing (tests/cuda/test_frame_choice.py
+        # runs it through the host shim) is replaced by a fixed measurement here.
+        monkeypatch.setattr("edge_sdk.cuda.measure.measure_frame_memory", lambda api, spec: dict(MEASURED))
         return trt, cuda
 
     return make
+
+
+MEASURED = {"chosen": "mapped", "gpu_ms": {"mapped": 0.8, "pinned": 1.1, "device": 0.5}, "frame": "1920x1080",
+            "input": "64x32", "repeat": 50}
 
 
 def choose(bundle: Path, cuda: Any, cache: Path, **kwargs: Any):
@@ -137,6 +144,42 @@ def test_the_fastest_engine_that_passes_is_chosen_and_recorded(device, tmp_path:
     assert [(r["precision"], r["median_ms"], r["passed"]) for r in stored["candidates"]] == [
         ("fp16", 4.0, True), ("int8", 2.5, True)]
     assert Path(stored["candidates"][1]["engine"]) == choice.engine.path and choice.engine.key.precision == "int8"
+
+
+def test_choice_runs_destroy_the_streams_and_events_they_create(device, tmp_path: Path) -> None:
+    trt, cuda = device(latency={"fp16": 4.0, "int8": 2.5}, distort={"int8": tiny_noise})
+    bundle = choice_bundle(tmp_path / "b")
+    for i in range(3):
+        choose(bundle, cuda, tmp_path / "engines", force=i > 0)
+    assert cuda.streams >= 6 and cuda.events >= 12
+    assert (cuda.live_streams, cuda.live_events) == (0, 0)
+
+
+@pytest.mark.parametrize("gpu", sorted(GPUS))
+def test_frame_memory_is_measured_on_a_jetson_recorded_and_read_back(device, tmp_path: Path, gpu: str) -> None:
+    from edge_sdk.trt import choice as choice_mod
+
+    trt, cuda = device(gpu=gpu)
+    choice = choose(choice_bundle(tmp_path / "b"), cuda, tmp_path / "engines")
+    stored = json.loads(choice.path.read_text())
+    if gpu == "xavier":
+        assert stored["frame_memory"] == MEASURED
+        assert choice_mod.summary(stored)["frame_memory"]["chosen"] == "mapped"
+    else:  # a discrete GPU: pinned + one copy, nothing to measure
+        assert "frame_memory" not in stored and choice_mod.summary(stored)["frame_memory"] is None
+
+
+@pytest.mark.parametrize("value", [
+    "mapped", {"chosen": "zero-copy", "gpu_ms": {"zero-copy": 1.0}}, {"chosen": "mapped"},
+    {"chosen": "mapped", "gpu_ms": {"pinned": 1.0}}, {"chosen": "mapped", "gpu_ms": {"mapped": "fast"}},
+    {"chosen": "mapped", "gpu_ms": {"mapped": True}}, {"chosen": "pinned", "gpu_ms": {"pinned": -1.0}},
+])
+def test_a_malformed_frame_memory_field_is_ignored(value: Any) -> None:
+    from edge_sdk.trt import choice as choice_mod
+
+    assert choice_mod.frame_memory({"frame_memory": value}) is None
+    good = {"frame_memory": {"chosen": "pinned", "gpu_ms": {"mapped": 2.0, "pinned": 1.0}, "frame": "1920x1080"}}
+    assert choice_mod.frame_memory(good)["chosen"] == "pinned"
 
 
 def test_a_faster_int8_that_fails_the_gate_is_not_chosen(device, tmp_path: Path) -> None:
@@ -191,6 +234,18 @@ def test_engine_default_then_auto_reuses_the_chosen_engine(device, tmp_path: Pat
     # an explicit precision maps to its own engine (also built by the choice: still no build)
     assert select_backend("tensorrt", bundle=Bundle.load(bundle), precision="int8", cache_dir=cache).precision == "int8"
     assert trt.engines_built() == built
+
+
+def test_engine_prints_the_frame_memory_measured_and_the_backend_carries_it(device, tmp_path: Path) -> None:
+    trt, cuda = device("8.5", "xavier", latency={"fp16": 2.0, "int8": 3.0})
+    bundle, cache = choice_bundle(tmp_path / "b"), tmp_path / "engines"
+    result = CliRunner().invoke(app, ["engine", str(bundle), "--cache-dir", str(cache), "--iterations", "5",
+                                      "--reference", "bundle"])
+    assert result.exit_code == 0, result.output
+    assert ("frame memory measured on this device: mapped (mapped 0.800 ms, pinned 1.100 ms, device 0.500 ms per "
+            "1920x1080 frame; frame_memory = auto uses it)") in result.stdout
+    backend = select_backend("tensorrt", bundle=Bundle.load(bundle), cache_dir=cache)
+    assert backend.describe()["device_choice"]["frame_memory"]["chosen"] == "mapped"
 
 
 def test_an_old_bundle_gets_one_fp16_int8_engine_which_auto_reuses(device, tmp_path: Path, monkeypatch) -> None:

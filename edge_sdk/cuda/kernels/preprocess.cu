@@ -14,7 +14,20 @@
 //
 // One thread per output pixel, all three channels; no shared memory and no __syncthreads, so
 // the host shim of the tests can run the very same source one thread at a time.
+//
+// Frame bytes are read with aligned 16-byte loads (ByteReader), never one byte at a time. On a
+// Jetson page-locked and mapped memory is not cached for the GPU ("CUDA for Tegra", memory
+// selection): every load of a frame there goes to DRAM, so a thread that read its ~12 (bilinear)
+// to ~100 (area, 4K) bytes one by one paid a DRAM transaction for each. A 16-byte load fetches
+// what a byte load fetched, 16 bytes at a time; the bytes are then taken from registers in the
+// order the arithmetic needs them, so the result is bit for bit what byte loads gave. Only
+// aligned blocks that hold a byte the thread needs are read: such a block never leaves the
+// allocation (allocations are at least 16-byte aligned and sized in whole blocks).
 #include <cuda_fp16.h>
+
+#ifndef EDGE_LOAD16
+#define EDGE_LOAD16(p) __ldg((const uint4*)(p))  // read-only path; the frame does not change during the kernel
+#endif
 
 #define RESIZE_LINEAR 0
 #define RESIZE_AREA 1
@@ -102,6 +115,48 @@ __device__ __forceinline__ int whole_scale(int src_len, int dst_len)
     return fabs(scale - i) < 2.220446049250313e-16 ? i : 0;  // DBL_EPSILON
 }
 
+// Bytes in address order from `p` on, one aligned 16-byte load per block (loaded when the first
+// byte of a block is asked for).
+struct ByteReader {
+    const unsigned char* block;  // the aligned block in `v`
+    uint4 v;
+    int k;  // the next byte's index in `v` (16: the next block)
+};
+
+__device__ __forceinline__ void reader_start(ByteReader& r, const unsigned char* p)
+{
+    size_t address = (size_t)p;
+    r.block = (const unsigned char*)(address & ~(size_t)15);
+    r.k = (int)(address & 15);
+    r.v = EDGE_LOAD16(r.block);
+}
+
+__device__ __forceinline__ int reader_next(ByteReader& r)
+{
+    if (r.k == 16) {
+        r.block += 16;
+        r.v = EDGE_LOAD16(r.block);
+        r.k = 0;
+    }
+    unsigned int word = (r.k & 8) ? ((r.k & 4) ? r.v.w : r.v.z) : ((r.k & 4) ? r.v.y : r.v.x);
+    int b = (int)((word >> (8 * (r.k & 3))) & 0xffu);  // little endian, as every CUDA device and its hosts
+    ++r.k;
+    return b;
+}
+
+// Pixels x0 and x1 (x1 is x0 or x0 + 1) of a row: BGR of each.
+__device__ __forceinline__ void read_pair(const unsigned char* row, int x0, int x1, int* a, int* b)
+{
+    ByteReader r;
+    reader_start(r, row + 3 * x0);
+    for (int c = 0; c < 3; ++c) {
+        a[c] = reader_next(r);
+    }
+    for (int c = 0; c < 3; ++c) {
+        b[c] = x1 != x0 ? reader_next(r) : a[c];
+    }
+}
+
 // The resampled BGR value of output pixel (ox, oy) of the crop, rounded to a grey level.
 __device__ __forceinline__ void resample(const unsigned char* __restrict__ frame, int pitch, const Slot& s, int ox,
                                          int oy, float* b, float* g, float* r)
@@ -114,11 +169,12 @@ __device__ __forceinline__ void resample(const unsigned char* __restrict__ frame
             // multiply by 1/area in float and round half to even.
             int sum[3] = {0, 0, 0};
             for (int sy = oy * ky; sy < (oy + 1) * ky; ++sy) {
-                const unsigned char* p = base + (size_t)sy * pitch + 3 * (ox * kx);
-                for (int k = 0; k < 3 * kx; k += 3) {
-                    sum[0] += p[k];
-                    sum[1] += p[k + 1];
-                    sum[2] += p[k + 2];
+                ByteReader r;
+                reader_start(r, base + (size_t)sy * pitch + 3 * (ox * kx));
+                for (int k = 0; k < kx; ++k) {
+                    sum[0] += reader_next(r);
+                    sum[1] += reader_next(r);
+                    sum[2] += reader_next(r);
                 }
             }
             float inv_area = 1.f / (float)(kx * ky);
@@ -135,14 +191,14 @@ __device__ __forceinline__ void resample(const unsigned char* __restrict__ frame
         Span xs = area_span(ox, s.w, s.rw);
         Span ys = area_span(oy, s.h, s.rh);
         for (int sy = ys.first; sy <= ys.last; ++sy) {
-            const unsigned char* row = base + (size_t)sy * pitch;
+            ByteReader r;
+            reader_start(r, base + (size_t)sy * pitch + 3 * xs.first);
             float r0 = 0.f, r1 = 0.f, r2 = 0.f;
             for (int sx = xs.first; sx <= xs.last; ++sx) {
                 float wx = span_weight(xs, sx);
-                const unsigned char* p = row + 3 * sx;
-                r0 += (float)p[0] * wx;
-                r1 += (float)p[1] * wx;
-                r2 += (float)p[2] * wx;
+                r0 += (float)reader_next(r) * wx;
+                r1 += (float)reader_next(r) * wx;
+                r2 += (float)reader_next(r) * wx;
             }
             float wy = span_weight(ys, sy);
             acc0 += wy * r0;
@@ -164,10 +220,16 @@ __device__ __forceinline__ void resample(const unsigned char* __restrict__ frame
     linear_taps(oy, s.h, s.rh, s.mode, 0, &y0, &y1, &fy);
     int a0 = (int)rintf((1.f - fx) * 2048.f), a1 = (int)rintf(fx * 2048.f);
     int b0 = (int)rintf((1.f - fy) * 2048.f), b1 = (int)rintf(fy * 2048.f);
-    const unsigned char* p00 = base + (size_t)y0 * pitch + 3 * x0;
-    const unsigned char* p01 = base + (size_t)y0 * pitch + 3 * x1;
-    const unsigned char* p10 = base + (size_t)y1 * pitch + 3 * x0;
-    const unsigned char* p11 = base + (size_t)y1 * pitch + 3 * x1;
+    int p00[3], p01[3], p10[3], p11[3];
+    read_pair(base + (size_t)y0 * pitch, x0, x1, p00, p01);
+    if (y1 != y0) {
+        read_pair(base + (size_t)y1 * pitch, x0, x1, p10, p11);
+    } else {
+        for (int c = 0; c < 3; ++c) {
+            p10[c] = p00[c];
+            p11[c] = p01[c];
+        }
+    }
     float v[3];
     for (int c = 0; c < 3; ++c) {
         int top = p00[c] * a0 + p01[c] * a1;

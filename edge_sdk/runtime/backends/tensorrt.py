@@ -582,6 +582,13 @@ class TensorRTBackend(Backend):
                 api.free_host(self._staging)
             if self._input_dev is not None:
                 api.free_device(self._input_dev)
+            # cuda-python's handles are not freed by garbage collection: destroy them here.
+            for event in (self._start, self._done):
+                if event is not None:
+                    api.destroy_event(event)
+            if self.stream is not None:
+                api.destroy_stream(self.stream)
+        self._start = self._done = None
         self._context = self._engine = self._runtime = None
         if self._logger is not None:
             from edge_sdk.trt import log as trt_log
