@@ -54,7 +54,8 @@ def engine(
         "(default: the ROI setting max_fine_inputs). A model with a fixed batch is built without a profile.",
     ),
     opt_batch: Optional[int] = typer.Option(
-        None, "--opt-batch", help="Batch TensorRT tunes its kernels for (default: --max-batch)."
+        None, "--opt-batch", help="Batch TensorRT tunes its kernels for (default: --max-batch; on a DLA core, "
+        "which runs one batch size only, 1)."
     ),
     warmup: int = typer.Option(10, "--warmup", help=f"{BEST}: runs before timing each engine."),
     iterations: int = typer.Option(100, "--iterations", help=f"{BEST}: timed runs per engine (the median counts)."),
@@ -75,7 +76,7 @@ def engine(
     from edge_sdk.trt.engine import SaveEngine, batch_range, build_engine, report_lines, report_warnings
 
     _imports.tensorrt()  # before anything else: says how to get TensorRT when it is missing
-    batch = batch_range(max_batch, opt_batch)
+    batch = batch_range(max_batch, opt_batch, dla=dla_core is not None)
     console = Console(stderr=True)
     choice = None
     if precision.value == BEST and _has_reference(bundle):

@@ -266,15 +266,18 @@ class BatchRange:
         return {"min": self.min, "opt": self.opt, "max": self.max}
 
 
-def batch_range(max_batch: Optional[int] = None, opt_batch: Optional[int] = None) -> BatchRange:
+def batch_range(max_batch: Optional[int] = None, opt_batch: Optional[int] = None, dla: bool = False) -> BatchRange:
     """min 1; max from `max_batch`, else the ROI settings' `max_fine_inputs` (fine-pass model
     inputs per frame); opt from `opt_batch`, else max (the fullest fine pass is the one that
-    bounds a frame's latency)."""
+    bounds a frame's latency). On the DLA (`dla`) the engine runs exactly `opt` inputs at a time
+    (static shapes only), so opt defaults to 1 there: the default mode, full, runs one frame."""
     if max_batch is None:
         from edge_sdk.roi.config import RoiConfig
 
         max_batch = max(1, RoiConfig().max_fine_inputs)
-    return BatchRange(1, opt_batch if opt_batch is not None else max_batch, max_batch)
+    if opt_batch is None:
+        opt_batch = 1 if dla else max_batch
+    return BatchRange(1, opt_batch, max_batch)
 
 
 def add_batch_profile(
@@ -425,7 +428,8 @@ class CreateConfig:
                 self.notes.append(
                     f"the DLA runs static shapes only (min = opt = max): the engine is built for batch {batch.opt} "
                     f"(--opt-batch), not {self.batch.min}..{self.batch.max}, and runs exactly {batch.opt} input(s) at a "
-                    "time; a batch range would move every layer to the GPU"
+                    "time; a batch range would move every layer to the GPU (mode full runs 1; give --opt-batch N "
+                    "for the N inputs of a roi or tiles pass)"
                 )
             self.profile, _profile, note = add_batch_profile(trt, builder, network, config, batch, self.input_shapes)
             self.notes.append(note)
@@ -934,7 +938,7 @@ def build_engine(
         if reason:
             raise TargetError(f"cannot build the engine here: {reason}. {PORTABILITY}")
     plan = plan_build(bundle, api, precision, dla_core)
-    batch = batch if batch is not None else batch_range()
+    batch = batch if batch is not None else batch_range(dla=dla_core is not None)
     made_for = (bundle.get("target") or {}).get("sm")
     if made_for and made_for != gpu.sm:
         plan.notes.append(f"the bundle was made for SM {made_for}; building for this GPU (SM {gpu.sm})")

@@ -11,7 +11,7 @@ from edge_sdk.cli import app
 from edge_sdk.errors import BackendError, ConfigError
 from edge_sdk.roi.config import RoiConfig
 from edge_sdk.trt import engine as engine_mod
-from edge_sdk.trt.engine import BatchRange, build_engine, report_lines, report_warnings, summarize_layers
+from edge_sdk.trt.engine import BatchRange, batch_range, build_engine, report_lines, report_warnings, summarize_layers
 from fakes.fake_tensorrt import MISSING_SCALE, decode_engine
 from trt_bundles import INPUT, XAVIER
 
@@ -247,6 +247,23 @@ def test_fake_dla_with_a_dynamic_profile_runs_every_layer_on_the_gpu(install_trt
             assert sum("DLA does not support dynamic shapes" in w for w in fake.warnings) == 5
         else:
             assert data is None and "GPU fallback is not enabled" in fake.logged[-1]
+
+
+@pytest.mark.parametrize("max_batch, opt_batch, dla, expected", [
+    (None, None, True, (1, 1, 12)),       # the DLA runs one size: the default mode's single frame
+    (None, None, False, (1, 12, 12)),     # the GPU tunes for the fullest ROI pass
+    (8, None, True, (1, 1, 8)),
+    (8, 4, True, (1, 4, 8)),
+])
+def test_the_default_batch_range_follows_the_device(max_batch, opt_batch, dla, expected) -> None:
+    assert batch_range(max_batch, opt_batch, dla=dla).to_dict() == dict(zip(("min", "opt", "max"), expected))
+
+
+def test_a_dla_build_without_a_batch_runs_one_input(install_trt, make_bundle, cache_dir) -> None:
+    fake = install_trt("8.5")
+    result, record = _build(make_bundle(model_shape=[-1, 3, 8, 8]), fake, cache_dir, precision="fp16", dla_core=0)
+    assert record["profiles"] == [{INPUT: [[1, 3, 8, 8]] * 3}]
+    assert any("static shapes only" in n and "batch 1" in n and "--opt-batch N" in n for n in result.notes)
 
 
 @pytest.mark.parametrize("opt", [1, 4])

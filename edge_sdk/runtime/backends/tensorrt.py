@@ -224,7 +224,7 @@ class TensorRTBackend(Backend):
         def build(force: bool) -> Any:
             return build_engine(bundle.root, precision=engine_as, dla_core=dla_core, workspace_mib=workspace_mib,
                                 cache_dir=cache_dir, force=force, gpu=gpu, progress=say,
-                                batch=batch_range(max_batch) if max_batch is not None else None)
+                                batch=batch_range(max_batch, dla=dla_core is not None) if max_batch is not None else None)
 
         result = build(False)
         for note in result.notes:
@@ -542,10 +542,9 @@ class TensorRTBackend(Backend):
         if self.device_choice is not None:
             out["device_choice"] = dict(self.device_choice)
         if self.cuda is not None:
-            from edge_sdk.cuda import frame_memory_for
-
+            # Frames are the capture ring's and the GPU detector's (their describe() says which
+            # memory, measured or default); the engine's own host memory is its outputs'.
             out["device"] = self.cuda.properties.name
-            out["frame_memory"] = frame_memory_for(self.cuda.properties)
         if self.is_active:
             out["output_memory"] = "mapped (zero-copy)" if self.mapped_outputs else "pinned + one async copy per output"
             out["batch"] = {"min": self._min_rows, "max": self._max_rows, "dynamic": self._dynamic}
