@@ -240,10 +240,15 @@ def choose(meta: ModelMetadata, outputs: Sequence[Tuple[str, List[Any]]], decode
         choice = FamilyChoice(ULTRALYTICS, f"metadata: {who} export ({meta.describe()})")
         if decoder_type is None:
             task = (meta.task or "detect").strip().lower()
-            if task != "detect":
-                choice.note = f"metadata task {meta.task!r}: no detection decoder implied"
-            elif meta.nms:
+            if meta.nms:
                 choice.note = "metadata args nms True: the export ends in NMS; no YOLO head decoder implied"
+            elif task != "detect":
+                # A segment / pose head is the detection head with more columns, read by the YOLOv8/11
+                # decoder once edge_sdk.builder.heads has fitted it; OBB and classifiers are refused there.
+                choice.decoder = {"type": "yolov8"}
+                if meta.names is not None:
+                    choice.decoder["num_classes"] = len(meta.names)
+                choice.decoder_evidence = f"metadata task {task}: the YOLOv8/11 head, fitted to the outputs"
             else:
                 kind, why = output_layout(outputs, None if meta.names is None else len(meta.names))
                 if kind is None:

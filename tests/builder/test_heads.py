@@ -278,6 +278,24 @@ def test_build_writes_the_head_and_the_names_into_the_manifest(tmp_path: Path) -
     assert "labels: 3 class names from the model's metadata (names)" in result.output
 
 
+def test_an_export_with_nothing_but_its_file_gets_its_head_fitted_or_refused(tmp_path: Path) -> None:
+    """No --decoder: the metadata's task implies the YOLOv8/11 head; segment is fitted, OBB refused."""
+    (tmp_path / "seg").mkdir()
+    (tmp_path / "obb").mkdir()
+    result = build(tmp_path / "seg", seg_model())
+    assert result.exit_code == 0, result.output
+    manifest = json.loads((tmp_path / "seg" / "bundle" / "manifest.json").read_text())
+    assert manifest["decoder"] == {"type": "yolov8", "head": "segment", "mask_channels": 32, "labels": NAMES,
+                                   "num_classes": 3}
+    assert manifest["provenance"]["decoder"]["type"].startswith("preset: ultralytics (metadata task segment")
+    assert manifest["provenance"]["decoder"]["head"].startswith("model head")
+    pred = yolo_columns(NET_BOXES, CLASSES, SCORES, 15, extra=1)
+    obb = constant_outputs_model({"output0": pred}, ultralytics_metadata("obb", [f"c{i}" for i in range(15)]))
+    result = build(tmp_path / "obb", obb)
+    assert result.exit_code == 4, result.output
+    assert "OBB" in result.output and not (tmp_path / "obb" / "bundle").exists()
+
+
 def test_build_picks_end2end_for_a_model_ending_in_nms(tmp_path: Path) -> None:
     labels = tmp_path / "names.txt"
     labels.write_text("human\nbike\nautomobile\n")

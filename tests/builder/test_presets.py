@@ -139,11 +139,18 @@ def test_yolov5_export_metadata_without_author_and_its_layout(tmp_path: Path) ->
     assert inputs.provenance.input["size"] == "graph"
 
 
-@pytest.mark.parametrize("task", ["segment", "pose"])
-def test_no_detection_decoder_is_implied_for_other_tasks(tmp_path: Path, task: str) -> None:
-    inputs, lines = resolved(tmp_path, head_model(dict(ULTRALYTICS_META, task=task), [1, 39, 2100]))
-    assert inputs.decoder_spec is None and inputs.spec.color == "RGB"
-    assert any(f"task {task!r}" in line for line in lines)
+def test_a_segment_task_implies_the_yolo_head_fitted_to_its_outputs(tmp_path: Path) -> None:
+    inputs, lines = resolved(tmp_path, head_model(dict(ULTRALYTICS_META, task="segment"), [1, 39, 2100]))
+    assert inputs.decoder_spec is not None and inputs.spec.color == "RGB"
+    assert (inputs.decoder_spec["type"], inputs.decoder_spec["head"], inputs.decoder_spec["mask_channels"]) == (
+        "yolov8", "segment", 32)  # 39 = 4 + 3 classes + 32 mask coefficients
+    assert any("metadata task segment" in line for line in lines)
+
+
+def test_a_pose_task_whose_columns_do_not_fit_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ModelError, match="pose head with 3 classes") as info:
+        resolved(tmp_path, head_model(dict(ULTRALYTICS_META, task="pose"), [1, 39, 2100]))
+    assert info.value.exit_code == 4
 
 
 def test_flags_and_edge_toml_win_over_the_preset_and_say_so(tmp_path: Path) -> None:
