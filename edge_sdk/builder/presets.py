@@ -136,14 +136,15 @@ def _imgsz(meta: ModelMetadata, key: str, props: Mapping[str, str], origin: str)
 
 
 def _names(meta: ModelMetadata, key: str, props: Mapping[str, str], origin: str) -> None:
-    override = "--decoder '{\"type\": ..., \"num_classes\": N}'"
-    value = _literal(props, key, origin, override)
-    if isinstance(value, (list, tuple)):
-        value = dict(enumerate(value))
-    if not (isinstance(value, dict) and value and all(_non_negative_int(k) for k in value)
-            and all(isinstance(v, str) for v in value.values())):
-        raise _bad(origin, key, props[key], "a dict of class index to name, e.g. {0: 'person'}", override)
-    meta.names = {int(k): str(v) for k, v in sorted(value.items())}
+    """`names`, read as the labels are (one parser: :func:`edge_sdk.labels.parse_names_literal`)."""
+    from edge_sdk.labels import parse_names_literal
+
+    try:
+        names = parse_names_literal(props[key], f"{origin}: metadata '{key}'", ModelError)
+    except ModelError as exc:
+        raise ModelError(f"{exc}; give the class names with --labels FILE, or the class count with "
+                         "--decoder '{\"type\": ..., \"num_classes\": N}'") from None
+    meta.names = dict(enumerate(names))
 
 
 def _count(meta: ModelMetadata, key: str, props: Mapping[str, str], origin: str) -> None:
