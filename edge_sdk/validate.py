@@ -84,6 +84,21 @@ def loads_untrusted(data: Any, max_bytes: int, max_depth: int = MAX_DEPTH, what:
         raise UntrustedInput(f"{what} is not UTF-8 JSON: {exc}") from None
 
 
+def nesting_depth(obj: Any) -> int:
+    """How deep dicts, lists and tuples nest in `obj` (a scalar is 0, `[]` is 1); no recursion,
+    so a document nested thousands deep is measured, not a RecursionError."""
+    deepest = 0
+    stack = [(obj, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, dict):
+            node = list(node.values())
+        if isinstance(node, (list, tuple)):
+            deepest = max(deepest, depth)
+            stack.extend((child, depth + 1) for child in node)
+    return deepest
+
+
 def non_finite(obj: Any, path: str = "") -> Iterator[Tuple[str, float]]:
     """(dotted path, value) of every NaN or infinite float inside dicts, lists and tuples."""
     if isinstance(obj, float):

@@ -84,6 +84,39 @@ def test_sighup_rereads_and_sigterm_stops_cleanly(setup: Path, broker, message_l
     assert "config re-read" in err and "stopped (SIGTERM)" in err
 
 
+def test_sighup_with_a_config_typo_keeps_running_on_the_old_config(setup: Path, broker, message_log) -> None:
+    """A quoted number in [health] used to end the daemon with a TypeError traceback on SIGHUP."""
+    log = message_log(broker.url, ["edge-sdk/proc-1/#"])
+    good = setup.read_text()
+    proc = start(setup)
+    try:
+        assert log.wait(lambda m: len(log.on("telemetry")) >= 2, timeout=30), proc.stderr
+        setup.write_text(good + '[health]\nlatency_p99_ms = "300"\n')
+        proc.send_signal(signal.SIGHUP)
+        assert log.wait(lambda m: any(a["alert"] == "config_invalid" for a in log.on("alerts")), timeout=15)
+        alert = [a for a in log.on("alerts") if a["alert"] == "config_invalid"][0]
+        assert alert["state"] == "raised" and "health.latency_p99_ms" in alert["message"]
+        assert str(setup) in alert["message"]
+        seen = len(log.on("telemetry"))
+        assert log.wait(lambda m: len(log.on("telemetry")) >= seen + 3, timeout=15)  # still detecting, still reporting
+        assert proc.poll() is None
+        setup.write_text(good.replace("interval_s = 0.3", "interval_s = 0.7"))  # fixed: applied on the next SIGHUP
+        proc.send_signal(signal.SIGHUP)
+        assert log.wait(lambda m: any(a["alert"] == "config_invalid" and a["state"] == "cleared"
+                                      for a in log.on("alerts")), timeout=15)
+        assert log.wait(lambda m: any(s.get("telemetry_interval_s") == 0.7 for s in statuses(log)), timeout=15)
+        proc.send_signal(signal.SIGTERM)
+        _out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0, err
+    assert "Traceback" not in err
+    assert "SIGHUP: config not applied, keeping the running one" in err and "health.latency_p99_ms" in err
+    assert statuses(log)[-1]["reason"] == "SIGTERM"
+
+
 @pytest.mark.parametrize("args,code,fragment", [
     (["--source", "nope://x"], 9, "scheme"),
     (["--bundle", "/nonexistent/bundle"], 8, "not a bundle"),
