@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from edge_sdk.config_schema import MAX_ITEMS, MAX_STR, Bounds, bounds_of, check_value, hints
-from edge_sdk.daemon.commands import CommandProcessor
+from edge_sdk.daemon.commands import CommandProcessor, sign
 from edge_sdk.daemon.config import _SECTIONS, DaemonConfig, load_daemon_config
 from edge_sdk.errors import ConfigError
 from edge_sdk.runtime.config import PipelineConfig
@@ -204,7 +204,9 @@ def usable(cfg: DaemonConfig, folder: Path) -> None:
     monitor.evaluate({"fps": 30.0, "fps_ratio": 0.5, "latency_ms": {"total": {"p99": 1e6}},
                       "interval": {"drop_ratio": 0.5}, "system": {"temperature_max_c": 90.0}})
     processor = CommandProcessor({"ping": lambda args: {}}, secret=b"k", max_skew_s=cfg.device.max_skew_s,
-                                 replay_path=folder / "replay.sqlite3")  # keep_ms goes into SQLite
+                                 device_id=cfg.device.id, replay_path=folder / "replay.sqlite3")  # keep_ms: SQLite
+    ping = sign({"schema": "edge-sdk/cmd/1", "id": "1", "cmd": "ping"}, b"k", cfg.device.id)
+    assert processor.handle(json.dumps(ping).encode())["ok"]
     processor.close()
     assert re.fullmatch(r"[A-Za-z0-9._-]{1,64}", cfg.device.id)
 

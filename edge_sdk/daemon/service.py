@@ -112,7 +112,7 @@ class Daemon:
             replay = default_queue_path(config.device.id, config.mqtt.queue_dir).with_suffix(".commands.sqlite3")
         self.commands = CommandProcessor(
             {"ping": self._cmd_ping, "set": self._cmd_set, "snapshot": self._cmd_snapshot, "reload": self._cmd_reload},
-            secret=config.secret(), max_skew_s=config.device.max_skew_s, replay_path=replay)
+            secret=config.secret(), max_skew_s=config.device.max_skew_s, device_id=config.device.id, replay_path=replay)
         self.model = RunningModel(config.pipeline)
         self.reloader = HotReloader(Path(config.device.models_dir) if config.device.models_dir else None,
                                     self.model.load, on_result=self._reload_result)

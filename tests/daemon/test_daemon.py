@@ -144,11 +144,11 @@ def test_commands_set_ping_snapshot_and_hmac(models: Path, tmp_path: Path, broke
             {"cmd": "ping"},
             {"cmd": "snapshot", "args": {"name": "shot"}},
         ]):
-            command(log, cmd_topic, sign(dict(cmd, schema="edge-sdk/cmd/1", id=f"s{i}"), secret))
+            command(log, cmd_topic, sign(dict(cmd, schema="edge-sdk/cmd/1", id=f"s{i}"), secret, "cam-1"))
         assert log.wait(lambda m: len(responses(log)) == 4)
-        replay = sign({"schema": "edge-sdk/cmd/1", "id": "s1", "cmd": "ping"}, secret)
+        replay = sign({"schema": "edge-sdk/cmd/1", "id": "s1", "cmd": "ping"}, secret, "cam-1")
         command(log, cmd_topic, replay)
-        wrong_key = sign({"schema": "edge-sdk/cmd/1", "id": "w", "cmd": "set", "args": {"telemetry_interval": 1}}, b"guess")
+        wrong_key = sign({"schema": "edge-sdk/cmd/1", "id": "w", "cmd": "set", "args": {"telemetry_interval": 1}}, b"guess", "cam-1")
         command(log, cmd_topic, wrong_key)
         assert log.wait(lambda m: len(responses(log)) == 6)
     finally:

@@ -139,7 +139,7 @@ def test_a_signed_command_is_not_replayed_after_a_restart(models: Path, tmp_path
     monkeypatch.setenv("EDGE_TEST_SECRET", "s3cret")
     log = message_log(broker.url, ["edge-sdk/cam-1/cmd/response", "edge-sdk/cam-1/status"])
     cfg = lambda: config(models, tmp_path, broker.url, device={"hmac_secret_env": "EDGE_TEST_SECRET"})  # noqa: E731
-    captured = sign(ping("once"), b"s3cret")
+    captured = sign(ping("once"), b"s3cret", "cam-1")
     first = Daemon(cfg())
     running = Running(first)
     try:
@@ -157,7 +157,7 @@ def test_a_signed_command_is_not_replayed_after_a_restart(models: Path, tmp_path
                                       for s in log.on("status")))
         assert wait_until(lambda: second.frames > 0)
         command(log, CMD, captured)  # the attacker replays what it captured
-        command(log, CMD, sign(ping("fresh"), b"s3cret"))
+        command(log, CMD, sign(ping("fresh"), b"s3cret", "cam-1"))
         assert log.wait(lambda m: len(responses(log)) == 3)
     finally:
         assert running.stop() == 0
@@ -165,6 +165,47 @@ def test_a_signed_command_is_not_replayed_after_a_restart(models: Path, tmp_path
     assert first_answer["ok"] and fresh["ok"]
     assert replay["ok"] is False and "replay" in replay["error"]
     assert {s["commands_auth"] for s in log.on("status")} == {"hmac"}
+
+
+def test_a_command_signed_for_one_device_is_refused_by_another_sharing_its_secret(
+        models: Path, tmp_path: Path, broker, message_log, monkeypatch) -> None:
+    """Two devices of one fleet, one secret: what was signed for cam-1 and captured does not run
+    on cam-2; a signed command whose bytes name a key twice runs nowhere."""
+    monkeypatch.setenv("EDGE_TEST_SECRET", "s3cret")
+    log = message_log(broker.url, ["edge-sdk/+/cmd/response"])
+    secured = {"hmac_secret_env": "EDGE_TEST_SECRET"}
+    a = Daemon(config(models, tmp_path / "a", broker.url, device=secured))
+    b = Daemon(config(models, tmp_path / "b", broker.url, device=dict(secured, id="cam-2")))
+    running = [Running(a), Running(b)]
+    for_a = sign({"schema": "edge-sdk/cmd/1", "id": "s1", "cmd": "set", "args": {"telemetry_interval": 9}},
+                 b"s3cret", "cam-1")
+    # signed over {"args": {"telemetry_interval": 3}}: JSON keeps the last of two keys, so a reader
+    # that keeps the first would see another command than the one the signature was checked over
+    body = sign({"schema": "edge-sdk/cmd/1", "id": "s2", "cmd": "set", "args": {"telemetry_interval": 3}},
+                b"s3cret", "cam-1")
+    twice = json.dumps(body).replace('"args"', '"args": {"telemetry_interval": 0.5}, "args"', 1).encode()
+    try:
+        assert wait_until(lambda: a.frames > 0 and b.frames > 0)
+        command(log, schemas.topic("cam-2", "cmd"), for_a)  # captured on cam-1's topic, replayed on cam-2's
+        command(log, schemas.topic("cam-1", "cmd"), twice)
+        command(log, schemas.topic("cam-1", "cmd"), for_a)  # what it was signed for: runs
+        assert log.wait(lambda m: len(answered(log)) == 3, timeout=20)
+    finally:
+        assert [r.stop() for r in running] == [0, 0]
+    on_b = [p for device, p in answered(log) if device == "cam-2"]
+    assert len(on_b) == 1 and on_b[0]["id"] == "s1"
+    assert on_b[0]["ok"] is False and on_b[0]["reason"] == "wrong_device" and "cam-1" in on_b[0]["error"], on_b
+    assert b.reporter.interval_s == 0.2  # nothing changed on cam-2
+    duplicate, signed_for_a = [p for device, p in answered(log) if device == "cam-1"]  # in the order sent
+    assert duplicate["ok"] is False and duplicate["reason"] == "malformed" and "duplicate key" in duplicate["error"]
+    assert signed_for_a["ok"] is True and a.reporter.interval_s == 9
+    for _device, payload in answered(log):
+        assert schemas.errors(payload) == [], payload
+
+
+def answered(log: Any) -> List[Any]:
+    """(device, response) of every command response the log holds, in order."""
+    return [(m["topic"].split("/")[1], m["payload"]) for m in list(log.messages) if m["topic"].endswith("/cmd/response")]
 
 
 def test_snapshot_flood_is_rate_limited_counted_and_capped_on_disk(models: Path, tmp_path: Path, broker, message_log) -> None:
