@@ -179,7 +179,8 @@ def check_value(value: Any, tp: Any, b: Bounds, path: str) -> Any:
 
 
 def _at(value: Any, tp: Any, b: Bounds, path: str, table: Any = None) -> Any:
-    """check_value for an entry of a list or table: its errors name the entry."""
+    """check_value (or, with `table`, _table_values) whose errors name `path`: the key, or the
+    entry of a list or table, they are about."""
     try:
         if table is not None:
             return dict(_table_values(table, value, path))
@@ -258,16 +259,7 @@ def _table_values(cls: Any, data: Any, path: str) -> Dict[str, Any]:
     if missing:
         raise _Nested(path, f"needs {', '.join(missing)}")
     types = hints(cls)
-    out = {}
-    for name, value in data.items():
-        where = _join(path, name)
-        try:
-            out[name] = check_value(value, types[name], bounds_of(fields[name]), where)
-        except _Nested:
-            raise
-        except _Bad as exc:
-            raise _Nested(where, str(exc)) from None
-    return out
+    return {name: _at(value, types[name], bounds_of(fields[name]), _join(path, name)) for name, value in data.items()}
 
 
 def _build(cls: Any, data: Any, path: str) -> Any:
@@ -277,14 +269,8 @@ def _build(cls: Any, data: Any, path: str) -> Any:
 def _check_instance(obj: Any, path: str) -> None:
     types = hints(type(obj))
     for f in dataclasses.fields(obj):
-        where = _join(path, f.name)
         value = getattr(obj, f.name)
-        try:
-            checked = check_value(value, types[f.name], bounds_of(f), where)
-        except _Nested:
-            raise
-        except _Bad as exc:
-            raise _Nested(where, str(exc)) from None
+        checked = _at(value, types[f.name], bounds_of(f), _join(path, f.name))
         if checked is not value and not isinstance(value, (list, dict)):
             setattr(obj, f.name, checked)  # an int given for a float
 
