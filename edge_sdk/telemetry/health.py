@@ -23,7 +23,7 @@ class Rule:
     """`metric` is a dotted path into the telemetry message; healthy while `value <op> threshold`."""
 
     name: str = key(max_len=64, pattern=NAME, allows=NAME_CHARS)
-    metric: str = key(max_len=256)
+    metric: str = key(max_len=128)  # a dotted path into the telemetry message; its alerts carry it
     op: str = key(choices=tuple(_OPS))
     threshold: float = key(low=-1e15, high=1e15)
     severity: str = key("warning", choices=SEVERITIES)
