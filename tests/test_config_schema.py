@@ -3,6 +3,7 @@ file gives a config or a ConfigError (exit 2) naming the file, whatever it holds
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import json
 import math
 import os
@@ -95,6 +96,8 @@ def toml_value(value: Any) -> str:
         return ("inf" if value > 0 else "-inf") if math.isinf(value) else repr(value)
     if isinstance(value, str):
         return toml_str(value)
+    if isinstance(value, (datetime.datetime, datetime.date, datetime.time)):
+        return value.isoformat()
     if isinstance(value, list):
         return "[" + ", ".join(toml_value(v) for v in value) + "]"
     return "{" + ", ".join(f"{toml_key(k)} = {toml_value(v)}" for k, v in value.items()) + "}"
@@ -116,6 +119,7 @@ scalars = st.one_of(
     st.sampled_from([0, -1, 2 ** 63 - 1, -2 ** 63, 2 ** 64, 1e300, -1e300, 1e-300, 5e-324]),
     st.sampled_from([Raw("0x" + "f" * 5000), Raw("9" * 5000)]),  # past what Python prints, past what it parses
     st.floats(), st.text(max_size=20),
+    st.datetimes(timezones=st.sampled_from([None, datetime.timezone.utc])), st.dates(), st.times(),
     st.builds(lambda c, n: c * n, st.characters(), st.sampled_from([MAX_STR, MAX_STR + 1, 100000])),
 )
 nested = st.recursive(scalars, lambda inner: st.lists(inner, max_size=4) | st.dictionaries(names, inner, max_size=4),
