@@ -47,7 +47,7 @@ def sections() -> List[Tuple[str, Any, str]]:
     from edge_sdk.daemon.config import DeviceConfig, TelemetryConfig
     from edge_sdk.roi.config import RoiConfig
     from edge_sdk.runtime.config import CacheConfig, PipelineConfig, ReconnectConfig, SourceConfig
-    from edge_sdk.telemetry.health import HealthConfig
+    from edge_sdk.telemetry.health import HealthConfig, Rule
     from edge_sdk.telemetry.mqtt import BrokerConfig
 
     return [
@@ -60,6 +60,7 @@ def sections() -> List[Tuple[str, Any, str]]:
         ("[mqtt]", BrokerConfig, "edge_sdk/telemetry/mqtt.py"),
         ("[telemetry]", TelemetryConfig, "edge_sdk/daemon/config.py"),
         ("[health]", HealthConfig, "edge_sdk/telemetry/health.py"),
+        ("[[health.extra]]", Rule, "edge_sdk/telemetry/health.py"),
     ]
 
 

@@ -7,7 +7,7 @@ import operator
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Mapping, Optional
 
-from edge_sdk.config_schema import NAME, NAME_CHARS, building_from, check_fields, key
+from edge_sdk.config_schema import NAME, NAME_CHARS, check_fields, key
 
 _OPS: Dict[str, Callable[[float, float], bool]] = {
     "<=": operator.le,
@@ -22,15 +22,15 @@ SEVERITIES = ("info", "warning", "critical")
 class Rule:
     """`metric` is a dotted path into the telemetry message; healthy while `value <op> threshold`."""
 
-    name: str = key(max_len=64, pattern=NAME, allows=NAME_CHARS)
-    metric: str = key(max_len=128)  # a dotted path into the telemetry message; its alerts carry it
-    op: str = key(choices=tuple(_OPS))
+    name: str = key(max_len=64, pattern=NAME, allows=NAME_CHARS)  # the alert's name
+    metric: str = key(max_len=128)  # a dotted path into the telemetry message, e.g. system.gpu_percent
+    op: str = key(choices=tuple(_OPS))  # healthy while `value <op> threshold`
     threshold: float = key(low=-1e15, high=1e15)
     severity: str = key("warning", choices=SEVERITIES)
-    description: str = key("", max_len=1024)
+    description: str = key("", max_len=1024)  # the start of the alert's message
 
     def __post_init__(self) -> None:
-        check_fields(self, building_from(), "health rule")
+        check_fields(self, "health rule")  # a [[health.extra]] table was checked, naming its file, when it was read
 
     def healthy(self, value: float) -> bool:
         return _OPS[self.op](value, self.threshold)
