@@ -39,12 +39,17 @@ def tables() -> List[Tuple[str, Any]]:
 
 
 def keys() -> Iterator[Tuple[str, Any, "dataclasses.Field[Any]"]]:
-    """(dotted key, type, field) of every key that is not a table."""
-    for table, cls in tables():
+    """(dotted key, type, field) of every key that is not a table, those of list entries that
+    are tables ([[health.extra]]) too."""
+    todo = tables()
+    while todo:
+        table, cls = todo.pop()
         for f in dataclasses.fields(cls):
-            tp = hints(cls)[f.name]
+            tp, name = hints(cls)[f.name], f"{table}.{f.name}" if table else f.name
+            if bounds_of(f).table is not None:
+                todo.append((f"{name}[]", bounds_of(f).table))
             if not dataclasses.is_dataclass(tp):
-                yield (f"{table}.{f.name}" if table else f.name), tp, f
+                yield name, tp, f
 
 
 def plain(tp: Any) -> Any:
@@ -63,8 +68,9 @@ def test_every_number_has_a_range_and_every_key_a_checked_type() -> None:
             assert math.isfinite(b.low) and math.isfinite(b.high), name
         if base is str:
             assert b.choices or b.max_len <= MAX_STR, name
-        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
-        if default is not None:
+        factory = f.default_factory  # type: ignore[misc]
+        default = f.default if factory is dataclasses.MISSING else factory()
+        if default is not None and default is not dataclasses.MISSING:  # MISSING: a required key
             check_value(default, tp, b, name)  # the default itself is inside the table (raises otherwise)
         seen += 1
     assert seen > 80  # the walk reached every table
