@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, Mapping, Optional
 
-from edge_sdk.config_schema import ENV_VAR, NAME, NAME_CHARS, check_fields, from_table, key
+from edge_sdk.config_schema import ENV_VAR, NAME_CHARS, check_fields, from_table, key
 from edge_sdk.errors import ConfigError
 from edge_sdk.fsutil import read_toml
 from edge_sdk.runtime.config import PipelineConfig, config_from_dict, merge_tables
@@ -54,7 +54,7 @@ from edge_sdk.telemetry.reporter import DETECTIONS_MODES
 
 @dataclass
 class DeviceConfig:
-    id: str = key("", max_len=64, pattern=NAME.replace("+", "*"), allows=NAME_CHARS)  # default: the host name; part of every MQTT topic
+    id: str = key("", max_len=64, pattern=r"[A-Za-z0-9._-]*", allows=NAME_CHARS)  # default: the host name; part of every MQTT topic
     models_dir: Optional[str] = None
     snapshot_dir: Optional[str] = None
     hmac_secret_env: Optional[str] = key(None, **ENV_VAR)  # commands must be signed with the secret this variable holds
