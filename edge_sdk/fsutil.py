@@ -282,7 +282,7 @@ def _fsync_dir(path: Path) -> None:
 def read_toml(path: Any) -> Dict[str, Any]:
     """Parse a TOML file; ConfigError naming the file when it is unreadable, not TOML, or holds
     `nan` or `inf` (no setting takes a non-finite number)."""
-    from edge_sdk.validate import require_finite
+    from edge_sdk.validate import MAX_DEPTH, nesting_depth, require_finite
 
     if sys.version_info >= (3, 11):
         import tomllib as toml  # novermin (guarded by the version check)
@@ -298,8 +298,13 @@ def read_toml(path: Any) -> Dict[str, Any]:
         raise ConfigError(f"cannot read config file {path}: {exc.strerror or exc}") from exc
     try:
         data = dict(toml.loads(raw.decode("utf-8")))
-    except (UnicodeDecodeError, toml.TOMLDecodeError) as exc:
+    except ValueError as exc:  # TOMLDecodeError, UnicodeDecodeError, an integer of more than 4300 digits
         raise ConfigError(f"{path}: not valid TOML ({exc})") from exc
+    except RecursionError:  # the parser recurses once per nested array or inline table
+        raise ConfigError(f"{path}: arrays or tables nest deeper than the parser can follow; "
+                          f"no setting nests more than {MAX_DEPTH} levels") from None
+    if nesting_depth(data) > MAX_DEPTH:
+        raise ConfigError(f"{path}: arrays or tables nest deeper than {MAX_DEPTH} levels; no setting nests that deep")
     return require_finite(data, str(path), ConfigError)
 
 

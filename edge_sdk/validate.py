@@ -18,7 +18,7 @@ import json
 import math
 import re
 from itertools import accumulate
-from typing import Any, Iterator, Optional, Tuple, Type
+from typing import Any, Dict, Iterator, List, Optional, Tuple, Type
 
 from edge_sdk.errors import EdgeSdkError
 
@@ -63,9 +63,21 @@ def _parse_int(text: str) -> int:
     return int(text)
 
 
-def loads_untrusted(data: Any, max_bytes: int, max_depth: int = MAX_DEPTH, what: str = "message") -> Any:
+def _unique_keys(pairs: List[Tuple[str, Any]]) -> Dict[str, Any]:
+    out: Dict[str, Any] = {}
+    for name, value in pairs:
+        if name in out:
+            raise UntrustedInput(f"duplicate key {name[:64]!r}: an object names each key once")
+        out[name] = value
+    return out
+
+
+def loads_untrusted(data: Any, max_bytes: int, max_depth: int = MAX_DEPTH, what: str = "message",
+                    unique_keys: bool = False) -> Any:
     """Parse JSON from outside: bytes (UTF-8) or str. Raises UntrustedInput, never anything else
-    for bad input: too large, too deep, not UTF-8, not JSON, or holding a non-finite number."""
+    for bad input: too large, too deep, not UTF-8, not JSON, or holding a non-finite number; with
+    `unique_keys`, also an object that names a key twice (JSON itself keeps the last one, so what
+    was signed or checked could differ from what is used)."""
     raw = data.encode("utf-8", "surrogatepass") if isinstance(data, str) else bytes(data)
     if len(raw) > max_bytes:
         raise UntrustedInput(f"{what} larger than {max_bytes} bytes ({len(raw)})")
@@ -77,11 +89,27 @@ def loads_untrusted(data: Any, max_bytes: int, max_depth: int = MAX_DEPTH, what:
     except UnicodeDecodeError as exc:
         raise UntrustedInput(f"{what} is not UTF-8 JSON: {exc}") from None
     try:
-        return json.loads(text, parse_constant=_refuse_constant, parse_float=_parse_float, parse_int=_parse_int)
+        return json.loads(text, parse_constant=_refuse_constant, parse_float=_parse_float, parse_int=_parse_int,
+                          object_pairs_hook=_unique_keys if unique_keys else None)
     except UntrustedInput as exc:
         raise UntrustedInput(f"{what} refused: {exc}") from None
     except (ValueError, RecursionError) as exc:  # RecursionError: belt and braces after the depth check
         raise UntrustedInput(f"{what} is not UTF-8 JSON: {exc}") from None
+
+
+def nesting_depth(obj: Any) -> int:
+    """How deep dicts, lists and tuples nest in `obj` (a scalar is 0, `[]` is 1); no recursion,
+    so a document nested thousands deep is measured, not a RecursionError."""
+    deepest = 0
+    stack = [(obj, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, dict):
+            node = list(node.values())
+        if isinstance(node, (list, tuple)):
+            deepest = max(deepest, depth)
+            stack.extend((child, depth + 1) for child in node)
+    return deepest
 
 
 def non_finite(obj: Any, path: str = "") -> Iterator[Tuple[str, float]]:

@@ -31,5 +31,5 @@ def test_every_field_of_every_table_is_documented_with_its_default() -> None:
             if (cls.__name__, f.name) in tool.NOT_KEYS:
                 continue
             assert f"| `{f.name}` |" in section, (table, f.name)
-    assert "| `drift_distance` | `float` | `0.4` | calibration drift" in text  # the comment beside the field
+    assert "| `drift_distance` | `float` | `0.4` | [0, 1] | calibration drift" in text  # the comment beside the field
     assert "| `backend` | `str` | `\"auto\"` | auto | onnxruntime" not in text  # pipes inside a cell are escaped

@@ -4,19 +4,22 @@ a replay window that survives restarts, and rate limits.
 A command is a JSON object (schema `edge-sdk/cmd/1`):
 
     {"schema": "edge-sdk/cmd/1", "id": "42", "cmd": "set", "args": {"telemetry_interval": 2},
-     "ts": 1700000000000, "hmac": "<hex>"}
+     "device_id": "cam-entrance", "ts": 1700000000000, "hmac": "<hex>"}
 
 Only `ping`, `reload`, `set` and `snapshot` exist. Every command is answered on
-`cmd/response` with the same `id`: `ok` and a `result`, or an `error`. A rejected command
-changes nothing: handlers check all their arguments before they apply any.
+`cmd/response` with the same `id`: `ok` and a `result`, or an `error` with its `reason` (one of
+`REASONS`, for programs). A rejected command changes nothing: handlers check all their
+arguments before they apply any.
 
 With a shared secret, `hmac` is HMAC-SHA256 (hex) over the canonical JSON of the command
-without its `hmac` field (`json.dumps(cmd, sort_keys=True, separators=(",", ":"))`, UTF-8),
-`ts` (ms) must be within `max_skew_s` of the device clock and an `id` is accepted once — also
-across restarts, when the processor is given a replay file.
+without its `hmac` field (`json.dumps(cmd, sort_keys=True, separators=(",", ":"))`, UTF-8;
+edge_sdk.telemetry.signing), `device_id` must be this device's (it is signed: a command signed
+for another device is refused, `wrong_device`, also where a fleet shares one secret), `ts` (ms)
+must be within `max_skew_s` of the device clock and an `id` is accepted once — also across
+restarts, when the processor is given a replay file.
 
-Payloads are bounded in size and nesting depth before they are parsed; NaN, infinities and
-integers beyond int64 are refused. Authenticated commands are rate-limited per kind (token
+Payloads are bounded in size and nesting depth before they are parsed; NaN, infinities,
+integers beyond int64 and objects that name a key twice are refused. Authenticated commands are rate-limited per kind (token
 buckets, `LIMITS`); refusals are answered while the answer budget (`ANSWERS`) lasts, so a flood
 of garbage is not echoed back as a flood of responses. Nothing a payload holds makes
 `handle()` raise.
@@ -34,17 +37,18 @@ from typing import Any, Callable, Dict, Mapping, Optional, Tuple
 from edge_sdk.errors import ConfigError, EdgeSdkError
 from edge_sdk.telemetry import schemas
 from edge_sdk.fsutil import sqlite_error_kind
-from edge_sdk.telemetry.signing import canonical, sign, signature
-from edge_sdk.validate import UntrustedInput, loads_untrusted
+from edge_sdk.telemetry.signing import MAX_DEPTH, MAX_PAYLOAD, canonical, loads_command, sign, signature
+from edge_sdk.validate import UntrustedInput
 
-__all__ = ["ALLOWED", "LIMITS", "MAX_DEPTH", "MAX_PAYLOAD", "CommandProcessor", "CommandRejected", "RateLimited",
-           "ReplayWindow", "TokenBucket", "canonical", "sign"]
+__all__ = ["ALLOWED", "LIMITS", "MAX_DEPTH", "MAX_PAYLOAD", "REASONS", "CommandProcessor", "CommandRejected",
+           "RateLimited", "ReplayWindow", "TokenBucket", "canonical", "sign"]
 
 log = logging.getLogger(__name__)
 
 ALLOWED = ("ping", "reload", "set", "snapshot")
-MAX_PAYLOAD = 16 * 1024  # a command is a few hundred bytes
-MAX_DEPTH = 8  # a command nests 2 levels
+# why a command was refused, in its response's `reason` (edge_sdk/schemas/cmd_response.json)
+REASONS = ("malformed", "invalid", "unsigned", "bad_signature", "wrong_device", "stale", "replay", "not_enabled",
+           "rate_limited", "refused", "internal")
 # per kind: (tokens per second, burst). A snapshot writes a JPEG, a reload loads a model.
 LIMITS: Dict[str, Tuple[float, float]] = {"ping": (5.0, 20.0), "set": (2.0, 10.0), "reload": (0.2, 5.0),
                                           "snapshot": (1.0, 5.0)}
@@ -54,13 +58,21 @@ Handler = Callable[[Dict[str, Any]], Dict[str, Any]]
 
 
 class CommandRejected(EdgeSdkError, ValueError):
-    """A command that is refused; the message goes back in the error response."""
+    """A command that is refused; the message goes back in the error response, and `reason`
+    (one of REASONS; "refused" when a handler says no) with it."""
 
     exit_code = 2
+
+    def __init__(self, message: str, reason: str = "refused") -> None:
+        super().__init__(message)
+        self.reason = reason
 
 
 class RateLimited(CommandRejected):
     """An authenticated command over its kind's rate limit: dropped, counted, and answered."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, "rate_limited")
 
 
 class TokenBucket:
@@ -238,6 +250,7 @@ class CommandProcessor:
         handlers: Mapping[str, Handler],
         secret: Optional[bytes] = None,
         max_skew_s: float = 300.0,
+        device_id: Optional[str] = None,
         clock: Callable[[], float] = time.time,
         replay_path: Optional[Path] = None,
         limits: Optional[Mapping[str, Tuple[float, float]]] = None,
@@ -247,8 +260,11 @@ class CommandProcessor:
         unknown = set(handlers) - set(ALLOWED)
         if unknown:
             raise ValueError(f"no such commands in the allow-list: {sorted(unknown)}")
+        if secret is not None and not device_id:
+            raise ValueError("checking signed commands needs this device's id (device_id=)")
         self.handlers = dict(handlers)
         self.secret = secret
+        self.device_id = device_id  # a command naming another device is refused
         self.max_skew_s = float(max_skew_s)
         self._clock = clock
         self.used = ReplayWindow(replay_path if secret is not None else None,
@@ -274,31 +290,38 @@ class CommandProcessor:
     def decode(self, payload: bytes) -> Dict[str, Any]:
         """The payload as a JSON object, bounded before parsing; CommandRejected otherwise."""
         try:
-            command = loads_untrusted(payload, MAX_PAYLOAD, MAX_DEPTH, what="command")
+            command = loads_command(payload)
         except UntrustedInput as exc:
-            raise CommandRejected(str(exc)) from None
+            raise CommandRejected(str(exc), "malformed") from None
         if not isinstance(command, dict):
-            raise CommandRejected("command must be a JSON object")
+            raise CommandRejected("command must be a JSON object", "malformed")
         return command
 
     def check(self, command: Dict[str, Any]) -> Dict[str, Any]:
         """Schema, signature, clock and replay checks of a decoded command."""
         problems = schemas.errors(command, "edge-sdk/cmd/1")
         if problems:
-            raise CommandRejected("invalid command: " + "; ".join(problems[:3]))
+            raise CommandRejected("invalid command: " + "; ".join(problems[:3]), "invalid")
+        target = command.get("device_id")
         if self.secret is not None:
             given = command.get("hmac")
-            if not isinstance(given, str):
-                raise CommandRejected("this device requires signed commands: add ts and hmac")
+            if not isinstance(given, str) or target is None:
+                raise CommandRejected("this device requires signed commands: add device_id, ts and hmac "
+                                      "(edge_sdk.telemetry.signing.sign)", "unsigned")
             if not _hmac.compare_digest(given, signature(command, self.secret)):
-                raise CommandRejected("bad hmac: the command was not signed with this device's secret")
+                raise CommandRejected("bad hmac: the command was not signed with this device's secret", "bad_signature")
+        if target is not None and self.device_id is not None and target != self.device_id:
+            raise CommandRejected(f"the command is for device {target!r}, this is {self.device_id!r}; sign it for "
+                                  "this device", "wrong_device")
+        if self.secret is not None:
             ts = command.get("ts")
             if not isinstance(ts, int) or abs(self._clock() * 1000 - ts) > self.max_skew_s * 1000:
-                raise CommandRejected(f"ts is missing or more than {self.max_skew_s:g} s away from the device clock")
+                raise CommandRejected(f"ts is missing or more than {self.max_skew_s:g} s away from the device clock",
+                                      "stale")
             if ts < self.used.not_before_ms:
-                raise CommandRejected("command signed before the replay record was reset; sign it again")
+                raise CommandRejected("command signed before the replay record was reset; sign it again", "stale")
             if command["id"] in self.used:
-                raise CommandRejected(f"command id {command['id']!r} was already used (replay)")
+                raise CommandRejected(f"command id {command['id']!r} was already used (replay)", "replay")
         return command
 
     def parse(self, payload: bytes) -> Dict[str, Any]:
@@ -321,7 +344,7 @@ class CommandProcessor:
             self.check(command)
             handler = self.handlers.get(command["cmd"])
             if handler is None:
-                raise CommandRejected(f"command {command['cmd']!r} is not enabled on this device")
+                raise CommandRejected(f"command {command['cmd']!r} is not enabled on this device", "not_enabled")
             bucket = self._buckets.get(command["cmd"])
             if bucket is not None and not bucket.take():
                 raise RateLimited(f"rate limit: at most {bucket.rate:g} {command['cmd']} per second "
@@ -336,22 +359,24 @@ class CommandProcessor:
                 self.current = None
         except RateLimited as exc:
             self.dropped += 1
-            return self._refusal(cid, name, str(exc), budgeted=True)
+            return self._refusal(cid, name, str(exc), exc.reason, budgeted=True)
         except (EdgeSdkError, ValueError) as exc:
             self.rejected += 1
-            return self._refusal(cid, name, str(exc) or type(exc).__name__, budgeted=not authenticated)
+            return self._refusal(cid, name, str(exc) or type(exc).__name__, getattr(exc, "reason", "refused"),
+                                 budgeted=not authenticated)
         except Exception as exc:  # noqa: BLE001 - a handler bug must not stop the device; logged in full
             log.exception("command %s %s failed", name, cid)
             self.rejected += 1
-            return self._refusal(cid, name, f"internal error: {type(exc).__name__}: {exc}", budgeted=False)
+            return self._refusal(cid, name, f"internal error: {type(exc).__name__}: {exc}", "internal", budgeted=False)
         self.accepted += 1
         return {"id": cid, "cmd": name, "ok": True, "result": result}
 
-    def _refusal(self, cid: Optional[str], name: Optional[str], error: str, budgeted: bool) -> Optional[Dict[str, Any]]:
+    def _refusal(self, cid: Optional[str], name: Optional[str], error: str, reason: str,
+                 budgeted: bool) -> Optional[Dict[str, Any]]:
         if budgeted and not self._answers.take():
             self.unanswered += 1
             return None
-        return {"id": cid, "cmd": name, "ok": False, "error": error}
+        return {"id": cid, "cmd": name, "ok": False, "error": error, "reason": reason}
 
     def close(self) -> None:
         self.used.close()

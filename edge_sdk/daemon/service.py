@@ -112,7 +112,7 @@ class Daemon:
             replay = default_queue_path(config.device.id, config.mqtt.queue_dir).with_suffix(".commands.sqlite3")
         self.commands = CommandProcessor(
             {"ping": self._cmd_ping, "set": self._cmd_set, "snapshot": self._cmd_snapshot, "reload": self._cmd_reload},
-            secret=config.secret(), max_skew_s=config.device.max_skew_s, replay_path=replay)
+            secret=config.secret(), max_skew_s=config.device.max_skew_s, device_id=config.device.id, replay_path=replay)
         self.model = RunningModel(config.pipeline)
         self.reloader = HotReloader(Path(config.device.models_dir) if config.device.models_dir else None,
                                     self.model.load, on_result=self._reload_result)
@@ -352,7 +352,12 @@ class Daemon:
             new = load_daemon_config(self.config_path, self.overrides)
         except ConfigError as exc:
             log.error("SIGHUP: config not applied, keeping the running one: %s", exc)
-            self.reporter.raise_alert("config_invalid", True, f"re-read config refused: {exc}")
+            self.reporter.raise_alert("config_invalid", True, f"re-read config refused: {exc}", repeat=True)
+            return
+        except Exception as exc:  # noqa: BLE001 - a loader bug must not end the device; logged in full
+            log.exception("SIGHUP: config not applied, keeping the running one: reading it failed")
+            self.reporter.raise_alert("config_invalid", True,
+                                      f"re-read config failed: {type(exc).__name__}: {exc}", repeat=True)
             return
         self.reporter.raise_alert("config_invalid", False, "config re-read")
         old = self.config
@@ -361,8 +366,15 @@ class Daemon:
         self.reporter.detections = new.telemetry.detections
         self.reporter.health.rules = new.health.rules()
         self.reporter.drift.configure(new.health.drift_distance, new.health.drift_sample_s, new.health.drift_window)
+        bundle = old.pipeline.bundle
         if new.pipeline.bundle != old.pipeline.bundle and new.pipeline.bundle:
-            self.reloader.load(Path(new.pipeline.bundle), new.pipeline.precision)
+            try:
+                self.reloader.load(Path(new.pipeline.bundle), new.pipeline.precision)
+                bundle = new.pipeline.bundle
+            except ConfigError as exc:  # a reload is in progress: this one is not started, SIGHUP again later
+                log.error("SIGHUP: bundle %s not loaded: %s", new.pipeline.bundle, exc)
+                self.reporter.raise_alert("reload_failed", True, f"reload of {new.pipeline.bundle} refused, the old "
+                                          f"model keeps running: {exc}", "critical", repeat=True)
         restart = [k for k in ("source", "backend", "threads", "mode", "score_threshold", "nms_iou")
                    if getattr(new.pipeline, k) != getattr(old.pipeline, k)]
         if new.mqtt != old.mqtt or new.device.id != old.device.id:
@@ -371,7 +383,7 @@ class Daemon:
             log.warning("SIGHUP: %s changed; restart the service to apply (or send a `set` command for "
                         "mode and thresholds)", ", ".join(restart))
         self.config = dataclasses.replace(old, telemetry=new.telemetry, health=new.health,
-                                          pipeline=dataclasses.replace(old.pipeline, bundle=new.pipeline.bundle))
+                                          pipeline=dataclasses.replace(old.pipeline, bundle=bundle))
         self.publisher.set_status(self.status())
         log.info("SIGHUP: config re-read from %s", self.config_path)
 

@@ -34,17 +34,17 @@ Validation happens once, at the edge (`load_config`, `config_from_dict`, or `Pip
 from __future__ import annotations
 
 import dataclasses
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, Mapping, Optional, Tuple
 
+from edge_sdk.config_schema import check_fields, from_table, key
+from edge_sdk.cuda.frames import CHOICES as FRAME_MEMORY  # the one list; importing it loads no CUDA
 from edge_sdk.errors import ConfigError
 from edge_sdk.fsutil import read_toml
 from edge_sdk.precision import AUTO, RUNTIME_PRECISIONS
 from edge_sdk.roi.config import MODES, RoiConfig
 from edge_sdk.runtime.backends import BACKEND_NAMES
-from edge_sdk.validate import require_finite
 
 PREPROCESS_PLACEMENTS = ("auto", "capture", "inline")
 
@@ -53,40 +53,40 @@ PREPROCESS_PLACEMENTS = ("auto", "capture", "inline")
 class SourceConfig:
     uri: str = ""
     loop: bool = False
-    fps: float = 0.0  # target rate for file/folder/synthetic sources; 0 = unpaced
-    options: Dict[str, Any] = field(default_factory=dict)  # scheme-specific: width, height, framerate, flip, latency...
+    fps: float = key(0.0, low=0, high=1000)  # target rate for file/folder/synthetic sources; 0 = unpaced
+    options: Dict[str, Any] = key(factory=dict, max_len=64)  # scheme-specific: width, height, framerate, flip, latency...
 
 
 @dataclass
 class CacheConfig:
     enabled: bool = True
-    threshold: float = 4.0  # largest |difference| in grey levels (0..255) of any thumbnail pixel
-    width: int = 64
-    height: int = 36
+    threshold: float = key(4.0, low=0, high=255)  # largest |difference| in grey levels (0..255) of any thumbnail pixel
+    width: int = key(64, low=4, high=1024)
+    height: int = key(36, low=4, high=1024)
 
 
 @dataclass
 class ReconnectConfig:
-    initial_s: float = 0.5
-    max_s: float = 8.0
-    max_attempts: int = 30  # 0 = forever
+    initial_s: float = key(0.5, low=0, high=3600)
+    max_s: float = key(8.0, low=0, high=86400)
+    max_attempts: int = key(30, low=0, high=1000000)  # 0 = forever
 
 
 @dataclass
 class PipelineConfig:
     source: SourceConfig = field(default_factory=SourceConfig)
     bundle: Optional[str] = None
-    precision: str = AUTO  # a bundle variant, or auto: the backend picks (choose_precision)
-    backend: str = "auto"
-    threads: int = 0  # 0 = backend default
-    max_frames: int = 0  # 0 = no limit
-    mode: str = "full"
-    score_threshold: Optional[float] = None  # output threshold in every mode; None: the bundle decoder's
-    nms_iou: Optional[float] = None  # NMS IoU of the decoder; None: the bundle decoder's
-    preprocess: str = "auto"  # where CPU preprocessing runs: auto | capture (beside capture) | inline (inference thread)
-    frame_memory: str = "auto"  # capture ring: auto (on a Jetson what `edge-sdk engine` measured faster, pinned until then; pinned on a discrete GPU; else host) | host | mapped | pinned
-    pool_size: int = 4  # preallocated frame buffers (>= 3)
-    capture_nice: int = 10  # the capture thread's priority below the process (0..19; 0 = same)
+    precision: str = key(AUTO, choices=RUNTIME_PRECISIONS)  # a bundle variant, or auto: the backend picks (choose_precision)
+    backend: str = key("auto", choices=BACKEND_NAMES)  # what runs the model; auto and onnxruntime pick one of the others
+    threads: int = key(0, low=0, high=1024)  # 0 = backend default
+    max_frames: int = key(0, low=0, high=10 ** 12)  # 0 = no limit
+    mode: str = key("full", choices=MODES)  # per-frame detection strategy
+    score_threshold: Optional[float] = key(None, low=0, high=1)  # output threshold in every mode; None: the bundle decoder's
+    nms_iou: Optional[float] = key(None, low=0, high=1)  # NMS IoU of the decoder; None: the bundle decoder's
+    preprocess: str = key("auto", choices=PREPROCESS_PLACEMENTS)  # where CPU preprocessing runs: capture (beside capture) or inline (inference thread)
+    frame_memory: str = key("auto", choices=FRAME_MEMORY)  # capture ring: auto (on a Jetson what `edge-sdk engine` measured faster, pinned until then; pinned on a discrete GPU; else host) | host | mapped | pinned
+    pool_size: int = key(4, low=3, high=64)  # preallocated frame buffers
+    capture_nice: int = key(10, low=0, high=19)  # the capture thread's priority below the process (0 = same)
     cache: CacheConfig = field(default_factory=CacheConfig)
     reconnect: ReconnectConfig = field(default_factory=ReconnectConfig)
     roi: RoiConfig = field(default_factory=RoiConfig)
@@ -98,56 +98,9 @@ class PipelineConfig:
         return self.cache.enabled and self.mode == "full"
 
     def validate(self, origin: str = "config") -> "PipelineConfig":
-        def bad(key: str, msg: str) -> ConfigError:
-            return ConfigError(f"{origin}: {key} {msg}")
-
-        if self.precision not in RUNTIME_PRECISIONS:
-            raise bad("precision", f"must be one of {', '.join(RUNTIME_PRECISIONS)}, got {self.precision!r}")
-        if self.backend not in BACKEND_NAMES:
-            raise bad("backend", f"must be one of {', '.join(BACKEND_NAMES)}, got {self.backend!r}")
-        if self.mode not in MODES:
-            raise bad("mode", f"must be one of {', '.join(MODES)}, got {self.mode!r}")
-        for key, value, low in (
-            ("threads", self.threads, 0),
-            ("max_frames", self.max_frames, 0),
-            ("pool_size", self.pool_size, 3),
-            ("capture_nice", self.capture_nice, 0),
-            ("cache.width", self.cache.width, 4),
-            ("cache.height", self.cache.height, 4),
-            ("reconnect.max_attempts", self.reconnect.max_attempts, 0),
-        ):
-            if isinstance(value, bool) or not isinstance(value, int) or value < low:
-                raise bad(key, f"must be an integer >= {low}, got {value!r}")
-        for key, value in (
-            ("source.fps", self.source.fps),
-            ("cache.threshold", self.cache.threshold),
-            ("reconnect.initial_s", self.reconnect.initial_s),
-            ("reconnect.max_s", self.reconnect.max_s),
-        ):
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-                raise bad(key, f"must be a number >= 0 (finite), got {value!r}")
-        for key, value in (("source.loop", self.source.loop), ("cache.enabled", self.cache.enabled)):
-            if not isinstance(value, bool):
-                raise bad(key, f"must be true or false, got {value!r}")
-        for key in ("score_threshold", "nms_iou"):
-            value = getattr(self, key)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0):
-                raise bad(key, f"must be a number in [0, 1] (or absent: the bundle decoder's), got {value!r}")
-        from edge_sdk.cuda.frames import CHOICES as FRAME_MEMORY  # the one list; importing it loads no CUDA
-
-        if self.frame_memory not in FRAME_MEMORY:
-            raise bad("frame_memory", f"must be one of {', '.join(FRAME_MEMORY)}, got {self.frame_memory!r}")
-        if self.preprocess not in PREPROCESS_PLACEMENTS:
-            raise bad("preprocess", f"must be one of {', '.join(PREPROCESS_PLACEMENTS)}, got {self.preprocess!r}")
-        if self.capture_nice > 19:
-            raise bad("capture_nice", f"must be between 0 and 19, got {self.capture_nice}")
-        if not isinstance(self.source.uri, str):
-            raise bad("source.uri", f"must be a string, got {self.source.uri!r}")
-        if not isinstance(self.source.options, dict):
-            raise bad("source.options", f"must be a table, got {self.source.options!r}")
-        if self.bundle is not None and not isinstance(self.bundle, str):
-            raise bad("bundle", f"must be a path string, got {self.bundle!r}")
-        self.roi.validate(f"{origin}: roi")
+        """Every key against its type and bounds (edge_sdk.config_schema); ConfigError naming it."""
+        check_fields(self, origin)
+        self.roi.validate(origin)
         return self
 
     def replace(self, **changes: Any) -> "PipelineConfig":
@@ -162,35 +115,13 @@ def config_from_dict(data: Mapping[str, Any], origin: str = "config") -> Pipelin
     """Build a PipelineConfig from nested dicts; unknown keys and wrong types name the key."""
     if not isinstance(data, Mapping):
         raise ConfigError(f"{origin}: expected a table at the top level")
-    require_finite(data, origin, ConfigError)  # TOML has nan and inf; CLI floats take "nan" too
-    top_fields = {f.name for f in dataclasses.fields(PipelineConfig)}
-    kwargs: Dict[str, Any] = {}
-    for key, value in data.items():
-        if key not in top_fields:
-            raise ConfigError(f"{origin}: unknown key {key!r}; known keys: {', '.join(sorted(top_fields))}")
-        if key == "roi" and isinstance(value, Mapping) and "score_threshold" in value:
-            raise ConfigError(
-                f"{origin}: roi.score_threshold is not a key any more: the output threshold is one value for every "
-                "mode; set the top-level score_threshold (default: the bundle decoder's) instead"
-            )
-        if key in _SECTIONS:
-            kwargs[key] = _section(_SECTIONS[key], value, key, origin)
-        else:
-            kwargs[key] = value
-    cfg = PipelineConfig(**kwargs)
-    return cfg.validate(origin)
-
-
-def _section(cls: Any, value: Any, name: str, origin: str) -> Any:
-    if isinstance(value, cls):
-        return value
-    if not isinstance(value, Mapping):
-        raise ConfigError(f"{origin}: [{name}] must be a table, got {value!r}")
-    known = {f.name for f in dataclasses.fields(cls)}
-    for key in value:
-        if key not in known:
-            raise ConfigError(f"{origin}: unknown key {name}.{key}; known keys in [{name}]: {', '.join(sorted(known))}")
-    return cls(**dict(value))
+    roi = data.get("roi")
+    if isinstance(roi, Mapping) and "score_threshold" in roi:
+        raise ConfigError(
+            f"{origin}: roi.score_threshold is not a key any more: the output threshold is one value for every "
+            "mode; set the top-level score_threshold (default: the bundle decoder's) instead"
+        )
+    return from_table(PipelineConfig, data, origin).validate(origin)
 
 
 def load_config(path: Any, overrides: Optional[Mapping[str, Any]] = None) -> PipelineConfig:

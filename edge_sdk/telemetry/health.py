@@ -4,10 +4,10 @@ nothing: an open alert stays open, a closed one stays closed."""
 from __future__ import annotations
 
 import operator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Mapping, Optional
 
-from edge_sdk.errors import ConfigError
+from edge_sdk.config_schema import NAME, NAME_CHARS, check_fields, key
 
 _OPS: Dict[str, Callable[[float, float], bool]] = {
     "<=": operator.le,
@@ -22,18 +22,15 @@ SEVERITIES = ("info", "warning", "critical")
 class Rule:
     """`metric` is a dotted path into the telemetry message; healthy while `value <op> threshold`."""
 
-    name: str
-    metric: str
-    op: str
-    threshold: float
-    severity: str = "warning"
-    description: str = ""
+    name: str = key(max_len=64, pattern=NAME, allows=NAME_CHARS)  # the alert's name
+    metric: str = key(max_len=128)  # a dotted path into the telemetry message, e.g. system.gpu_percent
+    op: str = key(choices=tuple(_OPS))  # healthy while `value <op> threshold`
+    threshold: float = key(low=-1e15, high=1e15)
+    severity: str = key("warning", choices=SEVERITIES)
+    description: str = key("", max_len=1024)  # the start of the alert's message
 
     def __post_init__(self) -> None:
-        if self.op not in _OPS:
-            raise ConfigError(f"health rule {self.name!r}: op must be one of {', '.join(_OPS)}, got {self.op!r}")
-        if self.severity not in SEVERITIES:
-            raise ConfigError(f"health rule {self.name!r}: severity must be one of {', '.join(SEVERITIES)}")
+        check_fields(self, "health rule")  # a [[health.extra]] table was checked, naming its file, when it was read
 
     def healthy(self, value: float) -> bool:
         return _OPS[self.op](value, self.threshold)
@@ -43,27 +40,25 @@ class Rule:
 class HealthConfig:
     """The `[health]` table of the device config. A limit of 0 switches its rule off."""
 
-    latency_p99_ms: float = 300.0  # latency_p99 (warning): P99 total latency over the window above this
-    fps_ratio: float = 0.9  # of target_fps; needs target_fps
-    drop_ratio: float = 0.05  # frames_dropped (warning): share of captured frames dropped in an interval
-    batch_efficiency: float = 0.75  # batch_efficiency (info): batches less full than this
-    temperature_c: float = 85.0  # temperature (critical): a sensor at or above this, from jetson-stats
-    extra: List[Dict[str, Any]] = field(default_factory=list)  # [[health.extra]] name/metric/op/threshold
+    latency_p99_ms: float = key(300.0, low=0, high=600000)  # latency_p99 (warning): P99 total latency over the window above this
+    fps_ratio: float = key(0.9, low=0, high=1)  # of target_fps; needs target_fps
+    drop_ratio: float = key(0.05, low=0, high=1)  # frames_dropped (warning): share of captured frames dropped in an interval
+    batch_efficiency: float = key(0.75, low=0, high=1)  # batch_efficiency (info): batches less full than this
+    temperature_c: float = key(85.0, low=0, high=200)  # temperature (critical): a sensor at or above this, from jetson-stats
+    extra: List[Dict[str, Any]] = key(factory=list, max_len=64, table=Rule)  # [[health.extra]] name/metric/op/threshold
     # calibration drift (edge_sdk.drift): Hellinger distance 0..1 of the live brightness/saturation
     # histograms from the nearest calibration image's; needs a bundle that records input_stats
-    drift_distance: float = 0.4
-    drift_sample_s: float = 1.0  # one live frame measured per this many seconds (downscaled copy)
-    drift_window: int = 60  # samples the live histograms average over; no decision before it is full
+    drift_distance: float = key(0.4, low=0, high=1)
+    drift_sample_s: float = key(1.0, low=0, low_open=True, high=3600)  # one live frame measured per this many seconds (downscaled copy)
+    drift_window: int = key(60, low=1, high=3600)  # samples the live histograms average over; no decision before it is full
+
+    def validate(self, origin: str = "config", path: str = "health") -> "HealthConfig":
+        """Every key against its type and bounds (edge_sdk.config_schema); ConfigError naming it."""
+        return check_fields(self, origin, path)
 
     def rules(self) -> List[Rule]:
-        """The threshold rules; also checks the drift settings (ConfigError naming the key)."""
-        if not 0 <= self.drift_distance <= 1:
-            raise ConfigError(f"[health] drift_distance must be between 0 (off) and 1, got {self.drift_distance!r}")
-        if not self.drift_sample_s > 0:
-            raise ConfigError(f"[health] drift_sample_s must be > 0, got {self.drift_sample_s!r}")
-        window = self.drift_window
-        if isinstance(window, bool) or not isinstance(window, int) or not 1 <= window <= 3600:
-            raise ConfigError(f"[health] drift_window must be a whole number of samples from 1 to 3600, got {window!r}")
+        """The threshold rules (ConfigError naming the key of a value out of bounds)."""
+        self.validate()
         rules = []
         if self.latency_p99_ms > 0:
             rules.append(Rule("latency_p99", "latency_ms.total.p99", "<=", self.latency_p99_ms, "warning",
@@ -80,11 +75,7 @@ class HealthConfig:
         if self.temperature_c > 0:
             rules.append(Rule("temperature", "system.temperature_max_c", "<", self.temperature_c, "critical",
                               f"a temperature sensor at or above {self.temperature_c:g} °C"))
-        for i, d in enumerate(self.extra):
-            try:
-                rules.append(Rule(**d))
-            except TypeError as exc:
-                raise ConfigError(f"[[health.extra]] #{i + 1}: {exc}; keys are name, metric, op, threshold, severity") from exc
+        rules.extend(Rule(**d) for d in self.extra)
         return rules
 
 

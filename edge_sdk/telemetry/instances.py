@@ -86,7 +86,7 @@ def live_instance(cfg: BrokerConfig, device_id: str, secret: Optional[bytes], wa
                 return None
         command = {"schema": "edge-sdk/cmd/1", "id": probe, "cmd": "ping"}
         if secret is not None:
-            command = sign(command, secret)
+            command = sign(command, secret, device_id)
         client.publish(topic(device_id, "cmd"), dumps(command), qos=1)
         with cond:
             cond.wait_for(lambda: state["answered"] or (state["status"] or {}).get("state") != "online", wait_s)

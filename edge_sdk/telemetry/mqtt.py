@@ -34,6 +34,7 @@ from typing import IO, Any, Callable, Deque, Dict, List, Optional, Tuple
 from urllib.parse import unquote, urlsplit
 
 from edge_sdk import _imports
+from edge_sdk.config_schema import ENV_VAR, building_from, check_fields, key
 from edge_sdk.errors import ConfigError, EdgeSdkError
 from edge_sdk.fsutil import sqlite_error_kind
 from edge_sdk.telemetry.guard import CallbackGuard
@@ -68,48 +69,51 @@ _NO_ROW, _STATUS = 0, -1  # in-flight markers: a message from memory, the retain
 class BrokerConfig:
     """The `[mqtt]` table of the device config; `url` may carry user:password@."""
 
-    url: str = "mqtt://127.0.0.1:1883"
-    username: Optional[str] = None
-    password: Optional[str] = None
-    password_env: Optional[str] = None  # read the password from this environment variable
-    client_id: Optional[str] = None  # default: edge-sdk-<device_id>
+    url: str = key("mqtt://127.0.0.1:1883", max_len=2048)
+    username: Optional[str] = key(None, max_len=1024)
+    password: Optional[str] = key(None, max_len=1024)
+    password_env: Optional[str] = key(None, **ENV_VAR)  # read the password from this environment variable
+    client_id: Optional[str] = key(None, max_len=256)  # default: edge-sdk-<device_id>
     ca_file: Optional[str] = None
     cert_file: Optional[str] = None
     key_file: Optional[str] = None
     tls_insecure: bool = False  # skip the server host name check (self-signed lab setups only)
-    qos: int = 1
-    keepalive: int = 30
-    protocol: str = "3.1.1"  # or "5"
-    reconnect_min_s: float = 0.5
-    reconnect_max_s: float = 30.0
+    qos: int = key(1, low=0, high=2)
+    keepalive: int = key(30, low=1, high=65535)  # seconds (MQTT's limit)
+    protocol: str = key("3.1.1", choices=("3.1.1", "5"))
+    reconnect_min_s: float = key(0.5, low=0, low_open=True, high=3600)
+    reconnect_max_s: float = key(30.0, low=0, low_open=True, high=86400)
     queue_dir: Optional[str] = None  # default: <user state dir>/edge-sdk/queue
-    queue_max_messages: int = 100000
-    queue_max_bytes: int = DEFAULT_QUEUE_BYTES  # payload bytes on disk
-    inflight: int = 64
+    queue_max_messages: int = key(100000, low=1, high=10 ** 9)
+    queue_max_bytes: int = key(DEFAULT_QUEUE_BYTES, low=1, high=2 ** 40)  # payload bytes on disk
+    inflight: int = key(64, low=1, high=65535)
 
     def __post_init__(self) -> None:
-        self.validate()
+        self.validate(building_from())
 
-    def validate(self, origin: str = "[mqtt]") -> "BrokerConfig":
-        parts = urlsplit(self.url)
+    def validate(self, origin: str = "config", path: str = "mqtt") -> "BrokerConfig":
+        """Every key against its type and bounds (edge_sdk.config_schema), then the URL, the
+        files and the environment; ConfigError naming the key."""
+        check_fields(self, origin, path)
+        where = f"{origin}: {path}."
+        try:
+            parts = urlsplit(self.url)
+            parts.port  # noqa: B018 - raises for a port that is not a number from 0 to 65535
+        except ValueError as exc:  # that, or an unclosed [IPv6 address
+            raise ConfigError(f"{where}url cannot be read ({exc}); it must look like mqtt://host:1883 or "
+                              f"mqtts://host:8883, got {self.url!r}") from None
         if parts.scheme not in SCHEMES or not parts.hostname:
-            raise ConfigError(f"{origin} url must look like mqtt://host:1883 or mqtts://host:8883, got {self.url!r}")
-        if self.qos not in (0, 1, 2):
-            raise ConfigError(f"{origin} qos must be 0, 1 or 2, got {self.qos!r}")
-        if self.protocol not in ("3.1.1", "5"):
-            raise ConfigError(f"{origin} protocol must be \"3.1.1\" or \"5\", got {self.protocol!r}")
-        if not (0 < self.reconnect_min_s <= self.reconnect_max_s):
-            raise ConfigError(f"{origin} reconnect_min_s must be > 0 and <= reconnect_max_s")
-        if min(self.queue_max_messages, self.queue_max_bytes, self.inflight, self.keepalive) < 1:
-            raise ConfigError(f"{origin} queue_max_messages, queue_max_bytes, inflight and keepalive must be >= 1")
+            raise ConfigError(f"{where}url must look like mqtt://host:1883 or mqtts://host:8883, got {self.url!r}")
+        if self.reconnect_min_s > self.reconnect_max_s:
+            raise ConfigError(f"{where}reconnect_min_s must be <= reconnect_max_s")
         if (self.cert_file is None) != (self.key_file is None):
-            raise ConfigError(f"{origin} cert_file and key_file go together (the client certificate and its key)")
-        for key in ("ca_file", "cert_file", "key_file"):
-            value = getattr(self, key)
+            raise ConfigError(f"{where}cert_file and key_file go together (the client certificate and its key)")
+        for name in ("ca_file", "cert_file", "key_file"):
+            value = getattr(self, name)
             if value is not None and not Path(value).is_file():
-                raise ConfigError(f"{origin} {key}: no such file {value}")
+                raise ConfigError(f"{where}{name}: no such file {value}")
         if self.password_env and self.password_env not in os.environ:
-            raise ConfigError(f"{origin} password_env names ${self.password_env}, which is not set")
+            raise ConfigError(f"{where}password_env names ${self.password_env}, which is not set")
         return self
 
     @property

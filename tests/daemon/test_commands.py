@@ -11,6 +11,8 @@ from edge_sdk.daemon.commands import CommandProcessor, CommandRejected, canonica
 
 pytest.importorskip("jsonschema")
 
+DEVICE = "cam-1"
+
 
 class Device:
     """Handlers that record what they applied; `set` checks every key before applying any."""
@@ -95,8 +97,8 @@ def test_fuzz_never_raises_and_refusals_change_nothing(payload: bytes) -> None:
 def test_hmac(tamper: Any, fragment: str) -> None:
     secret = b"k"
     device = Device()
-    proc = CommandProcessor(device.handlers(), secret=secret)
-    signed = sign({"schema": "edge-sdk/cmd/1", "id": "1", "cmd": "set", "args": {"telemetry_interval": 2}}, secret)
+    proc = CommandProcessor(device.handlers(), secret=secret, device_id=DEVICE)
+    signed = sign({"schema": "edge-sdk/cmd/1", "id": "1", "cmd": "set", "args": {"telemetry_interval": 2}}, secret, DEVICE)
     response = proc.handle(json.dumps(tamper(signed)).encode())
     assert response["ok"] is (fragment == "")
     if fragment:
@@ -106,12 +108,72 @@ def test_hmac(tamper: Any, fragment: str) -> None:
 def test_hmac_rejects_replay_and_stale_ts() -> None:
     secret = b"k"
     now = [1_700_000_000.0]
-    proc = CommandProcessor(Device().handlers(), secret=secret, max_skew_s=60, clock=lambda: now[0])
-    signed = sign({"schema": "edge-sdk/cmd/1", "id": "7", "cmd": "ping", "ts": int(now[0] * 1000)}, secret)
+    proc = CommandProcessor(Device().handlers(), secret=secret, device_id=DEVICE, max_skew_s=60, clock=lambda: now[0])
+    signed = sign({"schema": "edge-sdk/cmd/1", "id": "7", "cmd": "ping", "ts": int(now[0] * 1000)}, secret, DEVICE)
     assert proc.handle(json.dumps(signed).encode())["ok"]
     assert "replay" in proc.handle(json.dumps(signed).encode())["error"]
-    old = sign({"schema": "edge-sdk/cmd/1", "id": "8", "cmd": "ping", "ts": int((now[0] - 120) * 1000)}, secret)
+    old = sign({"schema": "edge-sdk/cmd/1", "id": "8", "cmd": "ping", "ts": int((now[0] - 120) * 1000)}, secret, DEVICE)
     assert "ts" in proc.handle(json.dumps(old).encode())["error"]
+
+
+def test_the_signature_binds_the_device() -> None:
+    """One secret for the fleet: a command signed for cam-1 runs on cam-1 only."""
+    secret = b"k"
+    body = {"schema": "edge-sdk/cmd/1", "id": "1", "cmd": "set", "args": {"telemetry_interval": 2}}
+    signed = sign(body, secret, "cam-1")
+    assert signed["device_id"] == "cam-1"
+    other = Device()
+    response = CommandProcessor(other.handlers(), secret=secret, device_id="cam-2").handle(json.dumps(signed).encode())
+    assert response["ok"] is False and response["reason"] == "wrong_device" and other.applied == []
+    renamed = dict(signed, device_id="cam-2")  # the device id is signed: changing it breaks the hmac
+    response = CommandProcessor(other.handlers(), secret=secret, device_id="cam-2").handle(json.dumps(renamed).encode())
+    assert response["reason"] == "bad_signature" and other.applied == []
+    mine = Device()
+    assert CommandProcessor(mine.handlers(), secret=secret, device_id="cam-1").handle(json.dumps(signed).encode())["ok"]
+    assert mine.applied == [{"telemetry_interval": 2}]
+    with pytest.raises(ValueError, match="cam-2"):
+        sign(dict(body, device_id="cam-2"), secret, "cam-1")
+    with pytest.raises(ValueError, match="checking signed commands needs"):
+        CommandProcessor(mine.handlers(), secret=secret)
+
+
+def test_a_signed_command_naming_a_key_twice_is_refused() -> None:
+    """JSON keeps the last of two keys; a reader that keeps the first (or a log, or a proxy) would
+    see another command than the one whose signature was checked."""
+    secret = b"k"
+    signed = sign({"schema": "edge-sdk/cmd/1", "id": "1", "cmd": "set", "args": {"telemetry_interval": 2}}, secret,
+                  DEVICE)
+    twice = json.dumps(signed).replace('"args"', '"args": {"telemetry_interval": 900}, "args"', 1).encode()
+    assert json.loads(twice)["args"] == {"telemetry_interval": 2}  # the signature is valid over what json keeps
+    device = Device()
+    response = CommandProcessor(device.handlers(), secret=secret, device_id=DEVICE).handle(twice)
+    assert response["ok"] is False and response["reason"] == "malformed" and "duplicate key 'args'" in response["error"]
+    nested = json.dumps(signed).replace('"telemetry_interval"', '"telemetry_interval": 900, "telemetry_interval"')
+    response = CommandProcessor(device.handlers(), secret=secret, device_id=DEVICE).handle(nested.encode())
+    assert response["reason"] == "malformed" and device.applied == []
+
+
+@pytest.mark.parametrize("make,reason", [
+    (lambda s: b"{not json", "malformed"),
+    (lambda s: cmd("set", {}), "invalid"),
+    (lambda s: cmd("ping"), "unsigned"),
+    (lambda s: json.dumps({k: v for k, v in s.items() if k != "device_id"}).encode(), "unsigned"),
+    (lambda s: json.dumps(dict(s, hmac="0" * 64)).encode(), "bad_signature"),
+    (lambda s: json.dumps(sign(dict(s, ts=1), b"k", DEVICE)).encode(), "stale"),
+    (lambda s: json.dumps(sign(dict(s, cmd="snapshot", id="9"), b"k", DEVICE)).encode(), "not_enabled"),
+])
+def test_each_refusal_says_why_in_a_typed_reason(make: Any, reason: str) -> None:
+    proc = CommandProcessor({"ping": lambda a: {"pong": True}}, secret=b"k", device_id=DEVICE)
+    signed = sign({"schema": "edge-sdk/cmd/1", "id": "1", "cmd": "ping"}, b"k", DEVICE)
+    response = proc.handle(make(signed))
+    assert response["ok"] is False and response["reason"] == reason, response
+
+
+def test_reasons_are_the_response_schema_enum() -> None:
+    from edge_sdk.daemon.commands import REASONS
+    from edge_sdk.telemetry import schemas
+
+    assert tuple(schemas.load_schema("edge-sdk/cmd-response/1")["properties"]["reason"]["enum"]) == REASONS
 
 
 def test_canonical_form_ignores_key_order_and_hmac() -> None:
@@ -186,16 +248,16 @@ def test_refusals_beyond_the_answer_budget_go_unanswered_and_are_counted() -> No
 
 
 def signed(cid: str, secret: bytes, ts_s: float) -> bytes:
-    return json.dumps(sign({"schema": "edge-sdk/cmd/1", "id": cid, "cmd": "ping", "ts": int(ts_s * 1000)}, secret)).encode()
+    return json.dumps(sign({"schema": "edge-sdk/cmd/1", "id": cid, "cmd": "ping", "ts": int(ts_s * 1000)}, secret, DEVICE)).encode()
 
 
 def test_replay_window_survives_a_restart(tmp_path) -> None:
     secret, now = b"k", 1_700_000_000.0
     path = tmp_path / "state" / "cam.commands.sqlite3"
-    first = CommandProcessor(Device().handlers(), secret=secret, clock=lambda: now, replay_path=path)
+    first = CommandProcessor(Device().handlers(), secret=secret, device_id=DEVICE, clock=lambda: now, replay_path=path)
     assert first.handle(signed("a", secret, now))["ok"]
     first.close()
-    second = CommandProcessor(Device().handlers(), secret=secret, clock=lambda: now + 10, replay_path=path)
+    second = CommandProcessor(Device().handlers(), secret=secret, device_id=DEVICE, clock=lambda: now + 10, replay_path=path)
     response = second.handle(signed("a", secret, now))
     assert response["ok"] is False and "replay" in response["error"]
     assert second.handle(signed("b", secret, now + 10))["ok"]
@@ -205,7 +267,7 @@ def test_a_corrupt_replay_file_is_moved_aside_and_older_commands_refused(tmp_pat
     secret, now = b"k", 1_700_000_000.0
     path = tmp_path / "cam.commands.sqlite3"
     path.write_bytes(b"this is not a database" * 100)
-    proc = CommandProcessor(Device().handlers(), secret=secret, clock=lambda: now, replay_path=path)
+    proc = CommandProcessor(Device().handlers(), secret=secret, device_id=DEVICE, clock=lambda: now, replay_path=path)
     assert [p.name for p in tmp_path.iterdir() if "corrupt" in p.name], "the unreadable file is kept aside"
     assert "unreadable" in caplog.text
     # signed before the record was lost: it may be a replay of a command we no longer know
@@ -233,7 +295,7 @@ def test_a_replay_file_that_cannot_be_opened_is_kept_and_named_in_a_config_error
 
     secret, now = b"k", 1_700_000_000.0
     path = tmp_path / "cam.commands.sqlite3"
-    first = CommandProcessor(Device().handlers(), secret=secret, clock=lambda: now, replay_path=path)
+    first = CommandProcessor(Device().handlers(), secret=secret, device_id=DEVICE, clock=lambda: now, replay_path=path)
     assert first.handle(signed("a", secret, now))["ok"]
     first.close()
     before = sorted(p.name for p in tmp_path.iterdir())
@@ -243,11 +305,11 @@ def test_a_replay_file_that_cannot_be_opened_is_kept_and_named_in_a_config_error
 
     monkeypatch.setattr(sqlite3, "connect", refuse)
     with pytest.raises(ConfigError) as info:
-        CommandProcessor(Device().handlers(), secret=secret, clock=lambda: now, replay_path=path)
+        CommandProcessor(Device().handlers(), secret=secret, device_id=DEVICE, clock=lambda: now, replay_path=path)
     assert str(path) in str(info.value) and "queue_dir" in str(info.value)
     assert sorted(p.name for p in tmp_path.iterdir()) == before, "the replay record is not moved aside"
     monkeypatch.undo()
-    again = CommandProcessor(Device().handlers(), secret=secret, clock=lambda: now, replay_path=path)
+    again = CommandProcessor(Device().handlers(), secret=secret, device_id=DEVICE, clock=lambda: now, replay_path=path)
     assert "replay" in again.handle(signed("a", secret, now))["error"], "the record survived"
     again.close()
 
@@ -265,7 +327,7 @@ def test_a_corrupt_replay_file_that_cannot_be_moved_aside_is_a_config_error(tmp_
 
     monkeypatch.setattr(os, "replace", refuse)
     with pytest.raises(ConfigError) as info:
-        CommandProcessor(Device().handlers(), secret=b"k", clock=lambda: 1_700_000_000.0, replay_path=path)
+        CommandProcessor(Device().handlers(), secret=b"k", device_id=DEVICE, clock=lambda: 1_700_000_000.0, replay_path=path)
     assert str(path) in str(info.value) and "corrupt" in str(info.value)
 
 
@@ -275,7 +337,7 @@ def test_a_full_disk_refuses_signed_commands_without_raising(tmp_path, monkeypat
     secret, now = b"k", 1_700_000_000.0
     path = tmp_path / "cam.commands.sqlite3"
     disk = FullDisk(monkeypatch, tmp_path, pages=1 << 20)
-    proc = CommandProcessor(Device().handlers(), secret=secret, clock=lambda: now, replay_path=path,
+    proc = CommandProcessor(Device().handlers(), secret=secret, device_id=DEVICE, clock=lambda: now, replay_path=path,
                             limits={}, answers=(0.0, 1e9))
     assert proc.handle(signed("a", secret, now))["ok"]
     disk.free(pages=int(proc.used.db.execute("PRAGMA page_count").fetchone()[0]))  # no page left to grow into
@@ -298,7 +360,7 @@ def test_a_prune_or_lookup_that_fails_is_logged_or_refused_not_raised(tmp_path, 
     import sqlite3
 
     secret, now = b"k", 1_700_000_000.0
-    proc = CommandProcessor(Device().handlers(), secret=secret, clock=lambda: now, replay_path=tmp_path / "r.sqlite3")
+    proc = CommandProcessor(Device().handlers(), secret=secret, device_id=DEVICE, clock=lambda: now, replay_path=tmp_path / "r.sqlite3")
     real = proc.used.db
 
     class Broken:
@@ -324,6 +386,6 @@ def test_a_full_disk_at_start_is_a_config_error(tmp_path, monkeypatch) -> None:
     FullDisk(monkeypatch, tmp_path, pages=1)
     path = tmp_path / "cam.commands.sqlite3"
     with pytest.raises(ConfigError) as info:
-        CommandProcessor(Device().handlers(), secret=b"k", clock=lambda: 1_700_000_000.0, replay_path=path)
+        CommandProcessor(Device().handlers(), secret=b"k", device_id=DEVICE, clock=lambda: 1_700_000_000.0, replay_path=path)
     assert str(path) in str(info.value) and "full" in str(info.value)
     assert not [p for p in tmp_path.iterdir() if "corrupt" in p.name]

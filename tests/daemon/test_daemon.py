@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import threading
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Optional
+from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 import pytest
 
@@ -144,11 +144,11 @@ def test_commands_set_ping_snapshot_and_hmac(models: Path, tmp_path: Path, broke
             {"cmd": "ping"},
             {"cmd": "snapshot", "args": {"name": "shot"}},
         ]):
-            command(log, cmd_topic, sign(dict(cmd, schema="edge-sdk/cmd/1", id=f"s{i}"), secret))
+            command(log, cmd_topic, sign(dict(cmd, schema="edge-sdk/cmd/1", id=f"s{i}"), secret, "cam-1"))
         assert log.wait(lambda m: len(responses(log)) == 4)
-        replay = sign({"schema": "edge-sdk/cmd/1", "id": "s1", "cmd": "ping"}, secret)
+        replay = sign({"schema": "edge-sdk/cmd/1", "id": "s1", "cmd": "ping"}, secret, "cam-1")
         command(log, cmd_topic, replay)
-        wrong_key = sign({"schema": "edge-sdk/cmd/1", "id": "w", "cmd": "set", "args": {"telemetry_interval": 1}}, b"guess")
+        wrong_key = sign({"schema": "edge-sdk/cmd/1", "id": "w", "cmd": "set", "args": {"telemetry_interval": 1}}, b"guess", "cam-1")
         command(log, cmd_topic, wrong_key)
         assert log.wait(lambda m: len(responses(log)) == 6)
     finally:
@@ -301,6 +301,48 @@ def test_config_errors_name_the_key(data: Dict[str, Any], key: str) -> None:
 
 def _wait(predicate, timeout: float = 20.0) -> bool:
     return wait_until(predicate, timeout)
+
+
+def _hup_daemon(models: Path, tmp_path: Path) -> Tuple[Daemon, Path]:
+    """A daemon built from a config file (not running: reload_config is called directly)."""
+    import io
+
+    path = tmp_path / "device.toml"
+    path.write_text(f'bundle = "{models / "a"}"\nbackend = "onnxruntime-cpu"\nthreads = 1\n'
+                    f'[source]\nuri = "{SOURCE}"\n[device]\nid = "cam-1"\nmodels_dir = "{models}"\n')
+    from edge_sdk.daemon import load_daemon_config
+
+    return Daemon(load_daemon_config(path), config_path=path, stream=io.StringIO()), path
+
+
+def test_sighup_survives_a_loader_that_breaks(models: Path, tmp_path: Path, monkeypatch) -> None:
+    """Whatever reading the config raises, SIGHUP keeps the running config and says why."""
+    import edge_sdk.daemon.service as service
+
+    daemon, _path = _hup_daemon(models, tmp_path)
+
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("loader bug")
+
+    monkeypatch.setattr(service, "load_daemon_config", broken)
+    before = daemon.config
+    daemon.reload_config()
+    assert daemon.config is before
+    assert "config_invalid" in daemon.reporter.health.open
+    daemon.commands.close()
+
+
+def test_sighup_with_a_new_bundle_while_a_reload_runs_keeps_running(models: Path, tmp_path: Path) -> None:
+    """The reloader refuses a second load while one is in progress (ConfigError): SIGHUP used to
+    let that end the frame loop; now the old model runs on and `reload_failed` says why."""
+    daemon, path = _hup_daemon(models, tmp_path)
+    daemon.reloader.load(models / "b")  # in progress until the frame loop swaps it in: never, here
+    path.write_text(path.read_text().replace(str(models / "a"), str(models / "broken")))
+    daemon.reload_config()
+    assert daemon.config.pipeline.bundle == str(models / "a")  # not taken: a later SIGHUP tries again
+    assert "reload_failed" in daemon.reporter.health.open
+    daemon.reloader.join(20)
+    daemon.commands.close()
 
 
 def test_set_mode_switches_the_detector_between_frames(models: Path, tmp_path: Path, broker, message_log) -> None:

@@ -123,7 +123,7 @@ def signed_copy(payload: bytes, cid: str) -> Optional[bytes]:
         return None
     body = dict(body, id=cid, ts=int(time.time() * 1000))
     try:
-        return json.dumps(sign(body, SECRET)).encode()
+        return json.dumps(sign(body, SECRET, "cam-1")).encode()
     except ValueError:  # NaN or an infinity: the product's canonical form refuses them, so sign by hand
         body.pop("hmac", None)
         canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
@@ -139,7 +139,9 @@ def valid_set(payload: bytes) -> Optional[Dict[str, Any]]:
         body = json.loads(payload)
     except (ValueError, RecursionError):
         return None
-    if not isinstance(body, dict) or set(body) - {"schema", "id", "cmd", "args", "ts", "hmac"}:
+    if not isinstance(body, dict) or set(body) - {"schema", "id", "cmd", "args", "device_id", "ts", "hmac"}:
+        return None
+    if body.get("device_id") != "cam-1":  # signed for another device (or by hand, without one)
         return None
     args = body.get("args")
     if body.get("schema") != "edge-sdk/cmd/1" or body.get("cmd") != "set" or not isinstance(args, dict) or not args:

@@ -14,10 +14,9 @@ from typing import Any, Callable, Dict, Iterator, List
 
 import pytest
 
-from edge_sdk import manifest as manifest_mod
 from edge_sdk.daemon import Daemon
 from edge_sdk.manifest import Bundle
-from edge_sdk.preprocess import Preprocessor
+from edge_sdk.runtime.pipeline import Pipeline
 from edge_sdk.telemetry import schemas
 from edge_sdk.daemon.commands import sign
 from edge_sdk.validate import UntrustedInput, loads_untrusted
@@ -143,7 +142,7 @@ def test_a_signed_command_is_not_replayed_after_a_restart(models: Path, tmp_path
     monkeypatch.setenv("EDGE_TEST_SECRET", "s3cret")
     log = message_log(broker.url, ["edge-sdk/cam-1/cmd/response", "edge-sdk/cam-1/status"])
     cfg = lambda: config(models, tmp_path, broker.url, device={"hmac_secret_env": "EDGE_TEST_SECRET"})  # noqa: E731
-    captured = sign(ping("once"), b"s3cret")
+    captured = sign(ping("once"), b"s3cret", "cam-1")
     first = Daemon(cfg())
     running = Running(first)
     try:
@@ -161,7 +160,7 @@ def test_a_signed_command_is_not_replayed_after_a_restart(models: Path, tmp_path
                                       for s in log.on("status")))
         assert wait_until(lambda: second.frames > 0)
         command(log, CMD, captured)  # the attacker replays what it captured
-        command(log, CMD, sign(ping("fresh"), b"s3cret"))
+        command(log, CMD, sign(ping("fresh"), b"s3cret", "cam-1"))
         assert log.wait(lambda m: len(responses(log)) == 3)
     finally:
         assert running.stop() == 0
@@ -169,6 +168,47 @@ def test_a_signed_command_is_not_replayed_after_a_restart(models: Path, tmp_path
     assert first_answer["ok"] and fresh["ok"]
     assert replay["ok"] is False and "replay" in replay["error"]
     assert {s["commands_auth"] for s in log.on("status")} == {"hmac"}
+
+
+def test_a_command_signed_for_one_device_is_refused_by_another_sharing_its_secret(
+        models: Path, tmp_path: Path, broker, message_log, monkeypatch) -> None:
+    """Two devices of one fleet, one secret: what was signed for cam-1 and captured does not run
+    on cam-2; a signed command whose bytes name a key twice runs nowhere."""
+    monkeypatch.setenv("EDGE_TEST_SECRET", "s3cret")
+    log = message_log(broker.url, ["edge-sdk/+/cmd/response"])
+    secured = {"hmac_secret_env": "EDGE_TEST_SECRET"}
+    a = Daemon(config(models, tmp_path / "a", broker.url, device=secured))
+    b = Daemon(config(models, tmp_path / "b", broker.url, device=dict(secured, id="cam-2")))
+    running = [Running(a), Running(b)]
+    for_a = sign({"schema": "edge-sdk/cmd/1", "id": "s1", "cmd": "set", "args": {"telemetry_interval": 9}},
+                 b"s3cret", "cam-1")
+    # signed over {"args": {"telemetry_interval": 3}}: JSON keeps the last of two keys, so a reader
+    # that keeps the first would see another command than the one the signature was checked over
+    body = sign({"schema": "edge-sdk/cmd/1", "id": "s2", "cmd": "set", "args": {"telemetry_interval": 3}},
+                b"s3cret", "cam-1")
+    twice = json.dumps(body).replace('"args"', '"args": {"telemetry_interval": 0.5}, "args"', 1).encode()
+    try:
+        assert wait_until(lambda: a.frames > 0 and b.frames > 0)
+        command(log, schemas.topic("cam-2", "cmd"), for_a)  # captured on cam-1's topic, replayed on cam-2's
+        command(log, schemas.topic("cam-1", "cmd"), twice)
+        command(log, schemas.topic("cam-1", "cmd"), for_a)  # what it was signed for: runs
+        assert log.wait(lambda m: len(answered(log)) == 3, timeout=20)
+    finally:
+        assert [r.stop() for r in running] == [0, 0]
+    on_b = [p for device, p in answered(log) if device == "cam-2"]
+    assert len(on_b) == 1 and on_b[0]["id"] == "s1"
+    assert on_b[0]["ok"] is False and on_b[0]["reason"] == "wrong_device" and "cam-1" in on_b[0]["error"], on_b
+    assert b.reporter.interval_s == 0.2  # nothing changed on cam-2
+    duplicate, signed_for_a = [p for device, p in answered(log) if device == "cam-1"]  # in the order sent
+    assert duplicate["ok"] is False and duplicate["reason"] == "malformed" and "duplicate key" in duplicate["error"]
+    assert signed_for_a["ok"] is True and a.reporter.interval_s == 9
+    for _device, payload in answered(log):
+        assert schemas.errors(payload) == [], payload
+
+
+def answered(log: Any) -> List[Any]:
+    """(device, response) of every command response the log holds, in order."""
+    return [(m["topic"].split("/")[1], m["payload"]) for m in list(log.messages) if m["topic"].endswith("/cmd/response")]
 
 
 def test_snapshot_flood_is_rate_limited_counted_and_capped_on_disk(models: Path, tmp_path: Path, broker, message_log) -> None:
@@ -261,19 +301,14 @@ def test_a_reload_to_a_manifest_with_a_bad_field_is_refused_by_name(models: Path
 
 def test_nothing_raised_while_swapping_stops_the_running_model(models: Path, tmp_path: Path, broker, message_log,
                                                                monkeypatch) -> None:
-    # the manifest's checks turned off: the bad value reaches the swap, where building the new
-    # detector's buffers raises numpy's OverflowError (not one of the SDK's errors). numpy 1.x
-    # wraps 300 to 44 with a warning instead: there the preprocessor raises what numpy 2 raises.
-    monkeypatch.setattr(manifest_mod, "check_fields", lambda manifest, origin: None)
-    real_init = Preprocessor.__init__
+    # The swap itself raises an error that is not one of the SDK's (as building the new detector's
+    # buffers raised numpy 2's OverflowError for a pad value of 300 before the manifest was
+    # checked), after the bundle loaded and warmed up.
+    def overflows(self: Pipeline, detector: Any) -> None:
+        raise OverflowError("Python integer 300 out of bounds for uint8")
 
-    def as_numpy_2(self: Preprocessor, spec: Any, batch: Any = None) -> None:
-        if not 0 <= spec.pad_value <= 255:
-            raise OverflowError(f"Python integer {spec.pad_value} out of bounds for uint8")
-        real_init(self, spec, batch)
-
-    monkeypatch.setattr(Preprocessor, "__init__", as_numpy_2)
-    with_manifest(models, "unchecked", pad_value=300)
+    monkeypatch.setattr(Pipeline, "swap_detector", overflows)
+    with_manifest(models, "unchecked", pad_value=113)
     error = reload_fails_and_the_old_model_runs_on(models, tmp_path, broker, message_log, "unchecked")
     assert "OverflowError: Python integer 300 out of bounds" in error, error
 

@@ -1,6 +1,7 @@
 """`edge-sdk run` as a real process: signals, exit codes and the retained status."""
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
 import subprocess
@@ -8,7 +9,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any, List
+from typing import Any, Iterator, List
 
 import pytest
 
@@ -62,26 +63,68 @@ def test_sigkill_leaves_offline_retained(setup: Path, broker, message_log) -> No
     assert retained["state"] == "offline" and retained["reason"] == "connection lost"
 
 
-def test_sighup_rereads_and_sigterm_stops_cleanly(setup: Path, broker, message_log) -> None:
-    log = message_log(broker.url, ["edge-sdk/proc-1/#"])
-    proc = start(setup)
+@contextlib.contextmanager
+def running(config: Path) -> Iterator[subprocess.Popen]:
+    """`edge-sdk run --config config`, killed on the way out if it is still running."""
+    proc = start(config)
     try:
-        assert log.wait(lambda m: len(log.on("telemetry")) >= 2, timeout=30), proc.stderr
-        setup.write_text(setup.read_text().replace("interval_s = 0.3", "interval_s = 0.7"))
-        proc.send_signal(signal.SIGHUP)
-        assert log.wait(lambda m: any(s.get("telemetry_interval_s") == 0.7 for s in statuses(log)), timeout=15)
-        proc.send_signal(signal.SIGTERM)
-        _out, err = proc.communicate(timeout=30)
+        yield proc
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.communicate()
+
+
+def reread_with_interval(proc: subprocess.Popen, config: Path, text: str, log: Any) -> None:
+    """Write `text` with interval_s 0.7, SIGHUP, and wait for the status that shows it applied."""
+    config.write_text(text.replace("interval_s = 0.3", "interval_s = 0.7"))
+    proc.send_signal(signal.SIGHUP)
+    assert log.wait(lambda m: any(s.get("telemetry_interval_s") == 0.7 for s in statuses(log)), timeout=15)
+
+
+def sigterm(proc: subprocess.Popen) -> str:
+    """SIGTERM; the process's stderr once it has exited."""
+    proc.send_signal(signal.SIGTERM)
+    return proc.communicate(timeout=30)[1]
+
+
+def test_sighup_rereads_and_sigterm_stops_cleanly(setup: Path, broker, message_log) -> None:
+    log = message_log(broker.url, ["edge-sdk/proc-1/#"])
+    with running(setup) as proc:
+        assert log.wait(lambda m: len(log.on("telemetry")) >= 2, timeout=30), proc.stderr
+        reread_with_interval(proc, setup, setup.read_text(), log)
+        err = sigterm(proc)
     assert proc.returncode == 0, err
     assert log.wait(lambda m: statuses(log)[-1]["state"] == "offline", timeout=10)
     assert statuses(log)[-1]["reason"] == "SIGTERM"
     tel = log.on("telemetry")
     assert [t["seq"] for t in tel] == list(range(tel[0]["seq"], tel[0]["seq"] + len(tel)))
     assert "config re-read" in err and "stopped (SIGTERM)" in err
+
+
+def test_sighup_with_a_config_typo_keeps_running_on_the_old_config(setup: Path, broker, message_log) -> None:
+    """A quoted number in [health] used to end the daemon with a TypeError traceback on SIGHUP."""
+    log = message_log(broker.url, ["edge-sdk/proc-1/#"])
+    good = setup.read_text()
+    with running(setup) as proc:
+        assert log.wait(lambda m: len(log.on("telemetry")) >= 2, timeout=30), proc.stderr
+        setup.write_text(good + '[health]\nlatency_p99_ms = "300"\n')
+        proc.send_signal(signal.SIGHUP)
+        assert log.wait(lambda m: any(a["alert"] == "config_invalid" for a in log.on("alerts")), timeout=15)
+        alert = [a for a in log.on("alerts") if a["alert"] == "config_invalid"][0]
+        assert alert["state"] == "raised" and "health.latency_p99_ms" in alert["message"]
+        assert str(setup) in alert["message"]
+        seen = len(log.on("telemetry"))
+        assert log.wait(lambda m: len(log.on("telemetry")) >= seen + 3, timeout=15)  # still detecting, still reporting
+        assert proc.poll() is None
+        reread_with_interval(proc, setup, good, log)  # fixed: applied on the next SIGHUP
+        assert log.wait(lambda m: any(a["alert"] == "config_invalid" and a["state"] == "cleared"
+                                      for a in log.on("alerts")), timeout=15)
+        err = sigterm(proc)
+    assert proc.returncode == 0, err
+    assert "Traceback" not in err
+    assert "SIGHUP: config not applied, keeping the running one" in err and "health.latency_p99_ms" in err
+    assert statuses(log)[-1]["reason"] == "SIGTERM"
 
 
 @pytest.mark.parametrize("args,code,fragment", [
