@@ -54,7 +54,7 @@ import numpy as np
 
 from edge_sdk import _imports
 from edge_sdk.errors import BackendError, BundleError
-from edge_sdk.runtime.backends import Backend
+from edge_sdk.runtime.backends.base import Backend
 
 log = logging.getLogger(__name__)
 
