@@ -23,15 +23,12 @@ from __future__ import annotations
 import importlib
 import logging
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
+from typing import Any, List, Optional, Tuple
 
 from edge_sdk import _imports
 from edge_sdk.errors import BackendError, ConfigError, MissingDependencyError
 from edge_sdk.precision import AUTO, PRECISIONS, RUNTIME_PRECISIONS
 from edge_sdk.runtime.backends.base import Backend
-
-if TYPE_CHECKING:  # numpy only for annotations: runtime.config imports the names below, and stays light
-    import numpy as np
 
 # "auto" and "onnxruntime" pick one of the others when the backend is created (select_backend).
 BACKEND_NAMES = ("auto", "onnxruntime", "onnxruntime-cpu", "onnxruntime-cuda", "onnxruntime-tensorrt", "tensorrt")
