@@ -80,6 +80,23 @@ def imports_of(path: Path, root: Path = PACKAGE) -> Dict[Path, List[int]]:
     return out
 
 
+def private_imports(path: Path, root: Path = PACKAGE) -> List[str]:
+    """`module.name` for each private name (one leading underscore, not a submodule) that `path`
+    takes from another edge_sdk file: what a module keeps to itself is not another's to use."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+    here = module_name(path, root)
+    package = here if path.name == "__init__.py" else here.rsplit(".", 1)[0]
+    out: List[str] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            base = package.split(".")[: len(package.split(".")) - (node.level - 1)] if node.level else []
+            target = ".".join(base + ([node.module] if node.module else [])) if node.level else (node.module or "")
+            out += [f"{target}.{alias.name}" for alias in node.names
+                    if file_of(target, root) is not None and alias.name.startswith("_") and not alias.name.startswith("__")
+                    and file_of(f"{target}.{alias.name}", root) is None]
+    return out
+
+
 def file_graph(root: Path = PACKAGE) -> Edges:
     graph: Edges = {}
     for path in sorted(root.rglob("*.py")):
@@ -167,6 +184,12 @@ def test_no_cycle_between_edge_sdk_files() -> None:
     assert not gone, f"listed as known but no longer a cycle (remove from KNOWN_CYCLES): {[sorted(c) for c in gone]}"
 
 
+def test_no_file_imports_a_private_name_of_another() -> None:
+    found = {path.relative_to(PACKAGE.parent).as_posix(): private_imports(path) for path in sorted(PACKAGE.rglob("*.py"))}
+    found = {path: names for path, names in found.items() if names}
+    assert not found, f"private names imported from another file (make them public where they live): {found}"
+
+
 def test_no_cycle_between_edge_sdk_packages() -> None:
     found = cycles(package_graph())
     assert not found, f"import cycle between packages: {[sorted(c) for c in found]}"
@@ -224,3 +247,10 @@ def test_the_packages_above_the_files_have_no_cycle_either(tmp_path: Path) -> No
                                    "b/z.py": "def f():\n    from ..a import x\n"})
     assert cycles({a: set(b) for a, b in file_graph(pkg).items()}) == []
     assert cycles(package_graph(pkg)) == [frozenset({"a", "b"})]
+
+
+def test_a_private_name_is_seen_but_not_a_private_submodule(tmp_path: Path) -> None:
+    pkg = write_package(tmp_path, {"a/__init__.py": "_hidden = 1\n", "a/_impl.py": "", "a/x.py": "from edge_sdk.a import _impl\n",
+                                   "a/y.py": "def f():\n    from . import _hidden, __doc__\n"})
+    assert private_imports(pkg / "a" / "x.py", pkg) == []
+    assert private_imports(pkg / "a" / "y.py", pkg) == ["edge_sdk.a._hidden"]
