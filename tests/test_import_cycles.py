@@ -205,6 +205,24 @@ def test_telemetry_does_not_import_the_daemon() -> None:
     assert "daemon" not in graph.get("telemetry", set()), graph.get("telemetry")
 
 
+def reachable(graph: Edges, start: str) -> Set[str]:
+    """Every file `start` imports, directly or through others."""
+    seen: Set[str] = set()
+    todo = [start]
+    while todo:
+        for nxt in graph.get(todo.pop(), {}):
+            if nxt not in seen:
+                seen.add(nxt)
+                todo.append(nxt)
+    return seen
+
+
+def test_the_manifest_reads_its_input_stats_without_the_drift_monitor() -> None:
+    # the record is the manifest's; measuring frames (the builder) and watching them (the daemon) is not
+    reached = reachable(file_graph(), "edge_sdk/manifest.py")
+    assert "edge_sdk/input_stats.py" in reached and "edge_sdk/drift.py" not in reached, sorted(reached)
+
+
 def write_package(root: Path, files: Dict[str, str]) -> Path:
     pkg = root / "edge_sdk"
     for name, body in {"__init__.py": "", **files}.items():
