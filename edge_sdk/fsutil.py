@@ -1,4 +1,4 @@
-"""Small file helpers: atomic writes (files and whole folders), checksums, TOML."""
+"""Small file helpers: atomic writes (files and whole folders), checksums, TOML, SQLite files gone bad."""
 from __future__ import annotations
 
 import contextlib
@@ -11,6 +11,7 @@ import secrets
 import shutil
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Union
 
@@ -323,3 +324,24 @@ def sqlite_error_kind(exc: BaseException) -> str:
     if "disk is full" in text:
         return "full"
     return "corrupt" if ("malformed" in text or "not a database" in text) else "other"
+
+
+def move_corrupt_aside(path: PathLike, now: Optional[float] = None) -> Path:
+    """Move a SQLite file that is not a readable database aside, to `<name>.corrupt-<UTC time>`
+    (`-2`, `-3`, ... when that name is taken), with its write-ahead log and shared-memory index
+    (`-wal`, `-shm`) beside it: kept as it was, for inspection, and its name free for a new
+    file. `now`: the time to name it by (default: the clock). Returns where it went; OSError
+    when it cannot be moved (then the file itself stays where it was)."""
+    path = Path(path)
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(time.time() if now is None else now))
+    aside = path.with_name(f"{path.name}.corrupt-{stamp}")
+    n = 1
+    while aside.exists():
+        n += 1
+        aside = path.with_name(f"{path.name}.corrupt-{stamp}-{n}")
+    os.replace(path, aside)
+    for suffix in ("-wal", "-shm"):
+        stale = Path(f"{path}{suffix}")
+        if stale.exists():
+            os.replace(stale, Path(f"{aside}{suffix}"))
+    return aside

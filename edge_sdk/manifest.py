@@ -25,9 +25,9 @@ from functools import cached_property
 from pathlib import Path, PurePosixPath
 from typing import Any, Dict, List, NamedTuple, Optional
 
-from edge_sdk.drift import InputStats
 from edge_sdk.errors import BundleError, ConfigError
 from edge_sdk.fsutil import PathLike, sha256_file
+from edge_sdk.input_stats import InputStats
 from edge_sdk.manifest_check import check_fields
 from edge_sdk.precision import PRECISIONS
 from edge_sdk.preprocess import InputSpec

@@ -11,9 +11,9 @@ from typing import Callable, List
 import numpy as np
 import pytest
 
-from edge_sdk.drift import (BINS, CLEAR_RATIO, DriftMonitor, FrameStats, InputStats, hellinger, input_stats,
-                            stats_of_frames)
+from edge_sdk.drift import CLEAR_RATIO, DriftMonitor, FrameStats, input_stats, stats_of_frames
 from edge_sdk.errors import BundleError
+from edge_sdk.input_stats import BINS, InputStats, hellinger
 from edge_sdk.manifest import Bundle
 from edge_sdk.preprocess import load_image
 

@@ -1,6 +1,7 @@
 """AtomicDirectory: a killed writer's partial folder is cleaned by the next one (a live one is
 not), a swap that the filesystem refuses (a mount point: EBUSY) is a typed error that changes
-nothing, and an interrupted swap gets the previous folder back."""
+nothing, and an interrupted swap gets the previous folder back. A SQLite file gone bad is moved
+aside whole, under a name of its own."""
 from __future__ import annotations
 
 import errno
@@ -9,6 +10,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Iterator, List
 
@@ -16,7 +18,7 @@ import pytest
 
 from edge_sdk import fsutil
 from edge_sdk.errors import ConfigError
-from edge_sdk.fsutil import AtomicDirectory, clean_stale, staging_folders
+from edge_sdk.fsutil import AtomicDirectory, clean_stale, move_corrupt_aside, staging_folders
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="flock: Linux and macOS")
 
@@ -172,3 +174,33 @@ def test_a_bind_mount_that_ismount_misses_is_found_in_mountinfo(tmp_path: Path, 
     assert not fsutil.is_mount_point(tmp_path / "plain")
     monkeypatch.setattr(fsutil, "MOUNTINFO", str(tmp_path / "absent"))  # not Linux: ismount alone
     assert not fsutil.is_mount_point(share)
+
+
+def test_a_corrupt_file_goes_aside_with_its_log_and_index_under_its_utc_time(tmp_path: Path) -> None:
+    path = tmp_path / "q.sqlite3"
+    now = 1_700_000_000.0
+    stamp = datetime.fromtimestamp(now, timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    names = []
+    for n in range(3):  # the same second three times: each keeps a name of its own
+        for suffix, body in (("", b"db"), ("-wal", b"log"), ("-shm", b"index")):
+            Path(f"{path}{suffix}").write_bytes(body + bytes([n]))
+        aside = move_corrupt_aside(path, now)
+        names.append(aside.name)
+        assert aside.read_bytes() == b"db" + bytes([n])
+        assert Path(f"{aside}-wal").read_bytes() == b"log" + bytes([n])
+        assert Path(f"{aside}-shm").read_bytes() == b"index" + bytes([n])
+        assert not any(Path(f"{path}{suffix}").exists() for suffix in ("", "-wal", "-shm"))
+    assert names == [f"q.sqlite3.corrupt-{stamp}", f"q.sqlite3.corrupt-{stamp}-2", f"q.sqlite3.corrupt-{stamp}-3"]
+
+
+def test_a_corrupt_file_that_cannot_move_stays_where_it_was(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "q.sqlite3"
+    path.write_bytes(b"db")
+
+    def refuse(*args: object) -> None:
+        raise PermissionError(errno.EACCES, "Permission denied")
+
+    monkeypatch.setattr(os, "replace", refuse)
+    with pytest.raises(PermissionError):
+        move_corrupt_aside(path)
+    assert [p.name for p in tmp_path.iterdir()] == ["q.sqlite3"] and path.read_bytes() == b"db"

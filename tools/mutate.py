@@ -178,14 +178,14 @@ MUTANTS: List[Mutant] = [
     M("L1", "engine-contract", "edge_sdk/builder/pipeline.py", "    name_nodes(fp32)", "    pass",
       "unnamed nodes shipped: the manifest's FP32 layers name nothing TensorRT knows"),
     # --- engine cache ---------------------------------------------------------------------------
-    M("E1", "engine-cache", TC, "        if engine.stat().st_size != meta.get(\"size\"):\n", "        if False:\n", "engine size not checked"),
+    M("E1", "engine-cache", TC, '        if len(data) != meta.get("size"):\n', "        if False:\n", "engine size not checked"),
     M("E2", "engine-cache", TC, 'dla = "gpu" if self.dla_core is None else f"dla{int(self.dla_core)}"', 'dla = "gpu"',
       "the DLA core is not part of the file name"),
     # (not listed: skipping the unlink of the old sidecar in put(); equivalent, since a sidecar
     # only vouches for bytes of its own size and sha256)
-    M("E3", "engine-cache", TC, '        if sha256_file(engine) != meta.get("sha256"):\n', "        if False:\n",
+    M("E3", "engine-cache", TC, '        if hashlib.sha256(data).hexdigest() != meta.get("sha256"):\n', "        if False:\n",
       "engine digest not checked (same-size corruption)"),
-    M("E4", "engine-cache", TC, 'if not isinstance(meta, dict) or meta.get("key") != key.to_dict():', "if not isinstance(meta, dict):",
+    M("E4", "engine-cache", TC, '        if meta.get("key") != key.to_dict():\n', "        if False:\n",
       "a sidecar of another key is accepted"),
     # --- ONNX Runtime providers -----------------------------------------------------------------
     M("R1", "backends", "edge_sdk/runtime/backends/onnxruntime.py",

@@ -7,7 +7,7 @@ report of the differences.
 
 Agreement with FP32 means something only when FP32 itself finds objects. The reference also runs
 FP32 on pixel-shuffled copies of the first gate images (the probe's controls: the same values, no
-objects); when FP32 fires on them as the probe's spurious rule says (:func:`~edge_sdk.builder.probe.is_spurious`),
+objects); when FP32 fires on them as the probe's spurious rule says (:func:`is_spurious`, which the probe applies too),
 its detections are noise and the gate refuses to call a variant's agreement with them a pass.
 """
 from __future__ import annotations
@@ -20,6 +20,17 @@ import numpy as np
 from edge_sdk.detections import Detections, match_detections
 from edge_sdk.errors import AccuracyGateError
 from edge_sdk.preprocess import Transform
+
+SPURIOUS_SHARE = 0.25  # of its rate on the real images, per control image ...
+SPURIOUS_MIN = 2.0  # ... and at least this many
+
+
+def is_spurious(control_per_image: float, per_image: float, filled: bool = False) -> bool:
+    """The probe's spurious rule (edge_sdk.builder.probe.RULE): >= max(SPURIOUS_MIN, SPURIOUS_SHARE x
+    the rate on the real images) detections per pixel-shuffled control image, or an image filled
+    to max_detections."""
+    return filled or control_per_image >= max(SPURIOUS_MIN, SPURIOUS_SHARE * per_image)
+
 
 # decoder(outputs with batch dim, transforms) -> one Detections per batch item
 Decoder = Callable[[Sequence[np.ndarray], Sequence[Transform]], List[Detections]]
@@ -182,8 +193,6 @@ class Reference:
         if self.decoder is None or self.detections is None or not self.tensors:
             return None
         if not hasattr(self, "_noise"):
-            from edge_sdk.builder.probe import is_spurious
-
             controls = control_tensors(self.tensors)
             outputs = run_model(self._model, self.input_name, controls)
             found = decode_all(self.decoder, outputs, self.transforms[:len(controls)])

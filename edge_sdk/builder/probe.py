@@ -57,6 +57,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
+from edge_sdk.builder.evaluate import SPURIOUS_MIN, SPURIOUS_SHARE, OnnxRuntimeRunner, is_spurious
 from edge_sdk.detections import Detections, box_iou
 from edge_sdk.errors import BackendError, ConfigError, SourceError
 from edge_sdk.preprocess import InputSpec, Preprocessor, load_image
@@ -72,8 +73,6 @@ TOP_SCORE_GAIN = 0.2
 MIN_PAIRS = 20
 PAIR_SHARE = 0.75
 PAIR_MEDIAN_GAIN = 0.03
-SPURIOUS_SHARE = 0.25  # of its rate on the real images, per control image ...
-SPURIOUS_MIN = 2.0  # ... and at least this many
 TIE = 0.95  # alternatives within 5 % of the most detections count as equally good
 
 RULE = (
@@ -94,12 +93,6 @@ CONFIDENCE_RULE = (
 )
 
 Progress = Callable[[int], None]
-
-
-def is_spurious(control_per_image: float, per_image: float, filled: bool = False) -> bool:
-    """The probe's spurious rule (RULE): >= max(SPURIOUS_MIN, SPURIOUS_SHARE x the rate on the real
-    images) detections per pixel-shuffled control image, or an image filled to max_detections."""
-    return filled or control_per_image >= max(SPURIOUS_MIN, SPURIOUS_SHARE * per_image)
 
 
 @dataclass(frozen=True)
@@ -422,8 +415,6 @@ def probe(model: Any, spec: InputSpec, decoder_spec: Optional[Mapping[str, Any]]
     :func:`cannot_run`; also images it cannot read, outputs the decoder rejects).
     `progress(1)` is called once per model run: ``runs(len(paths)) * len(candidates(spec))`` in all.
     """
-    from edge_sdk.builder.evaluate import OnnxRuntimeRunner
-
     started = time.perf_counter()
     reason = cannot_run(model, spec, decoder_spec, paths)
     if reason is not None:

@@ -73,7 +73,10 @@ def engine(
     from rich.console import Console
 
     from edge_sdk import _imports
-    from edge_sdk.trt.engine import SaveEngine, batch_range, build_engine, report_lines, report_warnings
+    from edge_sdk.trt.engine import build_engine
+    from edge_sdk.trt.loaders import SaveEngine
+    from edge_sdk.trt.profiles import batch_range
+    from edge_sdk.trt.report import report_lines, report_warnings
 
     _imports.tensorrt()  # before anything else: says how to get TensorRT when it is missing
     batch = batch_range(max_batch, opt_batch, dla=dla_core is not None)

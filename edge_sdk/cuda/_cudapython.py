@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from edge_sdk.cuda import CudaApi, DeviceBuffer, DeviceProperties, HostBuffer, Kernel, KernelArgs, version_text
+from edge_sdk.cuda.api import CudaApi, DeviceBuffer, DeviceProperties, HostBuffer, Kernel, KernelArgs, version_text
 from edge_sdk.errors import CudaError, KernelArchitectureError, MissingDependencyError
 
 NVRTC_OPTIONS = ("--fmad=false", "--std=c++14")  # no FMA contraction: the host shim runs the same arithmetic

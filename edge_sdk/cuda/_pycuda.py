@@ -27,7 +27,7 @@ from typing import Any, Optional, Sequence, Tuple
 
 import numpy as np
 
-from edge_sdk.cuda import CudaApi, DeviceBuffer, DeviceProperties, HostBuffer, Kernel, KernelArgs
+from edge_sdk.cuda.api import CudaApi, DeviceBuffer, DeviceProperties, HostBuffer, Kernel, KernelArgs
 from edge_sdk.errors import CudaError, MissingDependencyError
 
 NVCC_OPTIONS = ["--fmad=false", "-std=c++14"]

@@ -16,7 +16,7 @@ import threading
 from pathlib import Path
 from typing import Dict, Optional, Sequence
 
-from edge_sdk.cuda import KERNEL_DIR, CudaApi, Kernel
+from edge_sdk.cuda.api import KERNEL_DIR, CudaApi, Kernel
 from edge_sdk.errors import CudaError
 from edge_sdk.fsutil import atomic_write_bytes
 

@@ -52,7 +52,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from edge_sdk.cuda import IMPLEMENTATIONS, MAPPED, PINNED, CudaApi, DeviceBuffer, HostBuffer, _installed, open_cuda
+from edge_sdk.cuda.api import IMPLEMENTATIONS, MAPPED, PINNED, CudaApi, DeviceBuffer, HostBuffer, installed, open_cuda
 from edge_sdk.errors import ConfigError, CudaError, MissingDependencyError
 
 HOST = "host"
@@ -375,7 +375,7 @@ def _open(loader: Optional[Callable[[str], CudaApi]]) -> Tuple[Optional[CudaApi]
     causes = []
     for name in IMPLEMENTATIONS:
         try:
-            if loader is None and not _installed(name):
+            if loader is None and not installed(name):
                 causes.append(f"{name} is not installed")
                 continue
             api = open_cuda(name, loader)

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import Any, Callable, Dict, Hashable
 
-from edge_sdk.cuda import CudaApi
+from edge_sdk.cuda.api import CudaApi
 
 
 class FrameGraph:

@@ -20,7 +20,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import numpy as np
 
-from edge_sdk.cuda import MAPPED, PINNED, CudaApi
+from edge_sdk.cuda.api import MAPPED, PINNED, CudaApi
 from edge_sdk.cuda.compiler import KernelCache
 from edge_sdk.cuda.frames import MappedMemory, PinnedMemory
 from edge_sdk.cuda.preprocess import GpuPreprocessor

@@ -22,7 +22,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from edge_sdk.cuda import MAPPED, PINNED, CudaApi, DeviceTensor, HostBuffer, KernelArgs
+from edge_sdk.cuda.api import MAPPED, PINNED, CudaApi, DeviceTensor, HostBuffer, KernelArgs
 from edge_sdk.cuda.compiler import KernelCache
 from edge_sdk.cuda.graph import FrameGraph
 from edge_sdk.errors import ConfigError, SourceError

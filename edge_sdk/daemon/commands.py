@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import hmac as _hmac
 import logging
-import os
 import sqlite3
 import time
 from pathlib import Path
@@ -36,7 +35,7 @@ from typing import Any, Callable, Dict, Mapping, Optional, Tuple
 
 from edge_sdk.errors import ConfigError, EdgeSdkError
 from edge_sdk.telemetry import schemas
-from edge_sdk.fsutil import sqlite_error_kind
+from edge_sdk.fsutil import move_corrupt_aside, sqlite_error_kind
 from edge_sdk.telemetry.signing import MAX_DEPTH, MAX_PAYLOAD, canonical, loads_command, sign, signature
 from edge_sdk.validate import UntrustedInput
 
@@ -173,21 +172,11 @@ class ReplayWindow:
     def _move_aside(self, exc: BaseException) -> Path:
         """Keep a corrupt file (and its write-ahead log) for inspection; ConfigError if it cannot be moved."""
         assert self.path is not None
-        aside = self.path.with_name(f"{self.path.name}.corrupt-{int(self._clock())}")
-        n = 1
-        while aside.exists():
-            n += 1
-            aside = self.path.with_name(f"{self.path.name}.corrupt-{int(self._clock())}-{n}")
         try:
-            os.replace(self.path, aside)
-            for suffix in ("-wal", "-shm"):
-                stale = Path(str(self.path) + suffix)
-                if stale.exists():
-                    os.replace(stale, Path(str(aside) + suffix))
+            return move_corrupt_aside(self.path, self._clock())
         except OSError as err:
             raise ConfigError(f"the command replay file {self.path} is corrupt ({exc}) and cannot be moved aside "
                               f"({err}); delete it, check the folder's permissions or set [mqtt] queue_dir") from err
-        return aside
 
     def _prune(self) -> None:
         """Forget ids past the window. Housekeeping: a failure (full disk) is logged, not raised —

@@ -12,7 +12,8 @@
   be prepared elsewhere (:class:`PreparedInput`, filled by the pipeline's preprocess stage on
   another thread) so that inference never waits for preprocessing.
 - :class:`StrategyDetector` is modes ``tiles`` and ``roi``: a strategy around a BatchDetector.
-- :func:`make_detector` builds the one for a mode from a loaded :class:`~edge_sdk.runtime.model.Model`.
+- :func:`~edge_sdk.runtime.factory.make_detector` builds the one for a mode from a loaded
+  :class:`~edge_sdk.runtime.model.Model`; every detector's decoder is set up by :func:`model_decoder`.
 
 The output score threshold and the NMS IoU have one owner, the detector: it starts from the
 bundle's decoder settings (or the pipeline's top-level ``score_threshold`` / ``nms_iou``) and
@@ -21,16 +22,15 @@ proposal threshold the coarse pass needs and the strategy filters at the output 
 """
 from __future__ import annotations
 
-import logging
 import time
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
 from edge_sdk.detections import Detections
-from edge_sdk.errors import ConfigError, KernelArchitectureError
+from edge_sdk.errors import ConfigError
 from edge_sdk.preprocess import InputSpec, Preprocessor, Transform
-from edge_sdk.roi.config import MODES, RoiConfig
+from edge_sdk.roi.config import RoiConfig
 
 InferFn = Callable[[Dict[str, np.ndarray]], List[np.ndarray]]
 DecodeFn = Callable[[Sequence[np.ndarray], Sequence[Transform]], List[Detections]]
@@ -44,6 +44,18 @@ def check_threshold(key: str, value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= float(value) <= 1.0:
         raise ConfigError(f"{key} must be a number in [0, 1], got {value!r}")
     return float(value)
+
+
+def model_decoder(model: Any, thresholds: Optional[Mapping[str, Any]] = None) -> Any:
+    """The decoder of a loaded Model's bundle settings, with `thresholds` (score_threshold,
+    nms_iou; None leaves the bundle's) checked and put in their place: every detector's decoder."""
+    from edge_sdk.decoders import make_decoder
+
+    spec = dict(model.decoder_spec)
+    for key, value in (thresholds or {}).items():
+        if value is not None:
+            spec[key] = check_threshold(key, value)
+    return make_decoder(spec, model.input_spec)
 
 
 class BatchDetector:
@@ -359,46 +371,3 @@ class StrategyDetector(Detector):
         if "nms_iou" in values:
             self.decoder.nms_iou = values["nms_iou"]
         return self.thresholds
-
-
-log = logging.getLogger(__name__)
-_WARNED: set = set()
-
-
-def _warn_once(message: str) -> None:
-    if message not in _WARNED:
-        _WARNED.add(message)
-        log.warning(message)
-
-
-def make_detector(mode: str, model: Any, roi: Optional[RoiConfig] = None,
-                  thresholds: Optional[Mapping[str, Any]] = None) -> Detector:
-    """The per-frame detector for `mode` ("full", "tiles" or "roi") over a loaded model; in mode
-    full on a backend that runs on a CUDA stream, the GPU one (edge_sdk.runtime.gpu_detector).
-
-    `model` is a :class:`~edge_sdk.runtime.model.Model` (an activated backend, its input spec
-    and decoder settings). `thresholds` (score_threshold, nms_iou) override the decoder
-    settings of the bundle; `roi` holds the parameters of the tiles and roi modes (defaults
-    when None). One factory for the pipeline, hot reload and the daemon's `set mode` command.
-    """
-    from edge_sdk.decoders import make_decoder
-
-    if mode not in MODES:
-        raise ConfigError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
-    if mode == "full" and getattr(model.backend, "cuda", None) is not None and getattr(model.backend, "stream", None) is not None:
-        # a backend on a CUDA stream (TensorRT): preprocess on the GPU, on that stream
-        from edge_sdk.runtime.gpu_detector import make_gpu_detector
-
-        try:
-            return make_gpu_detector(model, thresholds=thresholds)
-        except KernelArchitectureError as exc:  # a GPU newer than the kernel compiler: the CPU preprocesses
-            _warn_once(f"GPU preprocessing is off, frames are preprocessed on the CPU: {exc}")
-    spec = dict(model.decoder_spec)
-    for key, value in (thresholds or {}).items():
-        if value is not None:
-            spec[key] = check_threshold(key, value)
-    decoder = make_decoder(spec, model.input_spec)
-    if mode == "full":
-        return FullFrameDetector(model.backend, decoder, model.input_spec)
-    return StrategyDetector(mode, model.backend, decoder, model.input_spec, roi or RoiConfig(),
-                            score_threshold=float(decoder.score_threshold))

@@ -23,7 +23,7 @@ import numpy as np
 from edge_sdk.detections import Detections
 from edge_sdk.errors import ConfigError
 from edge_sdk.preprocess import InputSpec
-from edge_sdk.runtime.detector import DecoderDetector, PreparedInput, check_threshold, clock
+from edge_sdk.runtime.detector import DecoderDetector, PreparedInput, clock, model_decoder
 
 
 class GpuFullFrameDetector(DecoderDetector):
@@ -108,13 +108,7 @@ def make_gpu_detector(model: Any, thresholds: Optional[Mapping[str, Any]] = None
                       use_graphs: bool = True) -> GpuFullFrameDetector:
     """The GPU full-frame detector over a loaded Model whose backend runs on a CUDA stream.
     `thresholds` (score_threshold, nms_iou) override the bundle's decoder settings."""
-    from edge_sdk.decoders import make_decoder
-
-    spec = dict(model.decoder_spec)
-    for key, value in (thresholds or {}).items():
-        if value is not None:
-            spec[key] = check_threshold(key, value)
-    decoder = make_decoder(spec, model.input_spec)
+    decoder = model_decoder(model, thresholds)
     from edge_sdk.cuda.frames import measured_choice
 
     return GpuFullFrameDetector(model.backend, decoder, model.input_spec, cache=cache, use_graphs=use_graphs,

@@ -46,7 +46,8 @@ from edge_sdk.errors import ConfigError
 from edge_sdk.runtime.cache import PredictionCache
 from edge_sdk.runtime.capture import Capture, FrameSlot
 from edge_sdk.runtime.config import PipelineConfig
-from edge_sdk.runtime.detector import Detector, PreparedInput, make_detector
+from edge_sdk.runtime.detector import Detector, PreparedInput
+from edge_sdk.runtime.factory import make_detector
 from edge_sdk.runtime.infer_thread import InferThread, Item, Pending
 from edge_sdk.runtime.model import Model, load_model
 from edge_sdk.runtime.sources import Source, open_source

@@ -36,7 +36,7 @@ from urllib.parse import unquote, urlsplit
 from edge_sdk import _imports
 from edge_sdk.config_schema import ENV_VAR, building_from, check_fields, key
 from edge_sdk.errors import ConfigError, EdgeSdkError
-from edge_sdk.fsutil import sqlite_error_kind
+from edge_sdk.fsutil import move_corrupt_aside, sqlite_error_kind
 from edge_sdk.telemetry.guard import CallbackGuard
 from edge_sdk.telemetry.schemas import TOPICS, now_ms, topic
 from edge_sdk.validate import dumps_outgoing
@@ -247,20 +247,8 @@ class DiskQueue:
     def _move_aside(self, exc: BaseException) -> None:
         """Keep a corrupt file (and its write-ahead log) for inspection and make room for a new one."""
         self._close_quietly()
-        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-        target = self.path.with_name(f"{self.path.name}.corrupt-{stamp}")
-        n = 1
-        while target.exists():
-            n += 1
-            target = self.path.with_name(f"{self.path.name}.corrupt-{stamp}-{n}")
         try:
-            os.replace(self.path, target)
-            wal = Path(f"{self.path}-wal")
-            if wal.exists():
-                os.replace(wal, f"{target}-wal")
-            shm = Path(f"{self.path}-shm")
-            if shm.exists():
-                shm.unlink()
+            target = move_corrupt_aside(self.path)
         except OSError as err:
             raise PublisherError(f"the telemetry queue {self.path} is corrupt ({exc}) and cannot be moved aside "
                                  f"({err}); delete it or set [mqtt] queue_dir") from err

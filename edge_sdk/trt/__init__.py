@@ -7,17 +7,9 @@ from __future__ import annotations
 
 from edge_sdk.trt.cache import EngineCache, EngineKey, default_cache_dir
 from edge_sdk.trt.device import GpuInfo, detect_gpu
-from edge_sdk.trt.engine import (
-    BatchRange,
-    CreateConfig,
-    EngineBytesFromNetwork,
-    EngineResult,
-    NetworkFromOnnxPath,
-    SaveEngine,
-    batch_range,
-    build_engine,
-    maybe_build_engine,
-)
+from edge_sdk.trt.engine import EngineResult, build_engine, maybe_build_engine
+from edge_sdk.trt.loaders import CreateConfig, EngineBytesFromNetwork, NetworkFromOnnxPath, SaveEngine
+from edge_sdk.trt.profiles import BatchRange, batch_range
 
 __all__ = [
     "BatchRange",

@@ -117,3 +117,10 @@ def listening() -> int:
     """How many listeners are subscribed now."""
     with _LOCK:
         return len(_LISTENERS)
+
+
+def log_tail(listener: Any, n: int = 8) -> str:
+    """The last `n` messages a listener heard, as a paragraph to end an error message with
+    ("" when it heard none)."""
+    lines = [f"{s}: {m}" for s, m in getattr(listener, "messages", [])][-n:]
+    return ("\nTensorRT log:\n  " + "\n  ".join(lines)) if lines else ""

@@ -15,8 +15,9 @@ from edge_sdk.cuda.compiler import KernelCache
 from edge_sdk.cuda.preprocess import GpuPreprocessor
 from edge_sdk.errors import KernelArchitectureError
 from edge_sdk.preprocess import InputSpec
-from edge_sdk.runtime import detector as detector_mod
-from edge_sdk.runtime.detector import FullFrameDetector, make_detector
+from edge_sdk.runtime import factory as factory_mod
+from edge_sdk.runtime.detector import FullFrameDetector
+from edge_sdk.runtime.factory import make_detector
 from fakes import fake_cuda_python
 
 WHEEL = NvrtcLibrary("/venv/nvidia/cuda_nvrtc/lib/libnvrtc.so.11.2", (11, 8), "pip wheel")
@@ -78,7 +79,7 @@ def test_the_detector_falls_back_to_the_cpu_preprocessor_with_one_warning(kernel
     cuda = FakeRuntimeCuda(kernel_shim("preprocess.cu").launch, props=new_gpu)
     cuda.compiler_archs = fake_cuda_python.NVRTC_11_8_ARCHS
     monkeypatch.setenv("EDGE_SDK_KERNEL_CACHE", str(tmp_path / "kernels"))
-    monkeypatch.setattr(detector_mod, "_WARNED", set())
+    monkeypatch.setattr(factory_mod, "_WARNED", set())
 
     class Backend:  # what make_detector looks at: a backend on a CUDA stream
         name = "tensorrt"
@@ -94,7 +95,7 @@ def test_the_detector_falls_back_to_the_cpu_preprocessor_with_one_warning(kernel
     model = type("Model", (), {})()
     model.backend, model.input_spec = Backend(), SPEC
     model.decoder_spec = {"type": "centerface", "score_threshold": 0.5, "nms_iou": 0.3}
-    with caplog.at_level(logging.WARNING, logger="edge_sdk.runtime.detector"):
+    with caplog.at_level(logging.WARNING, logger="edge_sdk.runtime.factory"):
         first = make_detector("full", model)
         second = make_detector("full", model)
     assert isinstance(first, FullFrameDetector) and isinstance(second, FullFrameDetector)

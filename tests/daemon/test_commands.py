@@ -268,7 +268,8 @@ def test_a_corrupt_replay_file_is_moved_aside_and_older_commands_refused(tmp_pat
     path = tmp_path / "cam.commands.sqlite3"
     path.write_bytes(b"this is not a database" * 100)
     proc = CommandProcessor(Device().handlers(), secret=secret, device_id=DEVICE, clock=lambda: now, replay_path=path)
-    assert [p.name for p in tmp_path.iterdir() if "corrupt" in p.name], "the unreadable file is kept aside"
+    # kept aside for inspection, named by its UTC time as the telemetry queue's are
+    assert [p.name for p in tmp_path.iterdir() if "corrupt" in p.name] == ["cam.commands.sqlite3.corrupt-20231114T221320Z"]
     assert "unreadable" in caplog.text
     # signed before the record was lost: it may be a replay of a command we no longer know
     assert "sign it again" in proc.handle(signed("old", secret, now - 5))["error"]

@@ -9,7 +9,8 @@ import pytest
 from edge_sdk.preprocess import InputSpec
 from edge_sdk.errors import ConfigError
 from edge_sdk.roi.config import RoiConfig
-from edge_sdk.runtime.detector import FullFrameDetector, StrategyDetector, make_detector
+from edge_sdk.runtime.detector import FullFrameDetector, StrategyDetector
+from edge_sdk.runtime.factory import make_detector
 from edge_sdk.runtime.model import Model
 
 SPEC = InputSpec(name="input.1", shape=[1, 3, 48, 64])

@@ -13,7 +13,8 @@ from edge_sdk.detections import Detections
 from edge_sdk.preprocess import InputSpec
 from edge_sdk.runtime import detector as detector_mod
 from edge_sdk.runtime.config import CacheConfig, PipelineConfig, SourceConfig
-from edge_sdk.runtime.detector import FullFrameDetector, make_detector
+from edge_sdk.runtime.detector import FullFrameDetector
+from edge_sdk.runtime.factory import make_detector
 from edge_sdk.runtime.model import Model
 from edge_sdk.runtime.pipeline import Pipeline
 from runtime_factories import CENTERFACE_DECODER, ListSource, scene

@@ -21,7 +21,8 @@ from edge_sdk.errors import (
 )
 from edge_sdk.fsutil import sha256_file
 from edge_sdk.trt import engine as engine_mod
-from edge_sdk.trt.engine import build_engine, layer_nodes, maybe_build_engine
+from edge_sdk.trt.engine import build_engine, maybe_build_engine
+from edge_sdk.trt.pins import layer_nodes
 from fakes.fake_tensorrt import decode_engine
 from trt_bundles import ORIN, XAVIER, calib_cache_text
 

@@ -11,7 +11,9 @@ from edge_sdk.cli import app
 from edge_sdk.errors import BackendError, ConfigError
 from edge_sdk.roi.config import RoiConfig
 from edge_sdk.trt import engine as engine_mod
-from edge_sdk.trt.engine import BatchRange, batch_range, build_engine, report_lines, report_warnings, summarize_layers
+from edge_sdk.trt.engine import build_engine
+from edge_sdk.trt.profiles import BatchRange, batch_range
+from edge_sdk.trt.report import report_lines, report_warnings, summarize_layers
 from fakes.fake_tensorrt import MISSING_SCALE, decode_engine
 from trt_bundles import INPUT, XAVIER
 

@@ -15,7 +15,7 @@ import numpy as np
 
 from edge_sdk import _imports
 from edge_sdk.errors import BackendError, ModelError
-from edge_sdk.runtime.backends import Backend
+from edge_sdk.runtime.backends.base import Backend
 
 PROVIDERS = {
     "cpu": "CPUExecutionProvider",

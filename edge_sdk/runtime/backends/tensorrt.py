@@ -54,7 +54,7 @@ import numpy as np
 
 from edge_sdk import _imports
 from edge_sdk.errors import BackendError, BundleError
-from edge_sdk.runtime.backends import Backend
+from edge_sdk.runtime.backends.base import Backend
 
 log = logging.getLogger(__name__)
 
@@ -211,7 +211,9 @@ class TensorRTBackend(Backend):
         from edge_sdk.cuda import require_cuda
         from edge_sdk.trt.cache import EngineCache
         from edge_sdk.trt.device import GpuInfo
-        from edge_sdk.trt.engine import batch_range, build_engine, trt_api
+        from edge_sdk.trt.api import trt_api
+        from edge_sdk.trt.engine import build_engine
+        from edge_sdk.trt.profiles import batch_range
 
         trt = _imports.tensorrt()
         api = cuda if cuda is not None else require_cuda("auto")
@@ -251,7 +253,6 @@ class TensorRTBackend(Backend):
             self.cuda = require_cuda("auto")
         trt = _imports.tensorrt()
         from edge_sdk.trt import log as trt_log
-        from edge_sdk.trt.engine import _log_tail
 
         self._trt = trt
         self.tensorrt_version = str(getattr(trt, "__version__", self.tensorrt_version))
@@ -273,12 +274,12 @@ class TensorRTBackend(Backend):
                 engine = self._deserialize()
             if engine is None:
                 raise BackendError(f"TensorRT {self.tensorrt_version} cannot deserialize {self.engine_path}; rebuild it with "
-                                   f"`edge-sdk engine BUNDLE --force`" + _log_tail(self._logger))
+                                   f"`edge-sdk engine BUNDLE --force`" + trt_log.log_tail(self._logger))
             self._engine = engine
             self._context = engine.create_execution_context()
             if self._context is None:
                 raise BackendError("TensorRT could not create an execution context (out of GPU memory?); stop other GPU "
-                                   "programs or use a smaller input" + _log_tail(self._logger))
+                                   "programs or use a smaller input" + trt_log.log_tail(self._logger))
             self._read_io()
             self._allocate()
             self.is_active = True
@@ -421,9 +422,9 @@ class TensorRTBackend(Backend):
             raise BackendError(f"TensorRT refused the address of tensor {name!r}" + self._tail())
 
     def _tail(self) -> str:
-        from edge_sdk.trt.engine import _log_tail
+        from edge_sdk.trt import log as trt_log
 
-        return _log_tail(self._logger)
+        return trt_log.log_tail(self._logger)
 
     # -- inference ---------------------------------------------------------------------------
     def infer(self, feed: Dict[str, Any]) -> List[np.ndarray]:
