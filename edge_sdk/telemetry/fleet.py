@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 from edge_sdk.telemetry import schemas
+from edge_sdk.telemetry.intake import Histogram
 from edge_sdk.telemetry.schemas import split_topic
 
 MAX_DEVICES = 10000
@@ -96,6 +97,7 @@ class Fleet:
         self.skewed = 0  # status messages with a status_ts beyond the skew
         self.expired = 0  # devices forgotten after expire_s of silence
         self.evicted = 0  # devices forgotten to make room for a new one
+        self.age = Histogram()  # seconds from a message's ts to its arrival (not status: retained)
 
     def check(self, topic: str, payload: Any) -> Optional[str]:
         """Why (topic, payload) is not a message of ours, or None when it is one."""
@@ -136,6 +138,8 @@ class Fleet:
         if received_ms is None:
             received_ms = schemas.now_ms()
         now = self._clock()
+        if suffix != "status" and isinstance(payload.get("ts"), int):
+            self.age.observe(max(0.0, (received_ms - payload["ts"]) / 1000.0))
         with self._lock:
             self.accepted += 1
             self._expire(now)
@@ -231,46 +235,23 @@ def _newer_status(new: Dict[str, Any], shown: Dict[str, Any]) -> bool:
 
 
 def prometheus_collector(fleet: Fleet, intake: Any = None) -> Any:
-    """A prometheus_client collector that renders the fleet at scrape time, and the consumer's
-    own counters: devices tracked and forgotten, messages by outcome (with an `Intake`, also
-    those refused by size or dropped from a full backlog)."""
-    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+    """A prometheus_client collector that renders the fleet at scrape time (names:
+    `edge_sdk.telemetry.exposition`), and the consumer's own counters: devices tracked and
+    forgotten, messages by outcome, the age of messages on arrival; with an `Intake`, also those
+    refused by size or dropped from a full backlog, the backlog now and how long messages waited."""
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+
+    from edge_sdk.telemetry.exposition import device_families
 
     class FleetCollector:
         def collect(self) -> Iterator[Any]:
-            up = GaugeMetricFamily("edge_sdk_up", "1 when the device's status is online", labels=["device"])
-            fps = GaugeMetricFamily("edge_sdk_fps", "frames per second over the telemetry window", labels=["device"])
-            lat = GaugeMetricFamily("edge_sdk_latency_ms", "latency percentile per stage (ms)",
-                                    labels=["device", "stage", "quantile"])
-            frames = GaugeMetricFamily("edge_sdk_frames", "frame counters since the daemon started",
-                                       labels=["device", "kind"])
-            alerts = GaugeMetricFamily("edge_sdk_alert_open", "1 while an alert is open", labels=["device", "alert"])
-            system = GaugeMetricFamily("edge_sdk_system", "host figures (CPU %, memory, GPU %, temperature)",
-                                       labels=["device", "metric"])
-            for view in fleet:
-                d = view.device_id
-                up.add_metric([d], 1.0 if view.state == "online" else 0.0)
-                t = view.telemetry
-                if isinstance(t.get("fps"), (int, float)):
-                    fps.add_metric([d], float(t["fps"]))
-                for stage, p in (t.get("latency_ms") or {}).items():
-                    for q in ("p50", "p95", "p99"):
-                        if isinstance(p.get(q), (int, float)):
-                            lat.add_metric([d, stage, q], float(p[q]))
-                for kind, value in (t.get("frames") or {}).items():
-                    frames.add_metric([d, kind], float(value))
-                for name in view.alerts:
-                    alerts.add_metric([d, name], 1.0)
-                for key, value in (t.get("system") or {}).items():
-                    if isinstance(value, (int, float)) and not isinstance(value, bool):
-                        system.add_metric([d, key], float(value))
-            yield from (up, fps, lat, frames, alerts, system)
-            yield from _own_metrics(fleet, intake, CounterMetricFamily, GaugeMetricFamily)
+            yield from device_families((v.device_id, v.state, v.telemetry, list(v.alerts)) for v in fleet)
+            yield from _own_metrics(fleet, intake, CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily)
 
     return FleetCollector()
 
 
-def _own_metrics(fleet: Fleet, intake: Any, counter: Any, gauge: Any) -> Iterator[Any]:
+def _own_metrics(fleet: Fleet, intake: Any, counter: Any, gauge: Any, histogram: Any) -> Iterator[Any]:
     c = fleet.counters()
     devices = gauge("edge_sdk_monitor_devices", "devices the monitor tracks now")
     devices.add_metric([], float(c["devices"]))
@@ -282,8 +263,20 @@ def _own_metrics(fleet: Fleet, intake: Any, counter: Any, gauge: Any) -> Iterato
                        "messages are among the accepted)", labels=["outcome"])
     for outcome in ("accepted", "invalid", "stale", "skewed"):
         messages.add_metric([outcome], float(c[outcome]))
+    buckets, total, _ = fleet.age.snapshot()
+    age = histogram("edge_sdk_monitor_message_age_seconds", "from a message's ts (the device's clock) to its "
+                    "arrival here, telemetry, alerts and detections; a device clock ahead counts as 0")
+    age.add_metric([], buckets, total)
     if intake is not None:
         i = intake.counters()
         messages.add_metric(["oversize"], float(i["oversize"]))
         messages.add_metric(["backlog"], float(i["backlog"]))
-    yield from (devices, forgotten, messages)
+    yield from (devices, forgotten, messages, age)
+    if intake is not None:
+        queued = gauge("edge_sdk_monitor_queued_messages", "messages received and waiting to be validated")
+        queued.add_metric([], float(i["queued"]))
+        buckets, total, _ = intake.waited.snapshot()
+        waited = histogram("edge_sdk_monitor_queue_wait_seconds", "how long a received message waited to be "
+                           "validated (the monitor's own lag)")
+        waited.add_metric([], buckets, total)
+        yield from (queued, waited)
