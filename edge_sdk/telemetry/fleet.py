@@ -114,8 +114,8 @@ class Fleet:
             return f"schema {str(payload.get('schema'))[:80]!r} is not {schema_id}"
         if payload.get("device_id") != device_id:
             return "device_id differs from the topic's"
-        problems = schemas.errors(payload, schema_id, limit=1)
-        return problems[0][:300] if problems else None
+        problem = schemas.compiled(schema_id)(payload)
+        return problem[:300] if problem is not None else None
 
     def refuse(self) -> None:
         """Count a message refused before it reached `update()` (it did not parse)."""
