@@ -80,6 +80,8 @@ def monitor(
     prometheus: Optional[str] = typer.Option(None, "--prometheus", metavar="[HOST:]PORT", help="Serve the fleet as Prometheus metrics (/metrics) on PORT of every interface (0.0.0.0), or on HOST:PORT only (127.0.0.1:9108, [::1]:9108)."),
     max_devices: int = typer.Option(MAX_DEVICES, "--max-devices", min=1, help="Track at most this many devices; a new one takes the place of the one silent longest."),
     expire: float = typer.Option(EXPIRE_S, "--expire", min=0.0, help="Forget a device silent for this many seconds (0: never)."),
+    homeassistant: bool = typer.Option(False, "--homeassistant", help="Publish Home Assistant MQTT discovery configs (retained) for every device seen, and remove them when a device is forgotten (--expire, --max-devices)."),
+    homeassistant_prefix: str = typer.Option("homeassistant", "--homeassistant-prefix", help="Home Assistant's discovery prefix."),
     share: Optional[str] = typer.Option(None, "--share", help="Join the MQTT 5 shared subscription $share/<GROUP>/... so several monitors split a fleet."),
     ca_file: Optional[Path] = typer.Option(None, "--ca-file", help="CA certificate for mqtts://."),
     cert_file: Optional[Path] = typer.Option(None, "--cert-file", help="Client certificate (mqtts)."),
@@ -93,6 +95,7 @@ def monitor(
     minute); they are read on a thread of their own, one device at a time in turn."""
     from edge_sdk import _imports
     from edge_sdk.errors import ConfigError
+    from edge_sdk.telemetry.discovery import Discovery
     from edge_sdk.telemetry.fleet import Fleet, prometheus_collector
     from edge_sdk.telemetry.guard import CallbackGuard
     from edge_sdk.telemetry.intake import Intake
@@ -103,7 +106,13 @@ def monitor(
     mqtt = _imports.mqtt()
     cfg = BrokerConfig(url=broker, protocol="5", ca_file=str(ca_file) if ca_file else None,
                        cert_file=str(cert_file) if cert_file else None, key_file=str(key_file) if key_file else None)
-    fleet = Fleet(max_devices=max_devices, expire_s=expire)
+    discovery: Optional[Discovery] = None
+    if homeassistant:
+        try:
+            discovery = Discovery(lambda name, body: client.publish(name, body, qos=1, retain=True), homeassistant_prefix)
+        except ValueError as exc:
+            raise ConfigError(f"--homeassistant-prefix: {exc}") from None
+    fleet = Fleet(max_devices=max_devices, expire_s=expire, on_forget=discovery.forget if discovery else None)
     who = device or "+"
     topics = [f"edge-sdk/{who}/status", f"edge-sdk/{who}/telemetry", f"edge-sdk/{who}/alerts",
               f"edge-sdk/{who}/detections", f"edge-sdk/{who}/cmd/response"]
@@ -135,6 +144,8 @@ def monitor(
         if view is None:
             refuse(topic, why or "refused")
             return
+        if discovery is not None:
+            discovery.seen(view.device_id)
         line = dumps({"topic": topic, "received": received_ms, "payload": payload})
         with out_lock:
             if record_file is not None:
@@ -197,6 +208,7 @@ def monitor(
         """The main thread's round: False once --duration is over."""
         if refused:
             raise ConfigError(f"broker {cfg.redacted_url()} refused the monitor: {refused[0]}")
+        fleet.expire()
         note_forgotten()
         return deadline is None or time.monotonic() <= deadline
 

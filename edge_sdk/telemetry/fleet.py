@@ -79,10 +79,13 @@ class Fleet:
     """Thread-safe: the consumer's worker thread updates, the display and the exporter read.
 
     `clock` (monotonic seconds) orders devices by their last message and expires them;
-    `received_ms` given to `update()` (default: the wall clock now) bounds `status_ts`."""
+    `received_ms` given to `update()` (default: the wall clock now) bounds `status_ts`;
+    `on_forget(device_id)` is called for each device expired or evicted (under the lock: it
+    must not block, nor call back into the fleet)."""
 
     def __init__(self, max_devices: int = MAX_DEVICES, expire_s: float = EXPIRE_S, max_skew_s: float = MAX_SKEW_S,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 on_forget: Optional[Callable[[str], None]] = None) -> None:
         if int(max_devices) < 1:
             raise ValueError(f"max_devices must be >= 1, got {max_devices}")
         self._lock = threading.Lock()
@@ -91,6 +94,7 @@ class Fleet:
         self.expire_s = float(expire_s)  # 0: never
         self.max_skew_ms = int(max_skew_s * 1000)
         self._clock = clock
+        self._on_forget = on_forget
         self.accepted = 0  # valid messages
         self.invalid = 0  # refused: not JSON, not valid against the topic's schema, or another device's id
         self.stale = 0  # status messages older than the one shown
@@ -146,8 +150,10 @@ class Fleet:
             view = self.devices.get(device_id)
             if view is None:
                 if len(self.devices) >= self.max_devices:
-                    self.devices.popitem(last=False)  # the device silent longest
+                    gone, _ = self.devices.popitem(last=False)  # the device silent longest
                     self.evicted += 1
+                    if self._on_forget is not None:
+                        self._on_forget(gone)
                 view = self.devices[device_id] = DeviceView(device_id)
             else:
                 self.devices.move_to_end(device_id)
@@ -205,6 +211,13 @@ class Fleet:
                 return
             del self.devices[device_id]
             self.expired += 1
+            if self._on_forget is not None:
+                self._on_forget(device_id)
+
+    def expire(self) -> None:
+        """Forget the devices silent for expire_s now (the monitor calls it on its own clock)."""
+        with self._lock:
+            self._expire(self._clock())
 
     def counters(self) -> Dict[str, int]:
         with self._lock:
