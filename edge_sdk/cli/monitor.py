@@ -100,7 +100,8 @@ def monitor(
     from edge_sdk.telemetry.guard import CallbackGuard
     from edge_sdk.telemetry.intake import Intake
     from edge_sdk.telemetry.mqtt import BrokerConfig, make_client
-    from edge_sdk.validate import UntrustedInput, dumps, loads_untrusted
+    from edge_sdk.telemetry import fastcheck
+    from edge_sdk.validate import UntrustedInput, dumps
 
     address = listen_address(prometheus) if prometheus is not None else None
     mqtt = _imports.mqtt()
@@ -135,12 +136,12 @@ def monitor(
     def handle(topic: str, raw: bytes, received_ms: int) -> None:
         """The worker thread: parse, validate, apply, record."""
         try:
-            payload = loads_untrusted(raw, MAX_PAYLOAD)
+            payload = fastcheck.parse(raw, MAX_PAYLOAD)
         except UntrustedInput as exc:
             fleet.refuse()
             refuse(topic, str(exc))
             return
-        view, why = fleet.apply(topic, payload, received_ms)
+        view, why = fleet.apply(topic, payload, received_ms, raw=raw)
         if view is None:
             refuse(topic, why or "refused")
             return

@@ -26,7 +26,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
-from edge_sdk.telemetry import schemas
+from edge_sdk.telemetry import fastcheck, schemas
 from edge_sdk.telemetry.intake import Histogram
 from edge_sdk.telemetry.schemas import split_topic
 
@@ -103,8 +103,9 @@ class Fleet:
         self.evicted = 0  # devices forgotten to make room for a new one
         self.age = Histogram()  # seconds from a message's ts to its arrival (not status: retained)
 
-    def check(self, topic: str, payload: Any) -> Optional[str]:
-        """Why (topic, payload) is not a message of ours, or None when it is one."""
+    def check(self, topic: str, payload: Any, raw: Optional[bytes] = None) -> Optional[str]:
+        """Why (topic, payload) is not a message of ours, or None when it is one. With `raw`, the
+        bytes `payload` was parsed from, the fast path (`fastcheck.valid`) may decide first."""
         parsed = split_topic(topic)
         if parsed is None:
             return "not an edge-sdk topic"
@@ -118,6 +119,8 @@ class Fleet:
             return f"schema {str(payload.get('schema'))[:80]!r} is not {schema_id}"
         if payload.get("device_id") != device_id:
             return "device_id differs from the topic's"
+        if raw is not None and fastcheck.valid(raw, suffix):
+            return None
         problem = schemas.compiled(schema_id)(payload)
         return problem[:300] if problem is not None else None
 
@@ -131,10 +134,11 @@ class Fleet:
         `received_ms`: when it arrived (wall clock, ms)."""
         return self.apply(topic, payload, received_ms)[0]
 
-    def apply(self, topic: str, payload: Any,
-              received_ms: Optional[int] = None) -> Tuple[Optional[DeviceView], Optional[str]]:
-        """`update()`, with why a refused message was refused: (view, None) or (None, why)."""
-        why = self.check(topic, payload)
+    def apply(self, topic: str, payload: Any, received_ms: Optional[int] = None,
+              raw: Optional[bytes] = None) -> Tuple[Optional[DeviceView], Optional[str]]:
+        """`update()`, with why a refused message was refused: (view, None) or (None, why).
+        `raw`: the bytes `payload` was parsed from (see `check`)."""
+        why = self.check(topic, payload, raw)
         if why is not None:
             self.refuse()
             return None, why
