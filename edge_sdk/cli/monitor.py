@@ -82,6 +82,7 @@ def monitor(
     expire: float = typer.Option(EXPIRE_S, "--expire", min=0.0, help="Forget a device silent for this many seconds (0: never)."),
     homeassistant: bool = typer.Option(False, "--homeassistant", help="Publish Home Assistant MQTT discovery configs (retained) for every device seen, and remove them when a device is forgotten (--expire, --max-devices)."),
     homeassistant_prefix: str = typer.Option("homeassistant", "--homeassistant-prefix", help="Home Assistant's discovery prefix."),
+    protocol: str = typer.Option("5", "--protocol", help="MQTT version: 5, or 3.1.1 for a broker without MQTT 5 (RabbitMQ before 3.13); with 3.1.1 the broker is not told the largest packet the monitor takes, which then refuses oversize messages after receiving them."),
     share: Optional[str] = typer.Option(None, "--share", help="Join the MQTT 5 shared subscription $share/<GROUP>/... so several monitors split a fleet."),
     ca_file: Optional[Path] = typer.Option(None, "--ca-file", help="CA certificate for mqtts://."),
     cert_file: Optional[Path] = typer.Option(None, "--cert-file", help="Client certificate (mqtts)."),
@@ -105,7 +106,9 @@ def monitor(
 
     address = listen_address(prometheus) if prometheus is not None else None
     mqtt = _imports.mqtt()
-    cfg = BrokerConfig(url=broker, protocol="5", ca_file=str(ca_file) if ca_file else None,
+    if protocol not in ("5", "3.1.1"):
+        raise ConfigError(f"--protocol {protocol!r}: give 5 or 3.1.1")
+    cfg = BrokerConfig(url=broker, protocol=protocol, ca_file=str(ca_file) if ca_file else None,
                        cert_file=str(cert_file) if cert_file else None, key_file=str(key_file) if key_file else None)
     discovery: Optional[Discovery] = None
     if homeassistant:
@@ -188,9 +191,11 @@ def monitor(
     client.on_connect = guard(on_connect)
     client.on_message = guard(on_message)
     intake.start()
-    connect = mqtt.Properties(mqtt.PacketTypes.CONNECT)
-    # MQTT 5: the broker does not send this client anything larger (it drops it, uncounted here)
-    connect.MaximumPacketSize = MAX_PACKET
+    connect = None
+    if protocol == "5":
+        connect = mqtt.Properties(mqtt.PacketTypes.CONNECT)
+        # the broker does not send this client anything larger (it drops it, uncounted here)
+        connect.MaximumPacketSize = MAX_PACKET
     client.connect_async(cfg.host, cfg.port, keepalive=cfg.keepalive, properties=connect)
     client.loop_start()
     deadline = time.monotonic() + duration if duration > 0 else None
