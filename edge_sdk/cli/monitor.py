@@ -46,8 +46,8 @@ def render_table(fleet: Any) -> Any:
     return table
 
 
-def listen_address(value: str) -> Tuple[str, int]:
-    """`--prometheus` as (host, port): `PORT` (on DEFAULT_BIND), `HOST:PORT` or `[IPV6]:PORT`."""
+def listen_address(value: str, option: str = "--prometheus") -> Tuple[str, int]:
+    """`--prometheus` (or `option`) as (host, port): `PORT` (on DEFAULT_BIND), `HOST:PORT` or `[IPV6]:PORT`."""
     from edge_sdk.errors import ConfigError
 
     host, sep, port = value.rpartition(":")
@@ -56,9 +56,9 @@ def listen_address(value: str) -> Tuple[str, int]:
     elif host.startswith("[") and host.endswith("]"):
         host = host[1:-1]
     if not host or ":" in host and not value.startswith("["):
-        raise ConfigError(f"--prometheus {value!r}: give PORT, HOST:PORT or [IPV6]:PORT (e.g. 127.0.0.1:9108)")
+        raise ConfigError(f"{option} {value!r}: give PORT, HOST:PORT or [IPV6]:PORT (e.g. 127.0.0.1:9108)")
     if not port.isdigit() or not 0 < int(port) < 65536:
-        raise ConfigError(f"--prometheus {value!r}: the port must be a number from 1 to 65535")
+        raise ConfigError(f"{option} {value!r}: the port must be a number from 1 to 65535")
     return host, int(port)
 
 
