@@ -199,11 +199,11 @@ def run_fleet(devices: int, seconds: float, interval: float, publishers: int) ->
             c.loop_start()
             clients.append(c)
         names = [f"sim-{i:05d}" for i in range(devices)]
-        # the monitor subscribed once it shows the first device's status
+        # every device comes online first (retained status); telemetry starts once the monitor has them all
         for i, name in enumerate(names):
             clients[i % publishers].publish(schemas.topic(name, "status"), json.dumps(status(name)), qos=1, retain=True)
-        deadline = time.monotonic() + 30
-        while reader.lines < min(devices, 1) and time.monotonic() < deadline:
+        deadline = time.monotonic() + 60
+        while reader.lines < devices and time.monotonic() < deadline:
             time.sleep(0.05)
         start = time.monotonic()
         sent, seq = 0, 0
