@@ -17,6 +17,8 @@ _EXTRAS = {
     "cv2": ("cpu", "on a Jetson use JetPack's OpenCV instead: sudo apt install python3-opencv"),
     "paho.mqtt.client": ("mqtt", ""),
     "jsonschema": ("mqtt", ""),
+    "msgspec": ("mqtt", "consumers parse and validate in Python without it, several times slower"),
+    "fastjsonschema": ("mqtt", "consumers validate with jsonschema without it, about 10 times slower"),
     "prometheus_client": ("mqtt", "needed by edge-sdk monitor --prometheus"),
     "matplotlib": ("report", ""),
     "jtop": ("jetson", "and start the jtop service: sudo systemctl start jtop.service"),

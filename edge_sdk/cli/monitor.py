@@ -46,8 +46,8 @@ def render_table(fleet: Any) -> Any:
     return table
 
 
-def listen_address(value: str) -> Tuple[str, int]:
-    """`--prometheus` as (host, port): `PORT` (on DEFAULT_BIND), `HOST:PORT` or `[IPV6]:PORT`."""
+def listen_address(value: str, option: str = "--prometheus") -> Tuple[str, int]:
+    """`--prometheus` (or `option`) as (host, port): `PORT` (on DEFAULT_BIND), `HOST:PORT` or `[IPV6]:PORT`."""
     from edge_sdk.errors import ConfigError
 
     host, sep, port = value.rpartition(":")
@@ -56,9 +56,9 @@ def listen_address(value: str) -> Tuple[str, int]:
     elif host.startswith("[") and host.endswith("]"):
         host = host[1:-1]
     if not host or ":" in host and not value.startswith("["):
-        raise ConfigError(f"--prometheus {value!r}: give PORT, HOST:PORT or [IPV6]:PORT (e.g. 127.0.0.1:9108)")
+        raise ConfigError(f"{option} {value!r}: give PORT, HOST:PORT or [IPV6]:PORT (e.g. 127.0.0.1:9108)")
     if not port.isdigit() or not 0 < int(port) < 65536:
-        raise ConfigError(f"--prometheus {value!r}: the port must be a number from 1 to 65535")
+        raise ConfigError(f"{option} {value!r}: the port must be a number from 1 to 65535")
     return host, int(port)
 
 
@@ -80,6 +80,9 @@ def monitor(
     prometheus: Optional[str] = typer.Option(None, "--prometheus", metavar="[HOST:]PORT", help="Serve the fleet as Prometheus metrics (/metrics) on PORT of every interface (0.0.0.0), or on HOST:PORT only (127.0.0.1:9108, [::1]:9108)."),
     max_devices: int = typer.Option(MAX_DEVICES, "--max-devices", min=1, help="Track at most this many devices; a new one takes the place of the one silent longest."),
     expire: float = typer.Option(EXPIRE_S, "--expire", min=0.0, help="Forget a device silent for this many seconds (0: never)."),
+    homeassistant: bool = typer.Option(False, "--homeassistant", help="Publish Home Assistant MQTT discovery configs (retained) for every device seen, and remove them when a device is forgotten (--expire, --max-devices)."),
+    homeassistant_prefix: str = typer.Option("homeassistant", "--homeassistant-prefix", help="Home Assistant's discovery prefix."),
+    protocol: str = typer.Option("5", "--protocol", help="MQTT version: 5, or 3.1.1 for a broker without MQTT 5 (RabbitMQ before 3.13); with 3.1.1 the broker is not told the largest packet the monitor takes, which then refuses oversize messages after receiving them."),
     share: Optional[str] = typer.Option(None, "--share", help="Join the MQTT 5 shared subscription $share/<GROUP>/... so several monitors split a fleet."),
     ca_file: Optional[Path] = typer.Option(None, "--ca-file", help="CA certificate for mqtts://."),
     cert_file: Optional[Path] = typer.Option(None, "--cert-file", help="Client certificate (mqtts)."),
@@ -93,17 +96,27 @@ def monitor(
     minute); they are read on a thread of their own, one device at a time in turn."""
     from edge_sdk import _imports
     from edge_sdk.errors import ConfigError
+    from edge_sdk.telemetry.discovery import Discovery
     from edge_sdk.telemetry.fleet import Fleet, prometheus_collector
     from edge_sdk.telemetry.guard import CallbackGuard
     from edge_sdk.telemetry.intake import Intake
     from edge_sdk.telemetry.mqtt import BrokerConfig, make_client
-    from edge_sdk.validate import UntrustedInput, dumps, loads_untrusted
+    from edge_sdk.telemetry import fastcheck
+    from edge_sdk.validate import UntrustedInput, dumps
 
     address = listen_address(prometheus) if prometheus is not None else None
     mqtt = _imports.mqtt()
-    cfg = BrokerConfig(url=broker, protocol="5", ca_file=str(ca_file) if ca_file else None,
+    if protocol not in ("5", "3.1.1"):
+        raise ConfigError(f"--protocol {protocol!r}: give 5 or 3.1.1")
+    cfg = BrokerConfig(url=broker, protocol=protocol, ca_file=str(ca_file) if ca_file else None,
                        cert_file=str(cert_file) if cert_file else None, key_file=str(key_file) if key_file else None)
-    fleet = Fleet(max_devices=max_devices, expire_s=expire)
+    discovery: Optional[Discovery] = None
+    if homeassistant:
+        try:
+            discovery = Discovery(lambda name, body: client.publish(name, body, qos=1, retain=True), homeassistant_prefix)
+        except ValueError as exc:
+            raise ConfigError(f"--homeassistant-prefix: {exc}") from None
+    fleet = Fleet(max_devices=max_devices, expire_s=expire, on_forget=discovery.forget if discovery else None)
     who = device or "+"
     topics = [f"edge-sdk/{who}/status", f"edge-sdk/{who}/telemetry", f"edge-sdk/{who}/alerts",
               f"edge-sdk/{who}/detections", f"edge-sdk/{who}/cmd/response"]
@@ -126,15 +139,17 @@ def monitor(
     def handle(topic: str, raw: bytes, received_ms: int) -> None:
         """The worker thread: parse, validate, apply, record."""
         try:
-            payload = loads_untrusted(raw, MAX_PAYLOAD)
+            payload = fastcheck.parse(raw, MAX_PAYLOAD)
         except UntrustedInput as exc:
             fleet.refuse()
             refuse(topic, str(exc))
             return
-        view, why = fleet.apply(topic, payload, received_ms)
+        view, why = fleet.apply(topic, payload, received_ms, raw=raw)
         if view is None:
             refuse(topic, why or "refused")
             return
+        if discovery is not None:
+            discovery.seen(view.device_id)
         line = dumps({"topic": topic, "received": received_ms, "payload": payload})
         with out_lock:
             if record_file is not None:
@@ -176,9 +191,11 @@ def monitor(
     client.on_connect = guard(on_connect)
     client.on_message = guard(on_message)
     intake.start()
-    connect = mqtt.Properties(mqtt.PacketTypes.CONNECT)
-    # MQTT 5: the broker does not send this client anything larger (it drops it, uncounted here)
-    connect.MaximumPacketSize = MAX_PACKET
+    connect = None
+    if protocol == "5":
+        connect = mqtt.Properties(mqtt.PacketTypes.CONNECT)
+        # the broker does not send this client anything larger (it drops it, uncounted here)
+        connect.MaximumPacketSize = MAX_PACKET
     client.connect_async(cfg.host, cfg.port, keepalive=cfg.keepalive, properties=connect)
     client.loop_start()
     deadline = time.monotonic() + duration if duration > 0 else None
@@ -197,6 +214,7 @@ def monitor(
         """The main thread's round: False once --duration is over."""
         if refused:
             raise ConfigError(f"broker {cfg.redacted_url()} refused the monitor: {refused[0]}")
+        fleet.expire()
         note_forgotten()
         return deadline is None or time.monotonic() <= deadline
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import logging
 import sys
 from pathlib import Path
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Optional, Tuple
 
 import typer
 
@@ -22,6 +22,7 @@ def run(
     models_dir: Optional[Path] = typer.Option(None, "--models-dir", help="Folder the `reload` command may load bundles from."),
     max_frames: Optional[int] = typer.Option(None, "--max-frames", help="Stop after this many frames (0: run until stopped)."),
     log_level: str = typer.Option("info", "--log-level", help="debug | info | warning | error"),
+    metrics: Optional[str] = typer.Option(None, "--metrics", metavar="[HOST:]PORT", help="Serve this device's own Prometheus metrics (/metrics, the names edge-sdk monitor uses) on PORT of every interface, or on HOST:PORT only, for sites that scrape devices directly."),
 ) -> None:
     """Run the pipeline continuously and report: telemetry, health alerts and command responses
     over MQTT (or JSON lines on stdout without a broker).
@@ -30,7 +31,10 @@ def run(
     config. Exit code 0 after a clean stop, the error's code otherwise (2 config, 8 bundle,
     9 source, 10 backend, 11 telemetry).
     """
+    from edge_sdk.cli.monitor import listen_address
     from edge_sdk.daemon import Daemon, load_daemon_config
+
+    address = listen_address(metrics, "--metrics") if metrics is not None else None
 
     logging.basicConfig(stream=sys.stderr, level=getattr(logging, log_level.upper(), logging.INFO),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -54,6 +58,31 @@ def run(
         from edge_sdk.default_bundle import ensure_default_bundle
 
         cfg.pipeline.bundle = str(ensure_default_bundle(cfg.pipeline.precision, echo=lambda m: typer.echo(m, err=True)))
-    code = Daemon(cfg, config_path=config, overrides=overrides).run()
+    daemon = Daemon(cfg, config_path=config, overrides=overrides)
+    if address is not None:
+        serve_metrics(daemon, address)
+    code = daemon.run()
     if code:
         raise typer.Exit(code)
+
+
+def serve_metrics(daemon: Any, address: Tuple[str, int]) -> None:
+    """`--metrics`: the device's latest telemetry and open alerts, rendered at scrape time."""
+    from edge_sdk import _imports
+    from edge_sdk.errors import ConfigError
+    from edge_sdk.telemetry.exposition import device_families
+
+    host, port = address
+    prom = _imports.require("prometheus_client")
+
+    class DeviceCollector:
+        def collect(self) -> Any:
+            reporter = daemon.reporter
+            yield from device_families([(daemon.config.device.id, "online", reporter.last, reporter.health.open)])
+
+    registry = prom.CollectorRegistry()
+    registry.register(DeviceCollector())
+    try:
+        prom.start_http_server(port, addr=host, registry=registry)
+    except OSError as exc:
+        raise ConfigError(f"--metrics {host}:{port}: cannot listen on {host} port {port}: {exc}") from exc

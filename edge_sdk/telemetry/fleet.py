@@ -26,7 +26,8 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
-from edge_sdk.telemetry import schemas
+from edge_sdk.telemetry import fastcheck, schemas
+from edge_sdk.telemetry.intake import Histogram
 from edge_sdk.telemetry.schemas import split_topic
 
 MAX_DEVICES = 10000
@@ -78,10 +79,13 @@ class Fleet:
     """Thread-safe: the consumer's worker thread updates, the display and the exporter read.
 
     `clock` (monotonic seconds) orders devices by their last message and expires them;
-    `received_ms` given to `update()` (default: the wall clock now) bounds `status_ts`."""
+    `received_ms` given to `update()` (default: the wall clock now) bounds `status_ts`;
+    `on_forget(device_id)` is called for each device expired or evicted (under the lock: it
+    must not block, nor call back into the fleet)."""
 
     def __init__(self, max_devices: int = MAX_DEVICES, expire_s: float = EXPIRE_S, max_skew_s: float = MAX_SKEW_S,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 on_forget: Optional[Callable[[str], None]] = None) -> None:
         if int(max_devices) < 1:
             raise ValueError(f"max_devices must be >= 1, got {max_devices}")
         self._lock = threading.Lock()
@@ -90,15 +94,18 @@ class Fleet:
         self.expire_s = float(expire_s)  # 0: never
         self.max_skew_ms = int(max_skew_s * 1000)
         self._clock = clock
+        self._on_forget = on_forget
         self.accepted = 0  # valid messages
         self.invalid = 0  # refused: not JSON, not valid against the topic's schema, or another device's id
         self.stale = 0  # status messages older than the one shown
         self.skewed = 0  # status messages with a status_ts beyond the skew
         self.expired = 0  # devices forgotten after expire_s of silence
         self.evicted = 0  # devices forgotten to make room for a new one
+        self.age = Histogram()  # seconds from a message's ts to its arrival (not status: retained)
 
-    def check(self, topic: str, payload: Any) -> Optional[str]:
-        """Why (topic, payload) is not a message of ours, or None when it is one."""
+    def check(self, topic: str, payload: Any, raw: Optional[bytes] = None) -> Optional[str]:
+        """Why (topic, payload) is not a message of ours, or None when it is one. With `raw`, the
+        bytes `payload` was parsed from, the fast path (`fastcheck.valid`) may decide first."""
         parsed = split_topic(topic)
         if parsed is None:
             return "not an edge-sdk topic"
@@ -112,8 +119,10 @@ class Fleet:
             return f"schema {str(payload.get('schema'))[:80]!r} is not {schema_id}"
         if payload.get("device_id") != device_id:
             return "device_id differs from the topic's"
-        problems = schemas.errors(payload, schema_id, limit=1)
-        return problems[0][:300] if problems else None
+        if raw is not None and fastcheck.valid(raw, suffix):
+            return None
+        problem = schemas.compiled(schema_id)(payload)
+        return problem[:300] if problem is not None else None
 
     def refuse(self) -> None:
         """Count a message refused before it reached `update()` (it did not parse)."""
@@ -125,10 +134,11 @@ class Fleet:
         `received_ms`: when it arrived (wall clock, ms)."""
         return self.apply(topic, payload, received_ms)[0]
 
-    def apply(self, topic: str, payload: Any,
-              received_ms: Optional[int] = None) -> Tuple[Optional[DeviceView], Optional[str]]:
-        """`update()`, with why a refused message was refused: (view, None) or (None, why)."""
-        why = self.check(topic, payload)
+    def apply(self, topic: str, payload: Any, received_ms: Optional[int] = None,
+              raw: Optional[bytes] = None) -> Tuple[Optional[DeviceView], Optional[str]]:
+        """`update()`, with why a refused message was refused: (view, None) or (None, why).
+        `raw`: the bytes `payload` was parsed from (see `check`)."""
+        why = self.check(topic, payload, raw)
         if why is not None:
             self.refuse()
             return None, why
@@ -136,14 +146,18 @@ class Fleet:
         if received_ms is None:
             received_ms = schemas.now_ms()
         now = self._clock()
+        if suffix != "status" and isinstance(payload.get("ts"), int):
+            self.age.observe(max(0.0, (received_ms - payload["ts"]) / 1000.0))
         with self._lock:
             self.accepted += 1
             self._expire(now)
             view = self.devices.get(device_id)
             if view is None:
                 if len(self.devices) >= self.max_devices:
-                    self.devices.popitem(last=False)  # the device silent longest
+                    gone, _ = self.devices.popitem(last=False)  # the device silent longest
                     self.evicted += 1
+                    if self._on_forget is not None:
+                        self._on_forget(gone)
                 view = self.devices[device_id] = DeviceView(device_id)
             else:
                 self.devices.move_to_end(device_id)
@@ -201,6 +215,13 @@ class Fleet:
                 return
             del self.devices[device_id]
             self.expired += 1
+            if self._on_forget is not None:
+                self._on_forget(device_id)
+
+    def expire(self) -> None:
+        """Forget the devices silent for expire_s now (the monitor calls it on its own clock)."""
+        with self._lock:
+            self._expire(self._clock())
 
     def counters(self) -> Dict[str, int]:
         with self._lock:
@@ -231,46 +252,23 @@ def _newer_status(new: Dict[str, Any], shown: Dict[str, Any]) -> bool:
 
 
 def prometheus_collector(fleet: Fleet, intake: Any = None) -> Any:
-    """A prometheus_client collector that renders the fleet at scrape time, and the consumer's
-    own counters: devices tracked and forgotten, messages by outcome (with an `Intake`, also
-    those refused by size or dropped from a full backlog)."""
-    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+    """A prometheus_client collector that renders the fleet at scrape time (names:
+    `edge_sdk.telemetry.exposition`), and the consumer's own counters: devices tracked and
+    forgotten, messages by outcome, the age of messages on arrival; with an `Intake`, also those
+    refused by size or dropped from a full backlog, the backlog now and how long messages waited."""
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+
+    from edge_sdk.telemetry.exposition import device_families
 
     class FleetCollector:
         def collect(self) -> Iterator[Any]:
-            up = GaugeMetricFamily("edge_sdk_up", "1 when the device's status is online", labels=["device"])
-            fps = GaugeMetricFamily("edge_sdk_fps", "frames per second over the telemetry window", labels=["device"])
-            lat = GaugeMetricFamily("edge_sdk_latency_ms", "latency percentile per stage (ms)",
-                                    labels=["device", "stage", "quantile"])
-            frames = GaugeMetricFamily("edge_sdk_frames", "frame counters since the daemon started",
-                                       labels=["device", "kind"])
-            alerts = GaugeMetricFamily("edge_sdk_alert_open", "1 while an alert is open", labels=["device", "alert"])
-            system = GaugeMetricFamily("edge_sdk_system", "host figures (CPU %, memory, GPU %, temperature)",
-                                       labels=["device", "metric"])
-            for view in fleet:
-                d = view.device_id
-                up.add_metric([d], 1.0 if view.state == "online" else 0.0)
-                t = view.telemetry
-                if isinstance(t.get("fps"), (int, float)):
-                    fps.add_metric([d], float(t["fps"]))
-                for stage, p in (t.get("latency_ms") or {}).items():
-                    for q in ("p50", "p95", "p99"):
-                        if isinstance(p.get(q), (int, float)):
-                            lat.add_metric([d, stage, q], float(p[q]))
-                for kind, value in (t.get("frames") or {}).items():
-                    frames.add_metric([d, kind], float(value))
-                for name in view.alerts:
-                    alerts.add_metric([d, name], 1.0)
-                for key, value in (t.get("system") or {}).items():
-                    if isinstance(value, (int, float)) and not isinstance(value, bool):
-                        system.add_metric([d, key], float(value))
-            yield from (up, fps, lat, frames, alerts, system)
-            yield from _own_metrics(fleet, intake, CounterMetricFamily, GaugeMetricFamily)
+            yield from device_families((v.device_id, v.state, v.telemetry, list(v.alerts)) for v in fleet)
+            yield from _own_metrics(fleet, intake, CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily)
 
     return FleetCollector()
 
 
-def _own_metrics(fleet: Fleet, intake: Any, counter: Any, gauge: Any) -> Iterator[Any]:
+def _own_metrics(fleet: Fleet, intake: Any, counter: Any, gauge: Any, histogram: Any) -> Iterator[Any]:
     c = fleet.counters()
     devices = gauge("edge_sdk_monitor_devices", "devices the monitor tracks now")
     devices.add_metric([], float(c["devices"]))
@@ -282,8 +280,20 @@ def _own_metrics(fleet: Fleet, intake: Any, counter: Any, gauge: Any) -> Iterato
                        "messages are among the accepted)", labels=["outcome"])
     for outcome in ("accepted", "invalid", "stale", "skewed"):
         messages.add_metric([outcome], float(c[outcome]))
+    buckets, total, _ = fleet.age.snapshot()
+    age = histogram("edge_sdk_monitor_message_age_seconds", "from a message's ts (the device's clock) to its "
+                    "arrival here, telemetry, alerts and detections; a device clock ahead counts as 0")
+    age.add_metric([], buckets, total)
     if intake is not None:
         i = intake.counters()
         messages.add_metric(["oversize"], float(i["oversize"]))
         messages.add_metric(["backlog"], float(i["backlog"]))
-    yield from (devices, forgotten, messages)
+    yield from (devices, forgotten, messages, age)
+    if intake is not None:
+        queued = gauge("edge_sdk_monitor_queued_messages", "messages received and waiting to be validated")
+        queued.add_metric([], float(i["queued"]))
+        buckets, total, _ = intake.waited.snapshot()
+        waited = histogram("edge_sdk_monitor_queue_wait_seconds", "how long a received message waited to be "
+                           "validated (the monitor's own lag)")
+        waited.add_metric([], buckets, total)
+        yield from (queued, waited)

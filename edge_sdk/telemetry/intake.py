@@ -8,12 +8,15 @@ and queues the bytes with their arrival time. The worker parses, validates and a
 taking one message of each waiting device in turn: a device that floods waits behind its own
 messages, not the others'. Each device queues at most `per_device` messages, all of them together
 at most `max_messages` and `max_bytes`; a message beyond is dropped and counted in `backlog`.
+How long each message waited for the worker is kept in `waited` (a histogram, seconds): the
+consumer's own lag.
 """
 from __future__ import annotations
 
+import bisect
 import threading
 from collections import OrderedDict, deque
-from typing import Callable, Deque, Dict, Optional, Tuple
+from typing import Callable, Deque, Dict, List, Optional, Sequence, Tuple
 
 from edge_sdk.telemetry import schemas
 from edge_sdk.telemetry.guard import CallbackGuard
@@ -23,6 +26,35 @@ MAX_MESSAGES = 10000
 MAX_BYTES = 64 * 1024 * 1024
 
 Item = Tuple[str, bytes, int]  # topic, payload, arrival (wall clock, ms)
+# upper bounds (seconds) of the lag histograms' buckets
+LAG_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+
+
+class Histogram:
+    """Observations counted in buckets by upper bound, with their sum: a Prometheus histogram.
+    One thread observes, any thread reads `snapshot()`."""
+
+    def __init__(self, bounds: Sequence[float] = LAG_BUCKETS) -> None:
+        self.bounds = tuple(float(b) for b in bounds)
+        self._counts = [0] * (len(self.bounds) + 1)  # the last: above every bound (+Inf)
+        self._sum = 0.0
+        self._lock = threading.Lock()
+
+    def observe(self, value: float) -> None:
+        i = bisect.bisect_left(self.bounds, value)
+        with self._lock:
+            self._counts[i] += 1
+            self._sum += value
+
+    def snapshot(self) -> Tuple[List[Tuple[str, float]], float, int]:
+        """(cumulative buckets as ("le", count) ending with "+Inf", sum, count)."""
+        with self._lock:
+            counts, total = list(self._counts), self._sum
+        out, running = [], 0
+        for bound, n in zip(self.bounds + (float("inf"),), counts):
+            running += n
+            out.append(("+Inf" if bound == float("inf") else repr(bound), float(running)))
+        return out, total, running
 
 
 class Intake:
@@ -48,6 +80,7 @@ class Intake:
         self.handled = 0
         self.oversize = 0  # refused unparsed: over their topic's bound
         self.backlog = 0  # dropped: their device's queue or the whole intake was full
+        self.waited = Histogram()  # seconds from arrival to the worker taking it
 
     def put(self, topic: str, payload: bytes) -> Optional[str]:
         """Queue one received message (any thread; never parses). None, or why it was refused."""
@@ -112,6 +145,7 @@ class Intake:
             item = self._next()
             if item is None:
                 return
+            self.waited.observe(max(0.0, (self._clock() - item[2]) / 1000.0))
             self._handle(*item)
             with self._cond:
                 self.handled += 1

@@ -41,6 +41,7 @@ class Reporter:
     ) -> None:
         self.publisher = publisher
         self.health = health
+        self.last: Dict[str, Any] = {}  # the latest telemetry message
         self.metrics = RollingMetrics(window_s=window_s, clock=clock)
         self.interval = IntervalCounters(clock=clock)
         self._stats = stats
@@ -155,6 +156,7 @@ class Reporter:
             for event in events:
                 self.publisher.publish("alerts", event)
             self.reports += 1
+            self.last = message  # what a scrape of the daemon's own /metrics shows
         self.busy_s += time.thread_time() - t0
         return message
 

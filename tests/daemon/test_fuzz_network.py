@@ -316,7 +316,7 @@ def test_fuzz_every_topic_through_the_broker(models: Path, tmp_path: Path, broke
         log.client.publish("edge-sdk/after-1/telemetry", json.dumps(after), qos=1).wait_for_publish(5)
         assert wait_until(lambda: '"fps":42.5' in record.read_text(), 20), "the monitor went deaf"
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as reply:
-            assert reply.status == 200 and b'edge_sdk_fps{device="after-1"} 42.5' in reply.read()
+            assert reply.status == 200 and b'edge_sdk_frames_per_second{device="after-1"} 42.5' in reply.read()
         assert monitor.poll() is None, "the monitor exited"
     finally:
         monitor.terminate()

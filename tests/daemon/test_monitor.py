@@ -62,10 +62,10 @@ def test_prometheus_exposition() -> None:
     registry = prom.CollectorRegistry()
     registry.register(prometheus_collector(fleet))
     text = prom.generate_latest(registry).decode()
-    for line in ('edge_sdk_up{device="d1"} 1.0', 'edge_sdk_fps{device="d1"} 30.0',
-                 'edge_sdk_latency_ms{device="d1",quantile="p99",stage="total"} 20.0',
+    for line in ('edge_sdk_up{device="d1"} 1.0', 'edge_sdk_frames_per_second{device="d1"} 30.0',
+                 'edge_sdk_latency_seconds{device="d1",quantile="0.99",stage="total"} 0.02',
                  'edge_sdk_alert_open{alert="temperature",device="d1"} 1.0',
-                 'edge_sdk_system{device="d1",metric="temperature_max_c"} 51.0'):
+                 'edge_sdk_cpu_usage_ratio{device="d1"} 0.12', 'edge_sdk_power_watts{device="d1",rail="TOT"} 6.5'):
         assert line in text, text
 
 

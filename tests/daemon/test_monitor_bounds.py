@@ -164,7 +164,7 @@ def test_a_real_device_appears_after_ten_thousand_fake_ids() -> None:
     assert [r["fps"] for r in fleet.rows() if r["device"] == "real"] == [12.5]
     assert len(fleet.devices) == 10_000 and fleet.evicted == 1 and "fake-0" not in fleet.devices
     text = exposition(fleet)
-    assert 'edge_sdk_fps{device="real"} 12.5' in text
+    assert 'edge_sdk_frames_per_second{device="real"} 12.5' in text
     assert 'edge_sdk_monitor_evictions_total{reason="capacity"} 1.0' in text
 
 
@@ -316,10 +316,10 @@ def test_a_flooding_device_neither_delays_another_nor_bloats_metrics(broker, tmp
     publish(log.client, "edge-sdk/evil/telemetry", telemetry("evil", 400, fps=1.0, latency=stages(16)))
     sent = time.monotonic()
     publish(log.client, "edge-sdk/good/telemetry", telemetry("good", 2, fps=42.5))
-    assert wait_until(lambda: mon.value("edge_sdk_fps", 'device="good"') == 42.5, 60)
+    assert wait_until(lambda: mon.value("edge_sdk_frames_per_second", 'device="good"') == 42.5, 60)
     delay = time.monotonic() - sent
     assert delay < 5.0, f"the good device's telemetry took {delay:.1f} s behind the flood"
-    assert wait_until(lambda: mon.value("edge_sdk_fps", 'device="evil"') == 1.0, 30)
+    assert wait_until(lambda: mon.value("edge_sdk_frames_per_second", 'device="evil"') == 1.0, 30)
     text = mon.metrics()
     assert len(text) < 64 * 1024 and len(series(text)) < 300, (len(text), len(series(text)))
     assert len(re.findall(r'edge_sdk_alert_open\{alert="[^"]*",device="evil"\}', text)) == MAX_ALERTS
@@ -337,7 +337,7 @@ def test_a_flood_of_device_ids_leaves_room_for_a_real_device(broker, tmp_path: P
     for i in range(300):
         log.client.publish(f"edge-sdk/fake-{i}/status", json.dumps(status(f"fake-{i}", 1, "online", 1, None)), qos=1)
     publish(log.client, "edge-sdk/real/telemetry", telemetry("real", 1, fps=12.5))
-    assert wait_until(lambda: mon.value("edge_sdk_fps", 'device="real"') == 12.5, 30)
+    assert wait_until(lambda: mon.value("edge_sdk_frames_per_second", 'device="real"') == 12.5, 30)
     assert re.search(r"^edge_sdk_monitor_devices 100\.0$", mon.metrics(), re.M)
     assert mon.value("edge_sdk_monitor_evictions_total", 'reason="capacity"') == 202.0  # 302 ids, 100 kept
     err = mon.stop()
