@@ -214,9 +214,42 @@ def nvrtc_compile(source: str, filename: str, arch: str, include_dirs: Sequence[
     return nvrtc_compile_with_log(source, filename, arch, include_dirs, options)[0]
 
 
+class _ThreadLocale:
+    """Keeps the calling thread's C locale across NVRTC calls. NVRTC (11.8 at least) switches the
+    thread it compiles on to the "C" locale with uselocale() and leaves it there, so afterwards
+    Python on that thread takes ASCII for the locale encoding: every open() and text-mode
+    subprocess without an explicit encoding then fails on the first non-ASCII character
+    (measured: UTF-8 -> ANSI_X3.4-1968 after one compile). glibc's uselocale() saves and restores
+    it; where it is missing, nothing is done."""
+
+    def __init__(self) -> None:
+        self._uselocale = None
+        try:
+            libc = ctypes.CDLL(None)
+            fn = libc.uselocale
+        except (OSError, AttributeError):
+            return
+        fn.restype, fn.argtypes = ctypes.c_void_p, [ctypes.c_void_p]
+        self._uselocale = fn
+
+    def __enter__(self) -> "_ThreadLocale":
+        self._saved = self._uselocale(None) if self._uselocale is not None else None  # (locale_t)0: query only
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._uselocale is not None and self._saved is not None:
+            self._uselocale(self._saved)
+
+
 def nvrtc_compile_with_log(source: str, filename: str, arch: str, include_dirs: Sequence[str] = (),
                            options: Sequence[str] = NVRTC_OPTIONS) -> Tuple[bytes, str]:
     """nvrtc_compile, also returning NVRTC's log (its warnings) on success."""
+    with _ThreadLocale():
+        return _nvrtc_compile_with_log(source, filename, arch, include_dirs, options)
+
+
+def _nvrtc_compile_with_log(source: str, filename: str, arch: str, include_dirs: Sequence[str],
+                            options: Sequence[str]) -> Tuple[bytes, str]:
     nv = nvrtc()
     ok = nv.nvrtcResult.NVRTC_SUCCESS
     err, prog = nv.nvrtcCreateProgram(source.encode(), filename.encode(), 0, [], [])

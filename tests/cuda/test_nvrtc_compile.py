@@ -66,6 +66,18 @@ def test_kernel_compiles_for_the_targets(nvrtc, path, arch) -> None:
             assert f".entry {name}(" in ptx
 
 
+def test_a_compile_leaves_the_threads_locale_as_it_was(nvrtc) -> None:
+    """NVRTC switches the compiling thread to the "C" locale: after a compile the daemon's own
+    text files and subprocesses would be read and written as ASCII."""
+    import locale
+
+    module, _ = nvrtc
+    path = KERNELS[0]
+    before = locale.getpreferredencoding(False)
+    module.nvrtc_compile(path.read_text(), path.name, ARCHS[0], [str(path.parent)])
+    assert locale.getpreferredencoding(False) == before
+
+
 def test_compile_error_shows_nvrtc_log(nvrtc) -> None:
     module, _ = nvrtc
     broken = 'extern "C" __global__ void k(float* out) { out[threadIdx.x] = undefined_name; }\n'
