@@ -399,7 +399,7 @@ class FakeContext:
             results = network(x)
             if kind in trt.distort:
                 results = trt.distort[kind](results)
-            trt.cuda.clock_ms += trt.latency_ms.get(kind, 0.0)
+            trt.cuda.clock_ms += trt.run_time_ms(kind)
             for out_name, value in results.items():
                 data = np.ascontiguousarray(value, np.float32)
                 ctypes.memmove(out_addrs[out_name], data.ctypes.data, data.nbytes)
@@ -429,9 +429,12 @@ class RuntimeMixin:
     __version__: str
 
     def _add_runtime(self, cuda: Optional[FakeRuntimeCuda], network: Any, capturable: bool) -> None:
-        # Per engine kind (engine_kind: "fp32", "fp16" or "int8"): GPU milliseconds one run takes,
-        # and a function applied to the network's outputs (a reduced precision's error).
-        self.latency_ms: Dict[str, float] = {}
+        # Per engine kind (engine_kind: "fp32", "fp16" or "int8"): GPU milliseconds one run takes
+        # (a number, or a list of numbers the runs take in turn, cycled: jitter and outliers, as a
+        # real GPU's clocks and other processes give them), and a function applied to the
+        # network's outputs (a reduced precision's error).
+        self.latency_ms: Dict[str, Any] = {}
+        self.runs_of: Dict[str, int] = {}
         self.distort: Dict[str, Callable[[Dict[str, np.ndarray]], Dict[str, np.ndarray]]] = {}
         self.cuda = cuda if cuda is not None else FakeRuntimeCuda()
         self.network = network if network is not None else TinyCenterFace()
@@ -451,6 +454,13 @@ class RuntimeMixin:
                 "create_execution_context_without_device_memory")
         self._engine_class = type("ICudaEngine", (FakeEngine,), engine_ns)
         self._context_class = type("IExecutionContext", (FakeContext,), context_ns)
+
+    def run_time_ms(self, kind: str) -> float:
+        """The GPU time of the next run of an engine of this kind (see latency_ms)."""
+        spent = self.latency_ms.get(kind, 0.0)
+        k = self.runs_of.get(kind, 0)
+        self.runs_of[kind] = k + 1
+        return float(spent) if isinstance(spent, (int, float)) else float(spent[k % len(spent)])
 
     # engine_bytes for this fake's version and device
     def engine(self, inputs: Sequence[Dict[str, Any]], **record: Any) -> bytes:

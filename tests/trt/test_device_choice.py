@@ -15,11 +15,13 @@ from typing import Any, Callable, Dict, List
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from edge_sdk.builder.reference import reference_npz
 from edge_sdk.cli import app
-from edge_sdk.errors import AccuracyGateError, BundleError
+from edge_sdk.errors import AccuracyGateError, BundleError, ConfigError
 from edge_sdk.fsutil import sha256_file
 from edge_sdk.manifest import MANIFEST, REFERENCE, Bundle
 from edge_sdk.preprocess import Transform
@@ -27,8 +29,8 @@ from edge_sdk.runtime.backends import select_backend
 from edge_sdk.trt import calibrator as calibrator_mod
 from edge_sdk.trt import engine as engine_mod
 from edge_sdk.trt.cache import EngineCache
-from edge_sdk.precision_choice import choose_engine
-from edge_sdk.trt.choice import read_device_report, report_key
+from edge_sdk.precision_choice import choose_engine, time_backend
+from edge_sdk.trt.choice import read_device_report, report_errors, report_key
 from edge_sdk.verify import verify_bundle
 from fakes.fake_cuda_host import DISCRETE, XAVIER_NX
 from fakes.fake_tensorrt_runtime import CENTERFACE_OUTPUTS, RUNTIME_FAKES, FakeRuntimeCuda
@@ -338,3 +340,89 @@ def test_a_report_reached_through_a_link_is_not_read(device, tmp_path: Path) -> 
     choice.path.rename(elsewhere)  # the very same, valid report, now behind a link
     choice.path.symlink_to(elsewhere)
     assert read_device_report(EngineCache(cache), key) is None
+
+
+# --- timing: the median, with jitter and outliers --------------------------------------------
+
+
+class TimedRunner:
+    """A backend whose runs take the listed GPU times in turn (cycled), as `gpu_ms()` reads them."""
+
+    def __init__(self, times: List[float]) -> None:
+        self.times, self.runs, self.reads = list(times), 0, 0
+
+    def infer(self, feed: Dict[str, Any]) -> Dict[str, np.ndarray]:
+        self.runs += 1
+        return {}
+
+    def gpu_ms(self) -> float:
+        self.reads += 1
+        return self.times[(self.runs - 1) % len(self.times)]
+
+
+@pytest.mark.parametrize("times,warmup,iterations,figure", [
+    ([1, 1, 1, 1, 100], 0, 5, 1.0),  # an outlier moves the mean to 20.8, not the median
+    ([50, 50, 1, 2, 3, 4], 2, 4, 2.5),  # warmup runs are not timed; an even count: the middle two's mean
+    ([7], 0, 1, 7.0),
+    ([3, 1, 2], 10, 3, 2.0),
+])
+def test_time_backend_is_the_median_of_the_timed_runs(times, warmup: int, iterations: int, figure: float) -> None:
+    runner = TimedRunner(times)
+    assert time_backend(runner, {}, warmup=warmup, iterations=iterations) == figure
+    assert runner.runs == warmup + iterations and runner.reads == iterations
+
+
+@settings(max_examples=60, deadline=None)
+@given(times=st.lists(st.floats(0.01, 1000.0), min_size=1, max_size=30))
+def test_time_backend_against_numpy(times: List[float]) -> None:
+    assert time_backend(TimedRunner(times), {}, warmup=0, iterations=len(times)) == pytest.approx(float(np.median(times)))
+
+
+@pytest.mark.parametrize("warmup,iterations", [(-1, 5), (0, 0), (2, -1)])
+def test_time_backend_refuses_what_cannot_time(warmup: int, iterations: int) -> None:
+    with pytest.raises(ConfigError, match="--warmup"):
+        time_backend(TimedRunner([1.0]), {}, warmup=warmup, iterations=iterations)
+
+
+def test_the_choice_times_by_the_median_of_jittery_runs(device, tmp_path: Path) -> None:
+    # warmup 2, then five timed runs: fp16 1,1,100,1,1 (median 1, mean 20.8) against int8 at 2 ms
+    trt, cuda = device(latency={"fp16": [1.0, 1.0, 1.0, 1.0, 100.0], "int8": [2.1, 1.9, 2.0, 2.0, 2.0]},
+                       distort={"int8": tiny_noise})
+    choice = choose(choice_bundle(tmp_path / "b"), cuda, tmp_path / "engines")
+    rows = {r.precision: r for r in choice.candidates}
+    assert rows["fp16"].median_ms == 1.0 and rows["int8"].median_ms == 2.0
+    assert choice.chosen == "fp16"
+    assert json.loads(choice.path.read_text())["timing"] == {"warmup": 2, "iterations": 5,
+                                                             "statistic": "median GPU ms (CUDA events)"}
+
+
+def test_an_equally_fast_passing_row_is_a_valid_choice(device, tmp_path: Path) -> None:
+    trt, cuda = device(latency={"fp16": 2.0, "int8": 2.0})
+    bundle, cache = choice_bundle(tmp_path / "b"), tmp_path / "engines"
+    choice = choose(bundle, cuda, cache)
+    assert choice.chosen == "fp16"  # the first of equals
+    key = report_key(Bundle.load(bundle), trt.__version__, "7.2", None)
+    report = read_device_report(EngineCache(cache), key)
+    assert report is not None and report["chosen"] == "fp16"
+    for edit in ({"chosen": "int8"},):  # int8 is as fast: choosing it is as valid
+        stored = json.loads(choice.path.read_text())
+        stored.update(edit)
+        for row in stored["candidates"]:
+            row["chosen"] = row["precision"] == "int8"
+        assert report_errors(stored, key) == []
+
+
+@pytest.mark.parametrize("field,value,ok", [
+    ("median_ms", 0.0, True), ("median_ms", 3.6e6, True), ("median_ms", 3.6e6 + 1, False), ("median_ms", -0.001, False),
+    ("median_ms", True, False), ("f1_vs_fp32", 0.0, True), ("f1_vs_fp32", 1.0, True), ("f1_vs_fp32", 1.0001, False),
+    ("f1_vs_fp32", -0.0001, False), ("f1_vs_fp32", None, True), ("passed", 1, False),
+])
+def test_a_report_row_at_its_bounds(device, tmp_path: Path, field: str, value: Any, ok: bool) -> None:
+    trt, cuda = device(latency={"fp16": 4.0, "int8": 1.0}, distort={"int8": drop_left_half})
+    bundle, cache = choice_bundle(tmp_path / "b"), tmp_path / "engines"
+    choice = choose(bundle, cuda, cache)
+    stored = json.loads(choice.path.read_text())
+    stored["candidates"][1][field] = value  # the int8 row: not chosen, failed
+    key = report_key(Bundle.load(bundle), trt.__version__, "7.2", None)
+    assert (report_errors(stored, key) == []) is ok
+    assert len(report_errors(dict(stored, candidates=stored["candidates"][:1] * 0), key)) == 1
