@@ -71,7 +71,7 @@ GROUPS: Dict[str, Group] = {
 # its promises. A module joins the sweep with a row here (and its equivalent mutants in
 # EQUIVALENT below).
 SWEEP: Dict[str, Group] = {
-    "verify": Group(("edge_sdk/verify.py",), ("tests/test_verify.py", "tests/builder/test_reference.py")),
+    "verify": Group(("edge_sdk/verify.py",), ("tests/test_verify.py", "tests/trt/test_device_choice.py")),
     "precision-choice": Group(("edge_sdk/precision_choice.py", "edge_sdk/trt/choice.py"),
                               ("tests/trt/test_device_choice.py",)),
     "capture": Group(("edge_sdk/runtime/capture.py",), ("tests/runtime/test_capture.py", "tests/runtime/test_capture_memory.py")),
