@@ -1,0 +1,166 @@
+"""Capture in configurations the defaults never build: live sources with pools larger than three
+(the newest frame is delivered, never a stale one kept waiting, however many slots are free),
+the consumer holding more than one frame, the pacer and the reconnect backoff at their limits."""
+from __future__ import annotations
+
+import threading
+from typing import List
+
+import pytest
+
+from edge_sdk.errors import SourceError
+from edge_sdk.runtime.capture import Capture, Pacer
+from edge_sdk.runtime.config import ReconnectConfig
+from runtime_factories import FakeCamera, ListSource, scene
+
+
+def number(slot) -> int:
+    return int(slot.frame[0, 0, 0])  # scene(i) carries i there
+
+
+@pytest.mark.parametrize("pool_size,held", [(3, 1), (4, 1), (4, 2), (5, 1), (5, 3), (8, 1), (8, 4)])
+@pytest.mark.parametrize("burst", [1, 2, 6])
+def test_a_live_source_delivers_the_newest_frame_whatever_the_pool(pool_size: int, held: int, burst: int) -> None:
+    cam = FakeCamera(width=40, height=24)
+    cam.gate = threading.Semaphore(0)
+    capture = Capture(cam, pool_size=pool_size).start()
+    taken = []
+    try:
+        for i in range(held):  # the consumer holds `held` frames (a pipeline with frames in flight)
+            cam.gate.release()
+            slot = capture.get(timeout=10)
+            assert number(slot) == i and slot.index == i
+            taken.append(slot)
+        for _ in range(burst):
+            cam.gate.release()
+        assert capture.wait_captured(held + burst)
+        newest = capture.get(timeout=10)
+        assert number(newest) == held + burst - 1 and newest.index == held + burst - 1
+        assert capture.stats.frames_dropped == burst - 1
+        for slot in taken:
+            capture.release(slot)
+        capture.release(newest)
+        for k in range(3):  # and after it, each next frame in turn: nothing older was kept waiting
+            cam.gate.release()
+            assert capture.wait_captured(held + burst + k + 1)
+            slot = capture.get(timeout=10)
+            assert number(slot) == held + burst + k
+            capture.release(slot)
+        assert capture.stats.frames_dropped == burst - 1
+        assert capture.stats.frames_captured == held + burst + 3
+    finally:
+        for _ in range(4):
+            cam.gate.release()
+        capture.stop()
+
+
+@pytest.mark.parametrize("pool_size", [4, 6])
+def test_events_of_dropped_frames_reach_the_newest_one(pool_size: int) -> None:
+    cam = FakeCamera(width=40, height=24, fail_reads=(2,))
+    cam.gate = threading.Semaphore(0)
+    capture = Capture(cam, pool_size=pool_size, reconnect=ReconnectConfig(initial_s=0.001, max_s=0.001)).start()
+    try:
+        cam.gate.release()
+        first = capture.get(timeout=10)
+        for _ in range(6):  # frames 1, a failed read, then frames 2..5: the loss is attached to frame 2
+            cam.gate.release()
+        assert capture.wait_captured(6)
+        newest = capture.get(timeout=10)
+        assert number(newest) == 5 and capture.stats.frames_dropped == 4
+        assert [e["event"] for e in newest.events] == ["source_lost", "source_reconnected"]
+        assert capture.stats.source_errors == 1 and capture.stats.reconnects == 1
+        capture.release(first)
+        capture.release(newest)
+    finally:
+        for _ in range(4):
+            cam.gate.release()
+        capture.stop()
+
+
+@pytest.mark.parametrize("pool_size", [4, 5, 7])
+def test_a_finite_source_with_a_large_pool_loses_nothing_and_keeps_order(pool_size: int) -> None:
+    capture = Capture(ListSource([scene(i, 40, 24) for i in range(25)]), pool_size=pool_size).start()
+    got, held = [], []
+    try:
+        while True:
+            slot = capture.get(timeout=10)
+            if slot is None:
+                break
+            got.append(number(slot))
+            held.append(slot)
+            if len(held) > 1:  # the consumer keeps one frame in flight
+                capture.release(held.pop(0))
+    finally:
+        capture.stop()
+    assert got == list(range(25)) and capture.stats.frames_dropped == 0
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class RecordingStop(threading.Event):
+    """A stop Event whose waits advance a fake clock instead of sleeping."""
+
+    def __init__(self, clock: Clock) -> None:
+        super().__init__()
+        self.clock, self.waits = clock, []  # type: ignore[var-annotated]
+
+    def wait(self, timeout=None) -> bool:  # type: ignore[override]
+        self.waits.append(round(timeout, 6))
+        self.clock.now += timeout
+        return False
+
+
+@pytest.mark.parametrize("late,waits", [
+    (0.1, []),  # exactly one period behind: not re-anchored, the next two frames are due at once
+    (0.1001, [0.1]),  # more than one period behind: re-anchored to now, the next due a period later
+])
+def test_the_pacer_re_anchors_only_beyond_one_period(late: float, waits: List[float]) -> None:
+    clock = Clock()
+    pacer, stop = Pacer(10.0, clock=clock), RecordingStop(clock)
+    assert pacer.wait(stop)  # due at 0, next at 0.1
+    clock.now = 0.1 + late
+    assert pacer.wait(stop) and pacer.wait(stop)
+    assert stop.waits == waits
+
+
+@pytest.mark.parametrize("fps", [0.0, -5.0, None])
+def test_an_unpaced_source_never_waits(fps) -> None:
+    clock = Clock()
+    pacer, stop = Pacer(fps, clock=clock), RecordingStop(clock)
+    assert pacer.wait(stop) and pacer.wait(stop) and stop.waits == []
+    stop.set()
+    assert pacer.wait(stop) is False
+
+
+def test_a_paced_wait_says_when_stop_was_set() -> None:
+    clock = Clock()
+    pacer, stop = Pacer(10.0, clock=clock), RecordingStop(clock)
+    stop.set()
+    assert pacer.wait(stop) is False  # due at once, but stopping
+
+
+def test_reconnects_back_off_exponentially_to_the_cap_then_give_up() -> None:
+    cam = FakeCamera(width=40, height=24, stop_after=2)
+    capture = Capture(cam, pool_size=4, reconnect=ReconnectConfig(initial_s=0.01, max_s=0.05, max_attempts=5))
+    clock = Clock()
+    capture._stop = RecordingStop(clock)
+    capture.start()
+    try:
+        got = []
+        with pytest.raises(SourceError, match="did not come back after 5 reconnect attempts"):
+            while True:
+                slot = capture.get(timeout=10)
+                got.append(number(slot))
+                capture.release(slot)
+        assert got[-1] == 1  # live: frame 0 may have been replaced by frame 1 before it was taken
+        assert capture._stop.waits == [0.01, 0.02, 0.04, 0.05, 0.05]
+        assert cam.opens == 1 + 5  # the first open, then max_attempts attempts
+        assert capture.stats.source_errors == 1 + 5 and capture.stats.reconnects == 0
+    finally:
+        capture.stop()
