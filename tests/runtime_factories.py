@@ -174,3 +174,25 @@ class ListSource(Source):
         if isinstance(item, BaseException):
             raise item
         return item
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class RecordingEvent(threading.Event):
+    """A stop Event whose waits advance a fake clock instead of sleeping, and are recorded."""
+
+    def __init__(self, clock: FakeClock) -> None:
+        super().__init__()
+        self.clock = clock
+        self.waits: List[float] = []
+
+    def wait(self, timeout=None) -> bool:  # type: ignore[override]
+        self.waits.append(round(timeout, 6))
+        self.clock.now += timeout
+        return False

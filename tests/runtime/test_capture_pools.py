@@ -11,7 +11,7 @@ import pytest
 from edge_sdk.errors import SourceError
 from edge_sdk.runtime.capture import Capture, Pacer
 from edge_sdk.runtime.config import ReconnectConfig
-from runtime_factories import FakeCamera, ListSource, scene
+from runtime_factories import FakeCamera, FakeClock, ListSource, RecordingEvent, scene
 
 
 def number(slot) -> int:
@@ -95,34 +95,13 @@ def test_a_finite_source_with_a_large_pool_loses_nothing_and_keeps_order(pool_si
     assert got == list(range(25)) and capture.stats.frames_dropped == 0
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-class RecordingStop(threading.Event):
-    """A stop Event whose waits advance a fake clock instead of sleeping."""
-
-    def __init__(self, clock: Clock) -> None:
-        super().__init__()
-        self.clock, self.waits = clock, []  # type: ignore[var-annotated]
-
-    def wait(self, timeout=None) -> bool:  # type: ignore[override]
-        self.waits.append(round(timeout, 6))
-        self.clock.now += timeout
-        return False
-
-
 @pytest.mark.parametrize("late,waits", [
     (0.1, []),  # exactly one period behind: not re-anchored, the next two frames are due at once
     (0.1001, [0.1]),  # more than one period behind: re-anchored to now, the next due a period later
 ])
 def test_the_pacer_re_anchors_only_beyond_one_period(late: float, waits: List[float]) -> None:
-    clock = Clock()
-    pacer, stop = Pacer(10.0, clock=clock), RecordingStop(clock)
+    clock = FakeClock()
+    pacer, stop = Pacer(10.0, clock=clock), RecordingEvent(clock)
     assert pacer.wait(stop)  # due at 0, next at 0.1
     clock.now = 0.1 + late
     assert pacer.wait(stop) and pacer.wait(stop)
@@ -131,16 +110,16 @@ def test_the_pacer_re_anchors_only_beyond_one_period(late: float, waits: List[fl
 
 @pytest.mark.parametrize("fps", [0.0, -5.0, None])
 def test_an_unpaced_source_never_waits(fps) -> None:
-    clock = Clock()
-    pacer, stop = Pacer(fps, clock=clock), RecordingStop(clock)
+    clock = FakeClock()
+    pacer, stop = Pacer(fps, clock=clock), RecordingEvent(clock)
     assert pacer.wait(stop) and pacer.wait(stop) and stop.waits == []
     stop.set()
     assert pacer.wait(stop) is False
 
 
 def test_a_paced_wait_says_when_stop_was_set() -> None:
-    clock = Clock()
-    pacer, stop = Pacer(10.0, clock=clock), RecordingStop(clock)
+    clock = FakeClock()
+    pacer, stop = Pacer(10.0, clock=clock), RecordingEvent(clock)
     stop.set()
     assert pacer.wait(stop) is False  # due at once, but stopping
 
@@ -148,8 +127,8 @@ def test_a_paced_wait_says_when_stop_was_set() -> None:
 def test_reconnects_back_off_exponentially_to_the_cap_then_give_up() -> None:
     cam = FakeCamera(width=40, height=24, stop_after=2)
     capture = Capture(cam, pool_size=4, reconnect=ReconnectConfig(initial_s=0.01, max_s=0.05, max_attempts=5))
-    clock = Clock()
-    capture._stop = RecordingStop(clock)
+    clock = FakeClock()
+    capture._stop = RecordingEvent(clock)
     capture.start()
     try:
         got = []
