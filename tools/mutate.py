@@ -77,7 +77,7 @@ SWEEP: Dict[str, Group] = {
     "capture": Group(("edge_sdk/runtime/capture.py",), ("tests/runtime/test_capture.py", "tests/runtime/test_capture_pools.py",
                                                         "tests/runtime/test_capture_memory.py")),
     "infer-thread": Group(("edge_sdk/runtime/infer_thread.py",), ("tests/runtime/test_infer_thread.py",)),
-    "cache": Group(("edge_sdk/runtime/cache.py",), ("tests/runtime/test_cache.py",)),
+    "cache": Group(("edge_sdk/runtime/cache.py",), ("tests/runtime/test_cache.py", "tests/runtime/test_cache_properties.py")),
     "roi-strategies": Group(("edge_sdk/roi/strategies.py",), ("tests/roi/test_strategies.py",)),
     "roi-merge": Group(("edge_sdk/roi/merge.py",), ("tests/roi/test_merge.py",)),
     "roi-geometry": Group(("edge_sdk/roi/geometry.py",), ("tests/roi/test_geometry.py", "tests/roi/test_geometry_edges.py",

@@ -167,3 +167,15 @@ def test_the_check_counts_from_the_monotonic_clock(tmp_path: Path, capsys) -> No
     assert capsys.readouterr().out.startswith("healthy: running: 5 frames, last beat 2.")
     assert main(["--file", str(path), "--max-age", "1"]) == 1
     assert capsys.readouterr().out.startswith("unhealthy: no frame for 2 s (limit 1 s)")
+
+
+@pytest.mark.parametrize("size,ok", [(health_mod.MAX_FILE, True), (health_mod.MAX_FILE + 1, False)])
+def test_a_health_file_of_at_most_64_kib_is_read(tmp_path: Path, size: int, ok: bool) -> None:
+    assert health_mod.MAX_FILE == 64 * 1024
+    body = json.dumps({"schema": SCHEMA, "state": "running", "pid": 1, "device_id": "cam-1", "frames": 5, "ts": 0,
+                       "monotonic": 1000.0, "period_s": 2.0, "reason": None})
+    path = tmp_path / "health.json"
+    path.write_text(body[:-1] + " " * (size - len(body)) + "}")
+    assert path.stat().st_size == size
+    ok_, why = check_health(path, clock=lambda: 1000.0)
+    assert ok_ is ok, why
