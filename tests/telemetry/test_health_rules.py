@@ -9,6 +9,7 @@
 and each is raised once when crossed and cleared once when back; a limit of 0 switches it off."""
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Dict
 
 import pytest
@@ -133,3 +134,16 @@ def test_set_raises_clears_and_repeats() -> None:
     assert monitor.open == ["reload"]
     assert [e["state"] for e in monitor.set("reload", False, "ok")] == ["cleared"]
     assert monitor.set("reload", False, "ok") == [] and monitor.open == []
+
+
+def test_the_defaults_are_the_readmes() -> None:
+    # README, `[health]`: latency_p99_ms = 300, fps_ratio = 0.9, drop_ratio = 0.05, batch_efficiency = 0.75,
+    # temperature_c = 85; drift_distance = 0.4, drift_sample_s = 1, drift_window = 60
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    assert ("(latency_p99_ms = 300, fps_ratio = 0.9, drop_ratio = 0.05, batch_efficiency = 0.75,\n"
+            "temperature_c = 85; 0 turns a rule off; drift_distance = 0.4, drift_sample_s = 1, drift_window = 60") in readme
+    c = HealthConfig()
+    assert (c.latency_p99_ms, c.fps_ratio, c.drop_ratio, c.batch_efficiency, c.temperature_c) == (300, 0.9, 0.05, 0.75, 85)
+    assert (c.drift_distance, c.drift_sample_s, c.drift_window, c.extra) == (0.4, 1, 60, [])
+    assert {r.name: r.threshold for r in c.rules()} == {"latency_p99": 300, "fps_low": 0.9, "frames_dropped": 0.05,
+                                                        "batch_efficiency": 0.75, "temperature": 85}
