@@ -179,3 +179,12 @@ def test_a_health_file_of_at_most_64_kib_is_read(tmp_path: Path, size: int, ok: 
     assert path.stat().st_size == size
     ok_, why = check_health(path, clock=lambda: 1000.0)
     assert ok_ is ok, why
+
+
+def test_the_file_before_the_first_frame_and_its_rounding(tmp_path: Path) -> None:
+    path = tmp_path / "health.json"
+    beat = Heartbeat(FakeNotifier(None), path, "cam", clock=lambda: 123.456789, wall=lambda: 5.0019)
+    beat.starting()
+    body = read_health(path)
+    assert (body["state"], body["frames"], body["monotonic"], body["ts"], body["reason"]) == ("starting", 0, 123.457, 5001, None)
+    assert "exit_code" not in body
