@@ -79,7 +79,7 @@ SWEEP: Dict[str, Group] = {
     "infer-thread": Group(("edge_sdk/runtime/infer_thread.py",), ("tests/runtime/test_infer_thread.py",
                                                                   "tests/runtime/test_infer_thread_items.py")),
     "cache": Group(("edge_sdk/runtime/cache.py",), ("tests/runtime/test_cache.py", "tests/runtime/test_cache_properties.py")),
-    "roi-strategies": Group(("edge_sdk/roi/strategies.py",), ("tests/roi/test_strategies.py",)),
+    "roi-strategies": Group(("edge_sdk/roi/strategies.py",), ("tests/roi/test_strategies.py", "tests/roi/test_tracks.py")),
     "roi-merge": Group(("edge_sdk/roi/merge.py",), ("tests/roi/test_merge.py",)),
     "roi-geometry": Group(("edge_sdk/roi/geometry.py",), ("tests/roi/test_geometry.py", "tests/roi/test_geometry_edges.py",
                                                           "tests/roi/test_merge.py")),
