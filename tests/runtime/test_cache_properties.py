@@ -87,3 +87,11 @@ def test_a_disabled_cache_neither_counts_nor_stores() -> None:
     assert cache.lookup(frame) is None and (cache.hits, cache.misses) == (0, 0)
     cache.enabled = True
     assert cache.lookup(frame) is None and cache.misses == 1  # nothing was stored while disabled
+
+
+def test_the_thumbnail_is_64x36_by_default() -> None:
+    cache = PredictionCache()
+    small, gray = cache.thumbnail_buffers()
+    assert cache.size == (64, 36) and small.shape == (36, 64, 3) and gray.shape == (36, 64)
+    thumb = cache.thumbnail(np.zeros((720, 1280, 3), np.uint8), small, gray)
+    assert thumb.shape == (36, 64)
