@@ -55,8 +55,6 @@ GROUPS: Dict[str, Group] = {
     "decoders": Group(("edge_sdk/decoders/centerface.py", "edge_sdk/decoders/yolo.py", "edge_sdk/decoders/yolox.py",
                        "edge_sdk/decoders/ssd.py", "edge_sdk/decoders/_base.py"), ("tests/decoders", "tests/runtime/test_letterbox.py")),
     "nms": Group(("edge_sdk/decoders/nms.py",), ("tests/decoders/test_nms.py",)),
-    "roi-geometry": Group(("edge_sdk/roi/geometry.py",), ("tests/roi/test_geometry.py", "tests/roi/test_geometry_edges.py",
-                                                          "tests/roi/test_merge.py")),
     "calibration": Group(("edge_sdk/builder/calibration.py",), ("tests/builder/test_calibration.py",)),
     "calib-cache": Group(("edge_sdk/builder/calib_cache.py",), ("tests/builder/test_calib_cache.py",)),
     "bundle": Group(("edge_sdk/builder/bundle.py",), ("tests/builder/test_bundle.py",)),
@@ -69,7 +67,7 @@ GROUPS: Dict[str, Group] = {
 
 # The generated-operator sweep (`--sweep`): one row per module, its files and the tests that pin
 # its promises. A module joins the sweep with a row here (and its equivalent mutants in
-# EQUIVALENT below).
+# EQUIVALENT below). The rows are groups too: hand-written mutants may name them (roi-geometry).
 SWEEP: Dict[str, Group] = {
     "verify": Group(("edge_sdk/verify.py",), ("tests/test_verify.py", "tests/trt/test_device_choice.py")),
     "precision-choice": Group(("edge_sdk/precision_choice.py", "edge_sdk/trt/choice.py"),
@@ -82,7 +80,7 @@ SWEEP: Dict[str, Group] = {
     "roi-strategies": Group(("edge_sdk/roi/strategies.py",), ("tests/roi/test_strategies.py", "tests/roi/test_tracks.py")),
     "roi-merge": Group(("edge_sdk/roi/merge.py",), ("tests/roi/test_merge.py",)),
     "roi-geometry": Group(("edge_sdk/roi/geometry.py",), ("tests/roi/test_geometry.py", "tests/roi/test_geometry_edges.py",
-                                                          "tests/roi/test_merge.py")),
+                                                          "tests/roi/test_geometry_mappings.py", "tests/roi/test_merge.py")),
     "metrics": Group(("edge_sdk/telemetry/metrics.py",), ("tests/telemetry/test_metrics.py",
                                                          "tests/telemetry/test_metrics_properties.py")),
     "health": Group(("edge_sdk/telemetry/health.py", "edge_sdk/daemon/health.py"),
