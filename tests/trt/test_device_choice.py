@@ -426,3 +426,27 @@ def test_a_report_row_at_its_bounds(device, tmp_path: Path, field: str, value: A
     key = report_key(Bundle.load(bundle), trt.__version__, "7.2", None)
     assert (report_errors(stored, key) == []) is ok
     assert len(report_errors(dict(stored, candidates=stored["candidates"][:1] * 0), key)) == 1
+
+
+# --- on a DLA core ------------------------------------------------------------------------------
+
+
+def test_on_a_dla_core_fp32_is_not_a_fallback(device, tmp_path: Path) -> None:
+    trt, cuda = device(distort={"fp16": drop_left_half, "int8": drop_left_half})
+    cache = tmp_path / "engines"
+    with pytest.raises(AccuracyGateError, match="fp16: .*int8: "):
+        choose(choice_bundle(tmp_path / "b"), cuda, cache, dla_core=0)
+    assert not any("fp32" in p.name for p in cache.glob("*.engine")) and not list(cache.glob("*.device_report.json"))
+
+
+def test_a_choice_on_a_dla_core_is_stored_for_that_core_only(device, tmp_path: Path) -> None:
+    trt, cuda = device(latency={"fp16": 4.0, "int8": 1.0}, distort={"int8": tiny_noise})
+    bundle, cache = choice_bundle(tmp_path / "b"), tmp_path / "engines"
+    choice = choose(bundle, cuda, cache, dla_core=1)
+    assert choice.chosen == "int8"
+    loaded = Bundle.load(bundle)
+    on_core = report_key(loaded, trt.__version__, "7.2", 1)
+    assert choice.path == EngineCache(cache).device_report_path(on_core)
+    assert read_device_report(EngineCache(cache), on_core)["chosen"] == "int8"
+    for other in (None, 0):
+        assert read_device_report(EngineCache(cache), report_key(loaded, trt.__version__, "7.2", other)) is None
