@@ -138,10 +138,8 @@ class TinyCenterFace:
         cells = x[:, :, : h // 4 * 4, : w // 4 * 4].astype(np.float32).reshape(n, c, h // 4, 4, w // 4, 4)
         gray = cells.mean(axis=(3, 5)).mean(axis=1, keepdims=True)
         heat = (1.0 / (1.0 + np.exp(-(gray - np.float32(128.0)) * np.float32(0.25)))).astype(np.float32)
-        out = {"537": heat}
-        for name, ch in self.outputs[1:]:
-            out[name] = np.zeros((n, ch, h // 4, w // 4), np.float32)
-        return out
+        out = {name: heat if name == "537" else np.zeros((n, ch, h // 4, w // 4), np.float32) for name, ch in self.outputs}
+        return out  # in the order the engine lists its outputs (self.outputs), which may not be the manifest's
 
 
 def engine_kind(record: Dict[str, Any]) -> str:

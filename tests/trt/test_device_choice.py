@@ -33,7 +33,7 @@ from edge_sdk.precision_choice import choose_engine, time_backend
 from edge_sdk.trt.choice import read_device_report, report_errors, report_key
 from edge_sdk.verify import verify_bundle
 from fakes.fake_cuda_host import DISCRETE, XAVIER_NX
-from fakes.fake_tensorrt_runtime import CENTERFACE_OUTPUTS, RUNTIME_FAKES, FakeRuntimeCuda
+from fakes.fake_tensorrt_runtime import CENTERFACE_OUTPUTS, RUNTIME_FAKES, FakeRuntimeCuda, TinyCenterFace
 from trt_bundles import XAVIER, write_bundle
 
 H, W = 32, 64
@@ -100,12 +100,12 @@ def tiny_noise(outputs: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]:
 
 @pytest.fixture
 def device(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Callable[..., Any]:
-    """device(version, gpu, latency={kind: ms}, distort={kind: fn}) -> (fake trt, fake CUDA)."""
+    """device(version, gpu, latency={kind: ms or [ms, ...]}, distort={kind: fn}, network=...) -> (fake trt, fake CUDA)."""
 
-    def make(version: str = "8.5", gpu: str = "xavier", latency: Dict[str, float] = None,
-             distort: Dict[str, Any] = None) -> Any:
+    def make(version: str = "8.5", gpu: str = "xavier", latency: Dict[str, Any] = None,
+             distort: Dict[str, Any] = None, network: Any = None) -> Any:
         cuda = FakeRuntimeCuda(props=GPUS[gpu])
-        trt = RUNTIME_FAKES[version](cuda=cuda)
+        trt = RUNTIME_FAKES[version](cuda=cuda, network=network)
         trt.latency_ms.update(latency or {})
         trt.distort.update(distort or {})
         monkeypatch.setitem(sys.modules, "tensorrt", trt)
@@ -450,3 +450,26 @@ def test_a_choice_on_a_dla_core_is_stored_for_that_core_only(device, tmp_path: P
     assert read_device_report(EngineCache(cache), on_core)["chosen"] == "int8"
     for other in (None, 0):
         assert read_device_report(EngineCache(cache), report_key(loaded, trt.__version__, "7.2", other)) is None
+
+
+# --- an engine that lists its outputs in another order than the manifest ----------------------
+
+
+class EngineOrderCenterFace(TinyCenterFace):
+    """The same network, its outputs declared in another order (as TensorRT may list an engine's
+    I/O tensors in any order its builder chose)."""
+
+    outputs = (CENTERFACE_OUTPUTS[2], CENTERFACE_OUTPUTS[0], CENTERFACE_OUTPUTS[3], CENTERFACE_OUTPUTS[1])
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_verify_matches_an_engines_outputs_by_name_not_by_position(device, tmp_path: Path, version: str) -> None:
+    trt, cuda = device(version, "discrete", network=EngineOrderCenterFace())
+    bundle, cache = choice_bundle(tmp_path / "b"), tmp_path / "engines"
+    report = verify_bundle(Bundle.load(bundle), precision="fp32", reference="bundle", cache_dir=cache)
+    assert report.passed and report.f1 == 1.0
+    assert [o.name for o in report.outputs] == NAMES
+    assert all(o.max_abs_err < 2.5e-4 and o.cosine == pytest.approx(1.0) for o in report.outputs), report.to_dict()
+    choice = choose(bundle, cuda, tmp_path / "engines2")
+    assert all(r.passed and r.f1_vs_fp32 == 1.0 for r in choice.candidates)
+
