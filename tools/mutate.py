@@ -71,7 +71,7 @@ GROUPS: Dict[str, Group] = {
 SWEEP: Dict[str, Group] = {
     "verify": Group(("edge_sdk/verify.py",), ("tests/test_verify.py", "tests/trt/test_device_choice.py")),
     "precision-choice": Group(("edge_sdk/precision_choice.py", "edge_sdk/trt/choice.py"),
-                              ("tests/trt/test_device_choice.py",)),
+                              ("tests/trt/test_device_choice.py", "tests/trt/test_device_report.py")),
     "capture": Group(("edge_sdk/runtime/capture.py",), ("tests/runtime/test_capture.py", "tests/runtime/test_capture_pools.py",
                                                         "tests/runtime/test_capture_memory.py")),
     "infer-thread": Group(("edge_sdk/runtime/infer_thread.py",), ("tests/runtime/test_infer_thread.py",
