@@ -66,3 +66,32 @@ def test_the_scheduler_reports_from_the_threshold_up(threshold: float, reported:
                                                motion=False))
     out = sched(np.zeros((48, 64, 3), np.uint8))  # fits the input: the coarse pass sees it at full size
     assert len(out.detections) == reported
+
+
+@pytest.mark.parametrize("rows,saturated", [(25, False), (26, True)])  # 40 x 25 = 1000 px = 0.2 of 100 x 50
+def test_motion_over_more_than_max_fraction_of_the_copy_is_ignored(rows: int, saturated: bool) -> None:
+    from edge_sdk.roi.strategies import MotionDetector
+
+    motion = MotionDetector(width=100, threshold=18, max_fraction=0.2)
+    still = np.full((50, 100, 3), 60, np.uint8)
+    assert motion(still).shape == (0, 4)  # the first frame only sets the background
+    moved = still.copy()
+    moved[10:10 + rows, 30:70] = 200
+    boxes = motion(moved)
+    assert motion.saturated is saturated
+    if saturated:
+        assert boxes.shape == (0, 4)
+    else:  # the moving block, grown by the one-pixel dilation
+        assert boxes.tolist() == [[29.0, 9.0, 71.0, 10.0 + rows + 1]]
+
+
+def test_motion_boxes_come_back_in_frame_pixels_on_each_axis() -> None:
+    from edge_sdk.roi.strategies import MotionDetector
+
+    motion = MotionDetector(width=50, threshold=18, max_fraction=0.5)
+    still = np.full((60, 200, 3), 60, np.uint8)  # copy 50 x 15: x scaled by 4, y by 4
+    motion(still)
+    moved = still.copy()
+    moved[20:40, 80:120] = 220
+    (x0, y0, x1, y1), = motion(moved).tolist()
+    assert (x0, y0, x1, y1) == (pytest.approx(76.0), pytest.approx(16.0), pytest.approx(124.0), pytest.approx(44.0))
