@@ -178,23 +178,32 @@ def test_the_thread_is_at_most_one_frame_ahead() -> None:
 
 
 def test_stop_wakes_a_thread_waiting_for_a_frame() -> None:
+    import threading
+
     class Silent(ListSource):
+        """A live source that delivers nothing until released."""
+
         live = True
 
         def __init__(self) -> None:
             super().__init__([])
-            import threading
-
             self.release = threading.Event()
 
         def read(self, out=None):
-            self.release.wait(10)
+            self.release.wait()
             return None
 
     source = Silent()
     capture = Capture(source, pool_size=3).start()
     thread = InferThread(capture, NumberDetector(), None, PredictionCache(enabled=False)).start()
-    assert thread.stop() == []  # returns: the waiting get() was cancelled
-    assert thread.next() is None
-    source.release.set()
-    capture.stop()
+    left: List[Any] = []
+    stopper = threading.Thread(target=lambda: left.append(thread.stop()), daemon=True)
+    try:
+        stopper.start()
+        stopper.join(timeout=10)
+        assert not stopper.is_alive(), "stop() waited for a frame that never came"
+        assert left == [[]] and thread.next() is None
+    finally:
+        source.release.set()
+        stopper.join()
+        capture.stop()
