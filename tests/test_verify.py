@@ -313,3 +313,26 @@ def test_a_bundle_without_a_reference_says_how_to_get_one(tmp_path: Path) -> Non
     (bundle.root / MANIFEST).write_text(json.dumps(manifest))
     with pytest.raises(BundleError, match="Rebuild it with `edge-sdk build --precision best`"):
         Verifier(Bundle.load(bundle.root), "bundle")
+
+
+def test_the_report_as_json_and_as_lines(tmp_path: Path) -> None:
+    ref = [{"y": np.array([[1.0, 0.0, 0.0, 0.0]], np.float32), "longer_name": np.array([[2.0, 2.0]], np.float32)}]
+    test = [{"y": np.array([[1.0, 1.0, 0.0, 0.0]], np.float32), "longer_name": np.array([[2.0, 2.0]], np.float32)}]
+    bundle = write_reference_bundle(tmp_path / "b", ref)
+    report = Verifier(bundle, "bundle", min_cosine=0.5, max_abs_err=2.0).check(Runner(["longer_name", "y"], lambda i: test[i]))
+    assert report.passed and report.f1 is None and report.match is None
+    d = report.to_dict()
+    assert d == {
+        "passed": True, "backend": "test-runner", "precision": "fp16", "precision_reason": None, "engine": None,
+        "reference": "the bundle's stored FP32 outputs (reference.npz, float32)", "images": 1, "f1_vs_fp32": None,
+        "match": None, "detections": 0, "reference_detections": 0,
+        "outputs": {"y": {"max_abs_err": 1.0, "mean_abs_err": 0.25, "cosine": 0.707107},
+                    "longer_name": {"max_abs_err": 0.0, "mean_abs_err": 0.0, "cosine": 1.0}},
+        "tolerances": {"min_f1": DEFAULT_MIN_F1, "min_cosine": 0.5, "max_abs_err": 2.0}, "failures": []}
+    assert report_lines(report) == [
+        "test-runner fp16 against the bundle's stored FP32 outputs (reference.npz, float32) on 1 gate image(s)",
+        "  output        max |err|  mean |err|     cosine",
+        "  y                     1        0.25   0.707107",
+        "  longer_name           0           0   1.000000",
+        "  passed",
+    ]
