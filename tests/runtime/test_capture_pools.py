@@ -143,3 +143,28 @@ def test_reconnects_back_off_exponentially_to_the_cap_then_give_up() -> None:
         assert capture.stats.source_errors == 1 + 5 and capture.stats.reconnects == 0
     finally:
         capture.stop()
+
+
+@pytest.mark.parametrize("pool_size,live", [(3, False), (5, True), (7, False)])
+def test_describe_says_the_pool_and_the_read_ahead(pool_size: int, live: bool) -> None:
+    capture = Capture(ListSource([scene(0, 40, 24)], live=live), pool_size=pool_size)
+    d = capture.describe()
+    assert (d["source"], d["live"], d["pool_size"], d["read_ahead"]) == ("list://", live, pool_size, pool_size - 2)
+    assert d["frame_memory"]["path"] == "host" and len(capture.pool) == pool_size
+
+
+def test_a_get_that_times_out_says_so_and_the_frames_are_numbered_in_order() -> None:
+    cam = FakeCamera(width=40, height=24)
+    cam.gate = threading.Semaphore(0)
+    capture = Capture(cam, pool_size=5).start()
+    try:
+        with pytest.raises(SourceError, match="no frame from fake://camera within 0.1 s"):
+            capture.get(timeout=0.1)
+        cam.gate.release()
+        slot = capture.get(timeout=10)
+        assert slot.index == 0 and slot.timestamp > 0 and slot.t_capture > 0 and slot.events == []
+        capture.release(slot)
+    finally:
+        for _ in range(3):
+            cam.gate.release()
+        capture.stop()
