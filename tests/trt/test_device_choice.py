@@ -392,8 +392,13 @@ def test_the_choice_times_by_the_median_of_jittery_runs(device, tmp_path: Path) 
     rows = {r.precision: r for r in choice.candidates}
     assert rows["fp16"].median_ms == 1.0 and rows["int8"].median_ms == 2.0
     assert choice.chosen == "fp16"
-    assert json.loads(choice.path.read_text())["timing"] == {"warmup": 2, "iterations": 5,
-                                                             "statistic": "median GPU ms (CUDA events)"}
+    stored = json.loads(choice.path.read_text())
+    assert stored["timing"] == {"warmup": 2, "iterations": 5, "statistic": "median GPU ms (CUDA events)"}
+    assert (stored["images"], stored["min_f1"], stored["version"], stored["chosen"]) == (6, 0.9, 1, "fp16")
+    assert stored["reference"].startswith("the bundle's stored FP32 outputs") and stored["gpu"]["sm"] == "7.2"
+    assert stored["key"] == report_key(Bundle.load(tmp_path / "b"), trt.__version__, "7.2", None).to_dict()
+    assert stored["path"] == str(choice.path) and stored["bundle"] == str(Bundle.load(tmp_path / "b").root)
+    assert [r["median_ms"] for r in stored["candidates"]] == [1.0, 2.0]
 
 
 def test_an_equally_fast_passing_row_is_a_valid_choice(device, tmp_path: Path) -> None:
