@@ -33,7 +33,7 @@ def test_a_live_source_delivers_the_newest_frame_whatever_the_pool(pool_size: in
             taken.append(slot)
         for _ in range(burst):
             cam.gate.release()
-        assert capture.wait_captured(held + burst)
+        assert capture.wait_captured(held + burst, timeout=20)
         newest = capture.get(timeout=10)
         assert number(newest) == held + burst - 1 and newest.index == held + burst - 1
         assert capture.stats.frames_dropped == burst - 1
@@ -42,7 +42,7 @@ def test_a_live_source_delivers_the_newest_frame_whatever_the_pool(pool_size: in
         capture.release(newest)
         for k in range(3):  # and after it, each next frame in turn: nothing older was kept waiting
             cam.gate.release()
-            assert capture.wait_captured(held + burst + k + 1)
+            assert capture.wait_captured(held + burst + k + 1, timeout=20)
             slot = capture.get(timeout=10)
             assert number(slot) == held + burst + k
             capture.release(slot)
@@ -64,7 +64,7 @@ def test_events_of_dropped_frames_reach_the_newest_one(pool_size: int) -> None:
         first = capture.get(timeout=10)
         for _ in range(6):  # frames 1, a failed read, then frames 2..5: the loss is attached to frame 2
             cam.gate.release()
-        assert capture.wait_captured(6)
+        assert capture.wait_captured(6, timeout=20)
         newest = capture.get(timeout=10)
         assert number(newest) == 5 and capture.stats.frames_dropped == 4
         assert [e["event"] for e in newest.events] == ["source_lost", "source_reconnected"]
