@@ -106,6 +106,8 @@ class Equivalent:
 
 
 EQUIVALENT: List[Equivalent] = [
+    Equivalent("edge_sdk/daemon/health.py", "data = f.read(MAX_FILE + 1)", "1 -> 2",
+               "reading two bytes past the bound instead of one: loads_untrusted refuses anything over MAX_FILE either way"),
 ]
 
 
