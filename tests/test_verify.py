@@ -44,7 +44,7 @@ def write_reference_bundle(root: Path, outputs: List[Dict[str, np.ndarray]], dec
         data[f"output_{k}"] = np.concatenate([o[name] for o in outputs]).astype(np.float32)
     data.update(arrays or {})
     np.savez_compressed(root / REFERENCE, **data)
-    shapes = manifest_outputs or {name: list(outputs[0][name].shape) for name in names}
+    shapes = {name: list(outputs[0][name].shape) for name in names} if manifest_outputs is None else manifest_outputs
     body: Dict[str, Any] = {
         "schema_version": 1,
         "model": {"name": "ref", "source_sha256": "0" * 64},
@@ -336,3 +336,58 @@ def test_the_report_as_json_and_as_lines(tmp_path: Path) -> None:
         "  longer_name           0           0   1.000000",
         "  passed",
     ]
+
+
+@pytest.mark.parametrize("images,ok", [(256, True), (257, False)])
+def test_the_reference_holds_at_most_256_images(tmp_path: Path, images: int, ok: bool) -> None:
+    from edge_sdk.verify import MAX_IMAGES
+
+    assert MAX_IMAGES == 256
+    ref = [{"y": np.full((1, 2), float(i), np.float32)} for i in range(images)]
+    bundle = write_reference_bundle(tmp_path / "b", ref)
+    if ok:
+        assert load_reference(bundle).images == images
+    else:
+        with pytest.raises(BundleError, match="inputs are float32 \\[257, 3, 24, 40\\], expected \\(N <= 256"):
+            load_reference(bundle)
+
+
+@pytest.mark.parametrize("length,ok", [(32768, True), (32769, False)])
+def test_the_output_names_hold_at_most_64_times_4096_bytes(tmp_path: Path, length: int, ok: bool) -> None:
+    # two names stored as unicode of the longer one's length: 2 x length x 4 bytes against 64 x 4096
+    ref = [{"a" * length: np.zeros((1, 2), np.float32), "b": np.ones((1, 2), np.float32)}]
+    bundle = write_reference_bundle(tmp_path / "b", ref, manifest_outputs={})
+    if ok:
+        assert [len(n) for n in load_reference(bundle).output_names] == [length, 1]
+    else:
+        with pytest.raises(BundleError, match="output_names must be a list of 1 to 64 names"):
+            load_reference(bundle)
+
+
+@pytest.mark.parametrize("dtype,ok", [(np.uint8, True), (np.float16, True), (np.float32, True), (np.float64, False),
+                                      (np.int32, False)])
+def test_the_gate_inputs_dtypes(tmp_path: Path, dtype, ok: bool) -> None:
+    ref = random_outputs(2)
+    arrays = {"inputs": (np.arange(2 * 3 * H * W).reshape(2, 3, H, W) % 200).astype(dtype)}
+    bundle = write_reference_bundle(tmp_path / "b", ref, arrays=arrays)
+    if ok:
+        data = load_reference(bundle)
+        assert all(x.dtype == np.float32 for x in data.inputs)
+        np.testing.assert_array_equal(data.inputs[1][0], arrays["inputs"][1].astype(np.float32))
+    else:
+        with pytest.raises(BundleError, match="inputs are"):
+            load_reference(bundle)
+
+
+@pytest.mark.parametrize("dtype,ok", [(np.float16, True), (np.float32, True), (np.float64, False), (np.int8, False)])
+def test_the_stored_outputs_dtypes(tmp_path: Path, dtype, ok: bool) -> None:
+    ref = random_outputs(2)
+    arrays = {"output_0": np.concatenate([r["heatmap"] for r in ref]).astype(dtype)}
+    bundle = write_reference_bundle(tmp_path / "b", ref, arrays=arrays)
+    if ok:
+        data = load_reference(bundle)
+        assert data.stored_dtypes == sorted({np.dtype(dtype).name, "float32"})
+        assert data.outputs[1][0].dtype == np.float32
+    else:
+        with pytest.raises(BundleError, match="output_0 must be float16/float32"):
+            load_reference(bundle)
