@@ -109,6 +109,9 @@ class Equivalent:
 EQUIVALENT: List[Equivalent] = [
     Equivalent("edge_sdk/daemon/health.py", "data = f.read(MAX_FILE + 1)", "1 -> 2",
                "reading two bytes past the bound instead of one: loads_untrusted refuses anything over MAX_FILE either way"),
+    Equivalent("edge_sdk/runtime/infer_thread.py", "                self.recycle(item)\n", "dropped: self.recycle(item)",
+               "the item of a thread that ends on stop(): nothing takes a free item once the thread has ended, and the "
+               "exit wakes a waiting consumer as recycle() would"),
 ]
 
 

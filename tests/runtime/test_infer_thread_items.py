@@ -210,3 +210,72 @@ def test_stop_wakes_a_thread_waiting_for_a_frame() -> None:
         source.release.set()
         stopper.join()
         capture.stop()
+
+
+def test_the_capture_wait_is_in_milliseconds() -> None:
+    import threading
+
+    class Slow(ListSource):
+        def read(self, out=None):
+            threading.Event().wait(0.05)  # a camera that takes 50 ms to deliver each frame
+            return super().read(out)
+
+    capture = Capture(Slow(numbered([1, 2])), pool_size=3).start()
+    thread = InferThread(capture, NumberDetector(), None, PredictionCache(enabled=False)).start()
+    try:
+        items = run_all(thread, capture)
+    finally:
+        thread.stop()
+        capture.stop()
+    assert 40.0 <= items[0].latency["capture_wait"] < 5000.0
+
+
+class OneSlotCapture:
+    """Stands in for Capture: get() hands out one slot of a real capture, as though stop() had
+    been called while the slot was on its way (the thread's cancel Event is set first)."""
+
+    def __init__(self, slot) -> None:
+        self.slot = slot
+        self.woken = 0
+
+    def get(self, timeout=None, cancel=None):
+        cancel.set()
+        return self.slot
+
+    def wake(self) -> None:
+        self.woken += 1
+
+
+def test_a_frame_taken_after_stop_is_handed_over_uninferred() -> None:
+    real = Capture(ListSource(numbered([9])), pool_size=3).start()
+    slot = real.get(timeout=10)
+    detector = NumberDetector()
+    thread = InferThread(OneSlotCapture(slot), detector, None, PredictionCache(enabled=False)).start()
+    try:
+        item = thread.next()
+        assert item is not None and item.raw and item.slot is slot and item.outputs is None
+        assert item.detector is detector and "capture_wait" in item.latency
+        assert detector.runs == 0 and thread.next() is None
+    finally:
+        thread.stop()
+        real.release(slot)
+        real.stop()
+
+
+def test_a_consumer_waiting_for_an_item_is_told_when_the_thread_ends() -> None:
+    import threading
+
+    capture = Capture(ListSource(numbered(list(range(1, 9)))), pool_size=5).start()
+    thread = InferThread(capture, NumberDetector(), None, PredictionCache(enabled=False)).start()
+    held = [thread.next() for _ in range(ITEMS)]  # both items in the consumer's hands: the thread waits for one
+    got: List[Any] = []
+    waiter = threading.Thread(target=lambda: got.append(thread.next()), daemon=True)
+    waiter.start()
+    try:
+        assert thread.stop() == []
+        waiter.join(timeout=10)
+        assert not waiter.is_alive() and got == [None]
+    finally:
+        for item in held:
+            capture.release(item.slot)
+        capture.stop()
