@@ -63,18 +63,23 @@ def run_all(thread: InferThread, capture: Capture) -> List[Item]:
         seen.append(copy)
 
 
+def run_through(source: ListSource, detector: Any, cache: Any, pool_size: int = 3) -> List[Item]:
+    """Capture `source` and run the thread over it to the end (see run_all)."""
+    capture = Capture(source, pool_size=pool_size).start()
+    thread = InferThread(capture, detector, None, cache).start()
+    try:
+        return run_all(thread, capture)
+    finally:
+        thread.stop()
+        capture.stop()
+
+
 @pytest.mark.parametrize("pool_size", [3, 4, 6])
 def test_every_frame_in_order_with_its_own_outputs(pool_size: int) -> None:
     values = [10 * i + 5 for i in range(15)]
     started = clock()
-    capture = Capture(ListSource(numbered(values)), pool_size=pool_size).start()
     detector = NumberDetector()
-    thread = InferThread(capture, detector, None, PredictionCache(enabled=False)).start()
-    try:
-        items = run_all(thread, capture)
-    finally:
-        thread.stop()
-        capture.stop()
+    items = run_through(ListSource(numbered(values)), detector, PredictionCache(enabled=False), pool_size)
     took_ms = (clock() - started) * 1000.0
     assert items[-1].end and items[-1].slot is None
     frames = items[:-1]
@@ -102,15 +107,9 @@ def test_outputs_are_copied_into_the_items_own_set_allocated_once_per_shape() ->
 
 def test_a_repeated_frame_is_answered_by_the_cache_without_a_run() -> None:
     values = [50, 50, 50, 120, 120, 50]
-    capture = Capture(ListSource(numbered(values)), pool_size=4).start()
     detector = NumberDetector()
     cache = PredictionCache(threshold=4.0)
-    thread = InferThread(capture, detector, None, cache).start()
-    try:
-        items = run_all(thread, capture)
-    finally:
-        thread.stop()
-        capture.stop()
+    items = run_through(ListSource(numbered(values)), detector, cache, 4)
     frames = items[:-1]
     assert [i.slot for i in frames] == values
     assert [i.cached is not None for i in frames] == [False, True, True, False, True, False]
@@ -122,13 +121,7 @@ def test_a_repeated_frame_is_answered_by_the_cache_without_a_run() -> None:
 
 
 def test_without_the_cache_no_pending_is_made() -> None:
-    capture = Capture(ListSource(numbered([1, 1])), pool_size=3).start()
-    thread = InferThread(capture, NumberDetector(), None, PredictionCache(enabled=False)).start()
-    try:
-        items = run_all(thread, capture)
-    finally:
-        thread.stop()
-        capture.stop()
+    items = run_through(ListSource(numbered([1, 1])), NumberDetector(), PredictionCache(enabled=False), 3)
     assert [i.pending for i in items[:-1]] == [None, None] and [i.cached for i in items[:-1]] == [None, None]
 
 
@@ -151,13 +144,7 @@ def test_a_capture_error_reaches_the_consumer_named(failed_in_prepare: bool, sta
 
 
 def test_a_backend_error_reaches_the_consumer_after_the_frames_before_it() -> None:
-    capture = Capture(ListSource(numbered([1, 2, 3, 4])), pool_size=3).start()
-    thread = InferThread(capture, NumberDetector(fail_at=2), None, PredictionCache(enabled=False)).start()
-    try:
-        items = run_all(thread, capture)
-    finally:
-        thread.stop()
-        capture.stop()
+    items = run_through(ListSource(numbered([1, 2, 3, 4])), NumberDetector(fail_at=2), PredictionCache(enabled=False), 3)
     assert [i.slot for i in items[:-1]] == [1, 2]
     assert isinstance(items[-1].error, RuntimeError) and items[-1].stage == "infer"
 
@@ -220,13 +207,7 @@ def test_the_capture_wait_is_in_milliseconds() -> None:
             threading.Event().wait(0.05)  # a camera that takes 50 ms to deliver each frame
             return super().read(out)
 
-    capture = Capture(Slow(numbered([1, 2])), pool_size=3).start()
-    thread = InferThread(capture, NumberDetector(), None, PredictionCache(enabled=False)).start()
-    try:
-        items = run_all(thread, capture)
-    finally:
-        thread.stop()
-        capture.stop()
+    items = run_through(Slow(numbered([1, 2])), NumberDetector(), PredictionCache(enabled=False), 3)
     assert 40.0 <= items[0].latency["capture_wait"] < 5000.0
 
 
