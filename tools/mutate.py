@@ -79,7 +79,7 @@ SWEEP: Dict[str, Group] = {
     "cache": Group(("edge_sdk/runtime/cache.py",), ("tests/runtime/test_cache.py", "tests/runtime/test_cache_properties.py")),
     "roi-strategies": Group(("edge_sdk/roi/strategies.py",), ("tests/roi/test_strategies.py", "tests/roi/test_tracks.py",
                                                               "tests/roi/test_strategy_limits.py")),
-    "roi-merge": Group(("edge_sdk/roi/merge.py",), ("tests/roi/test_merge.py",)),
+    "roi-merge": Group(("edge_sdk/roi/merge.py",), ("tests/roi/test_merge.py", "tests/roi/test_merge_limits.py")),
     "roi-geometry": Group(("edge_sdk/roi/geometry.py",), ("tests/roi/test_geometry.py", "tests/roi/test_geometry_edges.py",
                                                           "tests/roi/test_geometry_mappings.py", "tests/roi/test_geometry_properties.py",
                                                           "tests/roi/test_merge.py")),
@@ -112,6 +112,11 @@ EQUIVALENT: List[Equivalent] = [
     Equivalent("edge_sdk/runtime/infer_thread.py", "                self.recycle(item)\n", "dropped: self.recycle(item)",
                "the item of a thread that ends on stop(): nothing takes a free item once the thread has ended, and the "
                "exit wakes a waiting consumer as recycle() would"),
+    Equivalent("edge_sdk/runtime/infer_thread.py", "for b, o in zip(self.buffers, outputs)):",
+               "zip(self.buffers, outputs) -> (zip(outputs, self.buffers))",
+               "the pairs only feed symmetric comparisons (b.shape != o.shape, b.dtype != o.dtype)"),
+    Equivalent("edge_sdk/roi/merge.py", "np.fill_diagonal(m, False)", "dropped: np.fill_diagonal(m, False)",
+               "both walks take a detection out (free / label) before they read its row, so its own link is never used"),
 ]
 
 
