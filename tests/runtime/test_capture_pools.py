@@ -67,7 +67,9 @@ def test_events_of_dropped_frames_reach_the_newest_one(pool_size: int) -> None:
         assert capture.wait_captured(6, timeout=20)
         newest = capture.get(timeout=10)
         assert number(newest) == 5 and capture.stats.frames_dropped == 4
-        assert [e["event"] for e in newest.events] == ["source_lost", "source_reconnected"]
+        assert newest.events == [
+            {"event": "source_lost", "source": "fake://camera", "error": "OSError: camera vanished", "failures": 1},
+            {"event": "source_reconnected", "source": "fake://camera", "attempts": 1}]
         assert capture.stats.source_errors == 1 and capture.stats.reconnects == 1
         capture.release(first)
         capture.release(newest)
