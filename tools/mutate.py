@@ -117,6 +117,8 @@ EQUIVALENT: List[Equivalent] = [
                "the pairs only feed symmetric comparisons (b.shape != o.shape, b.dtype != o.dtype)"),
     Equivalent("edge_sdk/roi/merge.py", "np.fill_diagonal(m, False)", "dropped: np.fill_diagonal(m, False)",
                "both walks take a detection out (free / label) before they read its row, so its own link is never used"),
+    Equivalent("edge_sdk/roi/merge.py", "if len(det) <= 1:", "len(det) <= 1 -> (len(det) < 1)",
+               "one detection through the walk is a group of one: the same detection, copied, as the shortcut gives"),
 ]
 
 
