@@ -119,6 +119,14 @@ EQUIVALENT: List[Equivalent] = [
                "both walks take a detection out (free / label) before they read its row, so its own link is never used"),
     Equivalent("edge_sdk/roi/merge.py", "if len(det) <= 1:", "len(det) <= 1 -> (len(det) < 1)",
                "one detection through the walk is a group of one: the same detection, copied, as the shortcut gives"),
+    Equivalent("edge_sdk/roi/merge.py", "if len(det) <= 1:", "1 -> 0", "as above: one detection through the walk"),
+    Equivalent("edge_sdk/roi/merge.py", "label = np.full(len(det), -1, dtype=np.int64)", "1 -> 2",
+               "-2 for unlabelled reads as -1 does: only label < 0 and label >= 0 are asked"),
+    Equivalent("edge_sdk/roi/merge.py", "            if len(g) > 1:\n", "len(g) > 1 -> (len(g) >= 1)",
+               "the union of a group of one box is that box"),
+    Equivalent("edge_sdk/roi/merge.py", "            if len(g) > 1:\n", "1 -> 0", "the union of a group of one box is that box"),
+    Equivalent("edge_sdk/roi/merge.py", "return det[np.zeros(0, dtype=np.int64)]", "0 -> 1",
+               "no groups only for no detections, which merge() returns before the walk"),
 ]
 
 
