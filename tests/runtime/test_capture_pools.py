@@ -170,3 +170,104 @@ def test_a_get_that_times_out_says_so_and_the_frames_are_numbered_in_order() -> 
         for _ in range(3):
             cam.gate.release()
         capture.stop()
+
+
+@pytest.mark.parametrize("pool_size", [3, 5])
+def test_a_consumer_holding_every_slot_gets_the_next_frame_once_it_gives_one_back(pool_size: int) -> None:
+    capture = Capture(ListSource([scene(i, 40, 24) for i in range(pool_size + 2)]), pool_size=pool_size).start()
+    held = []
+    try:
+        for i in range(pool_size):  # a finite source: the thread waits for a slot once the consumer holds all
+            held.append(capture.get(timeout=10))
+            assert number(held[-1]) == i
+        # The thread has nothing to do until a slot comes back. Give it time to go to sleep on the
+        # condition (the result does not depend on it; a release that forgets to wake it shows only
+        # then), then give one back: the only thing that can wake it now.
+        threading.Event().wait(0.2)
+        capture.release(held.pop(0))
+        slot = capture.get(timeout=10)
+        assert number(slot) == pool_size
+        held.append(slot)
+    finally:
+        for slot in held:
+            capture.release(slot)
+        capture.stop()
+
+
+def test_a_get_with_a_cancel_event_delivers_frames_until_it_is_set() -> None:
+    cam = FakeCamera(width=40, height=24)
+    cam.gate = threading.Semaphore(0)
+    capture = Capture(cam, pool_size=4).start()
+    cancel = threading.Event()
+    try:
+        cam.gate.release()
+        slot = capture.get(timeout=10, cancel=cancel)  # not set: the frame comes as without one
+        assert slot is not None and number(slot) == 0
+        capture.release(slot)
+        cancel.set()
+        capture.wake()
+        assert capture.get(timeout=10, cancel=cancel) is None  # set: nothing taken
+        cam.gate.release()
+        assert capture.wait_captured(2, timeout=20)
+        assert capture.get(timeout=10, cancel=cancel) is None  # a frame is ready, but cancelled
+        slot = capture.get(timeout=10)
+        assert number(slot) == 1  # the frame the cancelled get left
+        capture.release(slot)
+    finally:
+        for _ in range(3):
+            cam.gate.release()
+        capture.stop()
+
+
+class NiceProbe(ListSource):
+    """Records the nice value of the thread that reads it."""
+
+    def read(self, out=None):
+        import os
+
+        self.seen = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+        return super().read(out)
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "setpriority"), reason="needs os.setpriority (Unix)")
+def test_a_nice_value_of_one_is_applied() -> None:
+    import os
+
+    base = os.getpriority(os.PRIO_PROCESS, 0)
+    if base >= 19:
+        pytest.skip("already at the lowest priority")
+    probe = NiceProbe([scene(0, 40, 24)])
+    capture = Capture(probe, nice=1).start()
+    try:
+        capture.release(capture.get(timeout=10))
+    finally:
+        capture.stop()
+    assert probe.seen == base + 1
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "SCHED_IDLE"), reason="needs Linux's SCHED_IDLE scheduling class")
+def test_a_refused_idle_class_is_reported_and_capture_goes_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    from edge_sdk.runtime import capture as capture_module
+
+    def refuse(tid, policy, param):
+        raise PermissionError(1, "Operation not permitted")
+
+    monkeypatch.setattr(capture_module, "can_leave_sched_idle", lambda: True)
+    monkeypatch.setattr(capture_module.os, "sched_setscheduler", refuse)
+    capture = Capture(ListSource([scene(i, 40, 24) for i in range(3)]), idle=True).start()
+    got, events = [], []
+    try:
+        while True:
+            slot = capture.get(timeout=10)
+            if slot is None:
+                break
+            got.append(number(slot))
+            events += slot.events
+            capture.release(slot)
+    finally:
+        capture.stop()
+    assert got == [0, 1, 2] and not capture._idle_class
+    assert events == [{"event": "capture_priority_unchanged", "error": "SCHED_IDLE: [Errno 1] Operation not permitted"}]
+    assert os.sched_setscheduler is refuse
