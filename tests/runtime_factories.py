@@ -196,3 +196,23 @@ class RecordingEvent(threading.Event):
         self.waits.append(round(timeout, 6))
         self.clock.now += timeout
         return False
+
+
+def drain(capture: Any, events: Optional[List[Dict[str, Any]]] = None, in_flight: int = 0) -> List[int]:
+    """Consume a Capture to the end; the pixel (0, 0) of each frame holds its source number.
+    `events`: collects the frames' events; `in_flight`: frames the consumer holds before it
+    gives the oldest back."""
+    got: List[int] = []
+    held: List[Any] = []
+    while True:
+        slot = capture.get(timeout=10)
+        if slot is None:
+            for old in held:
+                capture.release(old)
+            return got
+        got.append(int(slot.frame[0, 0, 0]))
+        if events is not None:
+            events.extend(slot.events)
+        held.append(slot)
+        while len(held) > in_flight:
+            capture.release(held.pop(0))

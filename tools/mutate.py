@@ -127,6 +127,12 @@ EQUIVALENT: List[Equivalent] = [
     Equivalent("edge_sdk/roi/merge.py", "            if len(g) > 1:\n", "1 -> 0", "the union of a group of one box is that box"),
     Equivalent("edge_sdk/roi/merge.py", "return det[np.zeros(0, dtype=np.int64)]", "0 -> 1",
                "no groups only for no detections, which merge() returns before the walk"),
+    Equivalent("edge_sdk/runtime/capture.py", "if not self._pacer.wait(self._stop):\n                    self._put_back(slot)",
+               "dropped: self._put_back(slot)",
+               "the thread is stopping: nothing takes a free slot again, and stop() releases every slot's buffer"),
+    Equivalent("edge_sdk/runtime/capture.py", "with self._cond:\n            self._free.append(slot)\n            self._cond.notify_all()",
+               "dropped: self._cond.notify_all()",
+               "_put_back runs on the capture thread, the only one that waits for a free slot"),
 ]
 
 

@@ -10,20 +10,9 @@ import pytest
 from edge_sdk.errors import SourceError
 from edge_sdk.runtime.capture import Capture, Pacer, can_leave_sched_idle
 from edge_sdk.runtime.config import ReconnectConfig
-from runtime_factories import FakeCamera, FakeClock, ListSource, RecordingEvent, scene
+from runtime_factories import FakeCamera, FakeClock, ListSource, RecordingEvent, drain, scene
 
 FAST = ReconnectConfig(initial_s=0.001, max_s=0.004, max_attempts=10)
-
-
-def drain(capture: Capture) -> List[int]:
-    """Consume to the end; the pixel (0, 0) of each frame holds its source number."""
-    got = []
-    while True:
-        slot = capture.get(timeout=10)
-        if slot is None:
-            return got
-        got.append(int(slot.frame[0, 0, 0]))
-        capture.release(slot)
 
 
 @pytest.mark.parametrize("pool_size", [3, 4, 6])

@@ -11,7 +11,7 @@ import pytest
 from edge_sdk.errors import SourceError
 from edge_sdk.runtime.capture import Capture, Pacer
 from edge_sdk.runtime.config import ReconnectConfig
-from runtime_factories import FakeCamera, FakeClock, ListSource, RecordingEvent, scene
+from runtime_factories import FakeCamera, FakeClock, ListSource, RecordingEvent, drain, scene
 
 
 def number(slot) -> int:
@@ -82,16 +82,8 @@ def test_events_of_dropped_frames_reach_the_newest_one(pool_size: int) -> None:
 @pytest.mark.parametrize("pool_size", [4, 5, 7])
 def test_a_finite_source_with_a_large_pool_loses_nothing_and_keeps_order(pool_size: int) -> None:
     capture = Capture(ListSource([scene(i, 40, 24) for i in range(25)]), pool_size=pool_size).start()
-    got, held = [], []
     try:
-        while True:
-            slot = capture.get(timeout=10)
-            if slot is None:
-                break
-            got.append(number(slot))
-            held.append(slot)
-            if len(held) > 1:  # the consumer keeps one frame in flight
-                capture.release(held.pop(0))
+        got = drain(capture, in_flight=1)  # the consumer keeps one frame in flight
     finally:
         capture.stop()
     assert got == list(range(25)) and capture.stats.frames_dropped == 0
@@ -257,17 +249,79 @@ def test_a_refused_idle_class_is_reported_and_capture_goes_on(monkeypatch: pytes
     monkeypatch.setattr(capture_module, "can_leave_sched_idle", lambda: True)
     monkeypatch.setattr(capture_module.os, "sched_setscheduler", refuse)
     capture = Capture(ListSource([scene(i, 40, 24) for i in range(3)]), idle=True).start()
-    got, events = [], []
+    events: List[dict] = []
     try:
-        while True:
-            slot = capture.get(timeout=10)
-            if slot is None:
-                break
-            got.append(number(slot))
-            events += slot.events
-            capture.release(slot)
+        got = drain(capture, events)
     finally:
         capture.stop()
     assert got == [0, 1, 2] and not capture._idle_class
     assert events == [{"event": "capture_priority_unchanged", "error": "SCHED_IDLE: [Errno 1] Operation not permitted"}]
     assert os.sched_setscheduler is refuse
+
+
+def test_wake_lets_a_waiting_get_see_its_cancel_event() -> None:
+    cam = FakeCamera(width=40, height=24)
+    cam.gate = threading.Semaphore(0)  # no frame comes
+    capture = Capture(cam, pool_size=3).start()
+    cancel = threading.Event()
+    got: List[object] = []
+    waiter = threading.Thread(target=lambda: got.append(capture.get(cancel=cancel)), daemon=True)
+    try:
+        waiter.start()
+        cancel.set()
+        capture.wake()
+        waiter.join(timeout=10)
+        assert not waiter.is_alive() and got == [None]
+    finally:
+        for _ in range(3):
+            cam.gate.release()
+        capture.stop()
+        waiter.join(timeout=10)
+
+
+class RecordingCamera(FakeCamera):
+    def __init__(self, **kw) -> None:
+        super().__init__(**kw)
+        self.calls: List[str] = []
+
+    def open(self) -> None:
+        self.calls.append("open")
+        super().open()
+
+    def close(self) -> None:
+        self.calls.append("close")
+        super().close()
+
+
+def test_a_lost_camera_is_closed_before_it_is_reopened() -> None:
+    cam = RecordingCamera(width=40, height=24, fail_reads=(1,), stop_after=3)
+    capture = Capture(cam, pool_size=3, reconnect=ReconnectConfig(initial_s=0.001, max_s=0.001, max_attempts=2))
+    capture.start()
+    try:
+        with pytest.raises(SourceError, match="did not come back"):
+            drain(capture)
+    finally:
+        capture.stop()
+    assert cam.calls[:3] == ["open", "close", "open"]
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "SCHED_IDLE"), reason="needs Linux's SCHED_IDLE scheduling class")
+def test_can_leave_sched_idle_says_what_a_thread_of_this_process_may_do() -> None:
+    import os
+
+    from edge_sdk.runtime.capture import can_leave_sched_idle
+
+    result: List[bool] = []
+
+    def probe() -> None:  # the oracle: try it in a throwaway thread
+        try:
+            os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+            os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
+            result.append(True)
+        except OSError:
+            result.append(False)
+
+    thread = threading.Thread(target=probe)
+    thread.start()
+    thread.join()
+    assert can_leave_sched_idle() is result[0]
