@@ -133,6 +133,8 @@ EQUIVALENT: List[Equivalent] = [
     Equivalent("edge_sdk/runtime/capture.py", "with self._cond:\n            self._free.append(slot)\n            self._cond.notify_all()",
                "dropped: self._cond.notify_all()",
                "_put_back runs on the capture thread, the only one that waits for a free slot"),
+    Equivalent("edge_sdk/runtime/capture.py", "self.index = -1  # frame number in the stream", "-1 -> (1)",
+               "a slot's index is set when its frame is published, before anyone can read it"),
 ]
 
 

@@ -325,3 +325,36 @@ def test_can_leave_sched_idle_says_what_a_thread_of_this_process_may_do() -> Non
     thread.start()
     thread.join()
     assert can_leave_sched_idle() is result[0]
+
+
+def test_taking_a_frame_lets_a_finite_source_read_ahead_again() -> None:
+    capture = Capture(ListSource([scene(i, 40, 24) for i in range(6)]), pool_size=5).start()  # read ahead 3
+    held = []
+    try:
+        assert capture.wait_captured(3, timeout=20)
+        threading.Event().wait(0.2)  # let the thread go to sleep on the condition (the result does not depend on it)
+        for i in range(5):  # no slot given back: only get() taking frames lets it read the next ones
+            held.append(capture.get(timeout=5))
+            assert number(held[-1]) == i
+    finally:
+        for slot in held:
+            capture.release(slot)
+        capture.stop()
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "setpriority"), reason="needs os.setpriority (Unix)")
+def test_a_refused_nice_value_is_reported_and_capture_goes_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    from edge_sdk.runtime import capture as capture_module
+
+    def refuse(*args):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(capture_module.os, "setpriority", refuse)
+    capture = Capture(ListSource([scene(i, 40, 24) for i in range(2)]), nice=5).start()
+    events: List[dict] = []
+    try:
+        got = drain(capture, events)
+    finally:
+        capture.stop()
+    assert got == [0, 1]
+    assert events == [{"event": "capture_priority_unchanged", "error": "[Errno 13] Permission denied"}]
