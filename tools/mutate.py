@@ -135,6 +135,8 @@ EQUIVALENT: List[Equivalent] = [
                "_put_back runs on the capture thread, the only one that waits for a free slot"),
     Equivalent("edge_sdk/runtime/capture.py", "self.index = -1  # frame number in the stream", "-1 -> (1)",
                "a slot's index is set when its frame is published, before anyone can read it"),
+    Equivalent("edge_sdk/runtime/capture.py", "self.period = 1.0 / fps if fps and fps > 0 else 0.0", "fps > 0 -> (fps >= 0)",
+               "an fps of 0 is already turned away by `fps and`"),
 ]
 
 

@@ -11,6 +11,7 @@ import pytest
 from edge_sdk.errors import SourceError
 from edge_sdk.runtime.capture import Capture, Pacer
 from edge_sdk.runtime.config import ReconnectConfig
+from polling import wait_until
 from runtime_factories import FakeCamera, FakeClock, ListSource, RecordingEvent, drain, scene
 
 
@@ -358,3 +359,44 @@ def test_a_refused_nice_value_is_reported_and_capture_goes_on(monkeypatch: pytes
         capture.stop()
     assert got == [0, 1]
     assert events == [{"event": "capture_priority_unchanged", "error": "[Errno 13] Permission denied"}]
+
+
+def test_a_live_consumer_holding_all_but_one_slot_gets_the_newest_frame_once_it_gives_one_back() -> None:
+    cam = FakeCamera(width=40, height=24)
+    cam.gate = threading.Semaphore(0)
+    capture = Capture(cam, pool_size=3).start()
+    held = []
+    try:
+        for i in range(2):
+            cam.gate.release()
+            held.append(capture.get(timeout=10))
+            assert number(held[-1]) == i
+        for _ in range(3):  # frames 2, 3, 4: with no slot free each is dropped for the next read
+            cam.gate.release()
+        assert capture.wait_captured(5, timeout=20)
+        assert wait_until(lambda: capture.stats.frames_dropped == 3, timeout=20)
+        capture.release(held.pop(0))
+        cam.gate.release()
+        slot = capture.get(timeout=10)
+        assert number(slot) == 5 and capture.stats.frames_dropped == 3
+        held.append(slot)
+    finally:
+        for slot in held:
+            capture.release(slot)
+        for _ in range(3):
+            cam.gate.release()
+        capture.stop()
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "SCHED_IDLE"), reason="needs Linux's SCHED_IDLE scheduling class")
+def test_a_thread_that_may_enter_the_idle_class_but_not_leave_it_is_not_put_there(monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    from edge_sdk.runtime import capture as capture_module
+
+    def one_way(tid, policy, param):
+        if policy != os.SCHED_IDLE:
+            raise PermissionError(1, "Operation not permitted")  # no CAP_SYS_NICE, RLIMIT_NICE 0
+
+    monkeypatch.setattr(capture_module.os, "sched_setscheduler", one_way)
+    assert capture_module.can_leave_sched_idle() is False
