@@ -391,3 +391,39 @@ def test_the_stored_outputs_dtypes(tmp_path: Path, dtype, ok: bool) -> None:
     else:
         with pytest.raises(BundleError, match="output_0 must be float16/float32"):
             load_reference(bundle)
+
+
+def test_the_reference_is_read_within_the_readmes_budget_of_1_gib(tmp_path: Path, monkeypatch) -> None:
+    # README: "the whole within a budget (1 GiB for the reference, ...)"
+    from edge_sdk import verify as verify_mod
+
+    budgets = []
+    real = verify_mod.npz_headers
+
+    def recording(path, budget, error):
+        budgets.append(budget)
+        return real(path, budget, error)
+
+    monkeypatch.setattr(verify_mod, "npz_headers", recording)
+    load_reference(write_reference_bundle(tmp_path / "b", random_outputs(1)))
+    assert budgets == [1 << 30]
+
+
+def test_a_reference_without_output_names_is_refused(tmp_path: Path) -> None:
+    root = tmp_path / "b"
+    write_reference_bundle(root, random_outputs(1), manifest_outputs={})
+    data = {k: v for k, v in np.load(root / REFERENCE).items() if not k.startswith("output_")}
+    np.savez_compressed(root / REFERENCE, output_names=np.array([], dtype="<U8"), **data)
+    manifest = json.loads((root / MANIFEST).read_text())
+    manifest["files"][REFERENCE] = sha256_file(root / REFERENCE)
+    (root / MANIFEST).write_text(json.dumps(manifest))
+    with pytest.raises(BundleError, match="output_names must be a list of 1 to 64 names"):
+        load_reference(Bundle.load(root))
+
+
+def test_an_output_dimension_the_manifest_leaves_open_is_not_compared(tmp_path: Path) -> None:
+    ref = random_outputs(1)
+    shapes = {k: list(s) for k, s in OUTPUTS.items()}
+    shapes["landmarks"] = [1, -1, H // 4, W // 4]  # a dimension the manifest does not fix
+    data = load_reference(write_reference_bundle(tmp_path / "b", ref, manifest_outputs=shapes))
+    assert data.outputs[0][3].shape == (1, 10, H // 4, W // 4)
