@@ -427,3 +427,26 @@ def test_an_output_dimension_the_manifest_leaves_open_is_not_compared(tmp_path: 
     shapes["landmarks"] = [1, -1, H // 4, W // 4]  # a dimension the manifest does not fix
     data = load_reference(write_reference_bundle(tmp_path / "b", ref, manifest_outputs=shapes))
     assert data.outputs[0][3].shape == (1, 10, H // 4, W // 4)
+
+
+def test_64_names_are_allowed_and_the_first_missing_output_is_named(tmp_path: Path) -> None:
+    root = tmp_path / "b"
+    ref = [{f"o{k}": np.full((1, 2), float(k), np.float32) for k in range(61)}]  # 61 outputs + 3 arrays: the npz's 64
+    write_reference_bundle(root, ref, manifest_outputs={})
+    data = dict(np.load(root / REFERENCE).items())
+    data["output_names"] = np.array([f"o{k}" for k in range(64)])
+    np.savez_compressed(root / REFERENCE, **data)
+    manifest = json.loads((root / MANIFEST).read_text())
+    manifest["files"][REFERENCE] = sha256_file(root / REFERENCE)
+    (root / MANIFEST).write_text(json.dumps(manifest))
+    with pytest.raises(BundleError, match="output_61 must be float16/float32 with 1 rows"):
+        load_reference(Bundle.load(root))
+
+
+def test_one_value_per_image_and_each_transform_field_in_its_place(tmp_path: Path) -> None:
+    ref = [{"score": np.array([0.25 * (i + 1)], np.float32)} for i in range(2)]  # outputs of one dimension
+    rows = np.array([[2.0, 3.0, 4.0, 5.0, W, H], [0.5, 0.25, 1.5, 2.5, 2 * W, 3 * H]])
+    data = load_reference(write_reference_bundle(tmp_path / "b", ref, arrays={"transforms": rows}))
+    assert [o[0].tolist() for o in data.outputs] == [[0.25], [0.5]]
+    got = [(t.scale_x, t.scale_y, t.pad_x, t.pad_y, t.frame_width, t.frame_height) for t in data.transforms]
+    assert got == [tuple(r) for r in rows.tolist()]
