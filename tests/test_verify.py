@@ -65,6 +65,14 @@ def write_reference_bundle(root: Path, outputs: List[Dict[str, np.ndarray]], dec
     return Bundle.load(root)
 
 
+def rewrite_reference(root: Path, arrays: Dict[str, np.ndarray]) -> None:
+    """Replace reference.npz by these arrays, the manifest's checksum of it updated."""
+    np.savez_compressed(root / REFERENCE, **arrays)
+    manifest = json.loads((root / MANIFEST).read_text())
+    manifest["files"][REFERENCE] = sha256_file(root / REFERENCE)
+    (root / MANIFEST).write_text(json.dumps(manifest))
+
+
 class Runner:
     """A backend (activate / infer / deactivate) that lists its outputs in `order` (an engine's
     order, not necessarily the manifest's) and returns, for the i-th input, `make(i)` by name, in
@@ -413,10 +421,7 @@ def test_a_reference_without_output_names_is_refused(tmp_path: Path) -> None:
     root = tmp_path / "b"
     write_reference_bundle(root, random_outputs(1), manifest_outputs={})
     data = {k: v for k, v in np.load(root / REFERENCE).items() if not k.startswith("output_")}
-    np.savez_compressed(root / REFERENCE, output_names=np.array([], dtype="<U8"), **data)
-    manifest = json.loads((root / MANIFEST).read_text())
-    manifest["files"][REFERENCE] = sha256_file(root / REFERENCE)
-    (root / MANIFEST).write_text(json.dumps(manifest))
+    rewrite_reference(root, dict(data, output_names=np.array([], dtype="<U8")))
     with pytest.raises(BundleError, match="output_names must be a list of 1 to 64 names"):
         load_reference(Bundle.load(root))
 
@@ -434,11 +439,7 @@ def test_64_names_are_allowed_and_the_first_missing_output_is_named(tmp_path: Pa
     ref = [{f"o{k}": np.full((1, 2), float(k), np.float32) for k in range(61)}]  # 61 outputs + 3 arrays: the npz's 64
     write_reference_bundle(root, ref, manifest_outputs={})
     data = dict(np.load(root / REFERENCE).items())
-    data["output_names"] = np.array([f"o{k}" for k in range(64)])
-    np.savez_compressed(root / REFERENCE, **data)
-    manifest = json.loads((root / MANIFEST).read_text())
-    manifest["files"][REFERENCE] = sha256_file(root / REFERENCE)
-    (root / MANIFEST).write_text(json.dumps(manifest))
+    rewrite_reference(root, dict(data, output_names=np.array([f"o{k}" for k in range(64)])))
     with pytest.raises(BundleError, match="output_61 must be float16/float32 with 1 rows"):
         load_reference(Bundle.load(root))
 
