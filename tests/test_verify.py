@@ -251,16 +251,19 @@ def faces(cells: Sequence[tuple]) -> Dict[str, np.ndarray]:
 FOUR = [(1, 1), (1, 7), (4, 3), (4, 8)]
 
 
-@pytest.mark.parametrize("min_f1,passed", [(5 / 6, True), (5 / 6 + 1e-6, False), (0.0, True), (1.0, False)])
-def test_the_f1_gate_is_at_least_min_f1(tmp_path: Path, min_f1: float, passed: bool) -> None:
+@pytest.mark.parametrize("gate,passed", [("at", True), ("above", False), (0.0, True), (1.0, False)])
+def test_the_f1_gate_is_at_least_min_f1(tmp_path: Path, gate: Any, passed: bool) -> None:
     ref = [faces(FOUR), faces(FOUR[:2])]
-    test = [faces(FOUR[:3]), faces(FOUR[:2] + [(2, 5)])]  # one face lost, one found that FP32 did not
+    test = [faces(FOUR[:3]), faces(FOUR[:2] + [(2, 5), (5, 1)])]  # one face lost, two found that FP32 did not
     bundle = write_reference_bundle(tmp_path / "b", ref, decoder=CENTERFACE)
+    f1 = Verifier(bundle, "bundle", min_f1=0.0).check(Runner(list(OUTPUTS), lambda i: test[i])).f1
+    assert f1 == pytest.approx(2 * 5 / (2 * 5 + 2 + 1))
+    min_f1 = {"at": f1, "above": float(np.nextafter(f1, 1.0))}.get(gate, gate)
     report = Verifier(bundle, "bundle", min_f1=min_f1).check(Runner(list(reversed(OUTPUTS)), lambda i: test[i]))
     assert report.match is not None
-    assert (report.match["tp"], report.match["fp"], report.match["fn"]) == (5, 1, 1)
-    assert report.f1 == pytest.approx(2 * 5 / (2 * 5 + 1 + 1))
-    assert (report.detections, report.reference_detections) == (6, 6)
+    assert (report.match["tp"], report.match["fp"], report.match["fn"]) == (5, 2, 1)
+    assert report.match["precision"] == pytest.approx(5 / 7) and report.match["recall"] == pytest.approx(5 / 6)
+    assert (report.detections, report.reference_detections) == (7, 6)
     assert report.passed is passed
     assert report.min_cosine is None  # a decoder: the outputs' cosine is not part of the gate
 
