@@ -297,6 +297,7 @@ def test_the_gate_threshold(tmp_path: Path, reference_min_f1: Optional[float], a
     ({"inputs": np.zeros((2, 3, W, H), np.float32)}, None, "inputs are"),
     ({"output_1": np.zeros((1, 2, H // 4, W // 4), np.float32)}, None, "with 2 rows"),
     ({"extra": np.zeros(1)}, None, "unexpected arrays"),
+    ({"output_0": np.array(0.5, np.float32)}, None, "output_0 must be float16/float32 with 2 rows"),  # 0-d
     ({"output_names": np.array(["heatmap", "heatmap", "offset", "landmarks"])}, None, "distinct"),
     ({}, {"heatmap": [1, 1, H // 4, W // 4], "scale": [1, 2, H // 4, W // 4], "offset": [1, 2, H // 4, W // 4]}, "differ from the manifest"),
     ({}, dict(OUTPUTS, scale=[1, 2, W // 4, H // 4]), "output_1 \\(scale\\) has shape"),
