@@ -478,3 +478,38 @@ def test_verify_matches_an_engines_outputs_by_name_not_by_position(device, tmp_p
     choice = choose(bundle, cuda, tmp_path / "engines2")
     assert all(r.passed and r.f1_vs_fp32 == 1.0 for r in choice.candidates)
 
+
+
+def test_a_row_says_its_figures_to_four_and_six_places() -> None:
+    from edge_sdk.precision_choice import Candidate
+
+    row = Candidate("int8", "/e.engine", 1.234567, 0.987654, 0.123456789, False, ["x"], chosen=False)
+    assert row.to_dict() == {"precision": "int8", "median_ms": 1.2346, "f1_vs_fp32": 0.9877, "min_cosine": 0.123457,
+                             "passed": False, "chosen": False, "failures": ["x"], "engine": "/e.engine"}
+    assert Candidate("fp16", "e", 2.0, None, 1.0, True).to_dict()["f1_vs_fp32"] is None
+
+
+def test_fp32_is_computed_before_any_engine_is_built(device, tmp_path: Path) -> None:
+    trt, cuda = device()
+    bundle, cache = choice_bundle(tmp_path / "b"), tmp_path / "engines"
+    with pytest.raises(Exception):  # the fake bundle's model.onnx is no model ONNX Runtime can run
+        choose_engine(bundle, cuda=cuda, cache_dir=cache, warmup=0, iterations=1, reference="onnxruntime")
+    assert not list(cache.glob("*.engine")) if cache.exists() else True
+    assert trt.engines_built() == 0
+
+
+def test_a_precision_the_bundle_cannot_build_is_noted_not_a_candidate(device, tmp_path: Path) -> None:
+    trt, cuda = device(latency={"fp16": 2.0})
+    bundle = choice_bundle(tmp_path / "b")
+    for path in list((bundle / "calib").iterdir()) + [bundle / "calib.cache", bundle / "model.int8.qdq.onnx"]:
+        path.unlink()  # no Q/DQ model and no calibration data: no INT8 engine
+    (bundle / "calib").rmdir()
+    manifest = json.loads((bundle / MANIFEST).read_text())
+    manifest["files"] = {k: v for k, v in manifest["files"].items() if (bundle / k).exists()}
+    manifest["variants"] = ["fp32", "fp16"]
+    manifest["precision"] = "fp16"
+    manifest.pop("calibration", None)
+    (bundle / MANIFEST).write_text(json.dumps(manifest))
+    choice = choose(bundle, cuda, tmp_path / "engines")
+    assert choice.chosen == "fp16" and [r.precision for r in choice.candidates] == ["fp16"]
+    assert any(n.startswith("int8 is not a candidate: ") for n in choice.notes), choice.notes
