@@ -513,3 +513,17 @@ def test_a_precision_the_bundle_cannot_build_is_noted_not_a_candidate(device, tm
     choice = choose(bundle, cuda, tmp_path / "engines")
     assert choice.chosen == "fp16" and [r.precision for r in choice.candidates] == ["fp16"]
     assert any(n.startswith("int8 is not a candidate: ") for n in choice.notes), choice.notes
+
+
+def test_by_default_ten_warmup_runs_then_the_median_of_a_hundred_as_the_readme_says() -> None:
+    # README: "times each trtexec-style (`--warmup` 10 runs, then the median GPU time of `--iterations` 100 runs"
+    runner = TimedRunner([5.0] * 10 + [1.0] * 50 + [3.0] * 50)
+    assert time_backend(runner, {}) == 2.0  # the warmup's 5 ms runs are not counted: the middle of 1s and 3s
+    assert (runner.runs, runner.reads) == (110, 100)
+
+
+def test_the_build_notes_of_each_candidate_are_kept_with_its_name(device, tmp_path: Path) -> None:
+    trt, cuda = device("8.5", "discrete", latency={"fp16": 2.0, "int8": 3.0})
+    choice = choose(choice_bundle(tmp_path / "b"), cuda, tmp_path / "engines")
+    assert any(n.startswith("fp16: ") and "SM 8.6" in n for n in choice.notes), choice.notes
+    assert any(n.startswith("int8: ") for n in choice.notes)

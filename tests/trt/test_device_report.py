@@ -50,6 +50,7 @@ def _choose(precision: str) -> Callable[[Dict[str, Any]], None]:
 
 @pytest.mark.parametrize("change,error", [
     (lambda r: None, None),
+    (_set(["candidates"], [row("fp16", 2.0, True, chosen=True)]), None),  # one row is a table
     (_set(["candidates", 1, "median_ms"], 2.0), None),  # int8 as fast, but failed: fp16 still the fastest that passed
     (lambda r: (_set(["candidates", 1, "passed"], True)(r), _set(["candidates", 1, "median_ms"], 2.0)(r)), None),  # a tie
     (_set(["candidates", 1, "passed"], True), "fp16 is not the fastest row that passed"),
