@@ -137,6 +137,17 @@ EQUIVALENT: List[Equivalent] = [
                "a slot's index is set when its frame is published, before anyone can read it"),
     Equivalent("edge_sdk/runtime/capture.py", "self.period = 1.0 / fps if fps and fps > 0 else 0.0", "fps > 0 -> (fps >= 0)",
                "an fps of 0 is already turned away by `fps and`"),
+    Equivalent("edge_sdk/roi/strategies.py", "if a1 > a0 and b1 > b0:", "a1 > a0 and b1 > b0 -> (a1 > a0 or b1 > b0)",
+               "a region empty in one direction copies an empty slice: nothing"),
+    Equivalent("edge_sdk/roi/strategies.py", "if a1 > a0 and b1 > b0:", "b1 > b0 -> (b1 >= b0)", "as above: an empty slice"),
+    Equivalent("edge_sdk/roi/strategies.py", "if a1 > a0 and b1 > b0:", "a1 > a0 -> (a1 >= a0)", "as above: an empty slice"),
+    Equivalent("edge_sdk/roi/strategies.py", "int(cfg.max_fine_ms // self._ms_per_image)",
+               "cfg.max_fine_ms // self._ms_per_image -> (cfg.max_fine_ms / self._ms_per_image)",
+               "int() of a positive quotient truncates as floor division does"),
+    Equivalent("edge_sdk/roi/strategies.py", "track_levels[None, :] <= levels[:, None]",
+               "track_levels[None, :] <= levels[:, None] -> (track_levels[None, :] < levels[:, None])",
+               "a candidate region inside a track region of the same level is merged into it by _pieces (nested regions "
+               "cost no more pixels joined), so it is examined once either way"),
 ]
 
 

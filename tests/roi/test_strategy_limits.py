@@ -95,3 +95,80 @@ def test_motion_boxes_come_back_in_frame_pixels_on_each_axis() -> None:
     moved[20:40, 80:120] = 220
     (x0, y0, x1, y1), = motion(moved).tolist()
     assert (x0, y0, x1, y1) == (pytest.approx(76.0), pytest.approx(16.0), pytest.approx(124.0), pytest.approx(44.0))
+
+
+@pytest.mark.parametrize("size", [(0, 48), (64, 0), (-64, 48), (0, 0)])
+def test_a_model_input_size_that_is_not_positive_is_refused(size) -> None:
+    from edge_sdk.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="model input size must be positive"):
+        Tiles(Fixed([], []), input_size=size)
+    with pytest.raises(ConfigError, match="needs the model input size"):
+        RoiScheduler(lambda images: [], config=RoiConfig())
+
+
+def _tracked(sched: RoiScheduler, boxes, scores) -> None:
+    sched._update_tracks(Detections(np.array(boxes, np.float32), np.array(scores, np.float32), np.zeros(len(boxes))), 0)
+    sched.frame_index = 1
+
+
+def test_under_a_budget_the_most_confident_track_is_examined_first() -> None:
+    def nothing(images):
+        return [Detections.empty() for _ in images]
+
+    sched = RoiScheduler(nothing, input_size=(64, 48), config=RoiConfig(
+        sweep_tiles=0, motion=False, roi_margin=0.0, roi_min_size=1, max_fine_inputs=1, max_fine_pixels=64 * 48))
+    _tracked(sched, [[10, 10, 50, 40], [200, 100, 240, 130]], [0.6, 0.9])  # two 40 x 30 regions: one canvas holds one
+    out = sched(np.zeros((240, 320, 3), np.uint8))
+    assert out.info["rois"] == [[200, 100, 240, 130]] and out.info["rois_over_budget"] == 1
+    assert out.info["roi_sources"] == {"track": 1}
+    assert out.info["images"] == 2 and out.info["fine_pixels"] == 64 * 48 and out.info["budget_used"] == 1.0
+
+
+@pytest.mark.parametrize("sweep_tiles,budget_inputs", [(1, 4), (2, 3)])
+def test_the_report_counts_the_fine_pixels_against_the_budget(sweep_tiles: int, budget_inputs: int) -> None:
+    def nothing(images):
+        return [Detections.empty() for _ in images]
+
+    sched = RoiScheduler(nothing, input_size=(64, 48), config=RoiConfig(
+        sweep_tiles=sweep_tiles, motion=False, roi_margin=0.0, roi_min_size=1, max_fine_pixels=budget_inputs * 64 * 48))
+    _tracked(sched, [[10, 10, 30, 30]], [0.9])
+    out = sched(np.zeros((240, 320, 3), np.uint8))
+    canvases = out.info["images"] - 1 - sweep_tiles
+    assert canvases == (0 if out.info["rois_in_sweep"] else 1)
+    assert out.info["fine_pixels"] == (sweep_tiles + canvases) * 64 * 48
+    assert out.info["budget_used"] == round((sweep_tiles + canvases) / budget_inputs, 3)
+    assert out.info["budget_pixels"] == budget_inputs * 64 * 48
+
+
+def test_motion_at_a_tracked_object_asks_for_no_region_but_motion_elsewhere_does() -> None:
+    def nothing(images):
+        return [Detections.empty() for _ in images]
+
+    sched = RoiScheduler(nothing, input_size=(64, 48), config=RoiConfig(
+        sweep_tiles=0, motion=True, motion_width=320, roi_margin=0.0, roi_min_size=1, track_ttl=10))
+    still = np.full((240, 320, 3), 60, np.uint8)
+    sched(still)  # sets the motion background
+    _tracked(sched, [[100, 100, 150, 140]], [0.9])
+    moving = still.copy()
+    moving[110:130, 110:140] = 220  # at the tracked object: its centre inside the track's region
+    moving[20:35, 250:265] = 220  # elsewhere
+    out = sched(moving)
+    assert out.info["roi_sources"] == {"track": 1, "motion": 1}, out.info["rois"]
+    (x0, y0, x1, y1), = [r for r in out.info["rois"] if r != [100, 100, 150, 140]]
+    assert x0 <= 250 and x1 >= 265 and y0 <= 20 and y1 >= 35 and x0 > 150
+
+
+@pytest.mark.parametrize("block", [(0, 0, 20, 10), (80, 40, 100, 50), (40, 20, 60, 30)])  # at the top-left, bottom-right, inside
+def test_an_absorbed_region_stops_asking_for_motion_to_its_edges(block) -> None:
+    from edge_sdk.roi.strategies import MotionDetector
+
+    motion = MotionDetector(width=100, threshold=18, learning_rate=0.05, max_fraction=0.5)
+    still = np.full((50, 100, 3), 60, np.uint8)
+    motion(still)
+    moved = still.copy()
+    x0, y0, x1, y1 = block
+    moved[y0:y1, x0:x1] = 220
+    assert len(motion(moved)) == 1
+    motion.absorb(np.array([block], np.float64))  # examined: the object is part of the scene now
+    assert len(motion(moved)) == 0
