@@ -118,3 +118,10 @@ def test_a_packer_with_a_canvas_limit_says_when_it_is_full() -> None:
     assert packer.canvases == 2
     unlimited = g.ShelfPacker(64, 48)
     assert [unlimited.add(32, 24) for _ in range(5)] == [(0, 0, 0), (0, 32, 0), (0, 0, 24), (0, 32, 24), (1, 0, 0)]
+
+
+@settings(max_examples=50, deadline=None)
+@given(regions=st.lists(st.tuples(st.integers(0, 500), st.integers(0, 500), st.integers(0, 300), st.integers(0, 200)), max_size=6))
+def test_region_area_is_width_times_height(regions) -> None:
+    r = np.array([[x, y, x + w, y + h] for x, y, w, h in regions], np.int64).reshape(-1, 4)
+    assert g.region_area(r).tolist() == [w * h for _, _, w, h in regions]

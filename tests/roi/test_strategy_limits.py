@@ -151,7 +151,7 @@ def test_motion_at_a_tracked_object_asks_for_no_region_but_motion_elsewhere_does
     sched(still)  # sets the motion background
     _tracked(sched, [[100, 100, 150, 140]], [0.9])
     moving = still.copy()
-    moving[110:130, 110:140] = 220  # at the tracked object: its centre inside the track's region
+    moving[110:130, 130:150] = 220  # at the tracked object: its centre (140, 120) inside the region, near its right edge
     moving[20:35, 250:265] = 220  # elsewhere
     out = sched(moving)
     assert out.info["roi_sources"] == {"track": 1, "motion": 1}, out.info["rois"]
