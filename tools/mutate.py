@@ -16,7 +16,8 @@ module's files: boundary operators (< and <=, == and !=), arithmetic and boolean
 integer constants off by one either way, min and max swapped, the first two arguments of a call
 swapped, abs() dropped, a negation (not, unary minus) dropped, and a call made for its effect
 dropped (sampled with `--sample N --seed S`, N per module). Mutants that cannot change
-behaviour are listed by hand in EQUIVALENT and not run; the sweep prints, per module, the
+behaviour are listed by hand in EQUIVALENT and not run (and -1 -> -2 in a reshape, which numpy
+reads as the same inferred size, is not generated); the sweep prints, per module, the
 share of the other mutants that a test killed.
 
 The repository is copied to a temporary folder (tracked and untracked files, without what git
@@ -137,6 +138,10 @@ EQUIVALENT: List[Equivalent] = [
                "a slot's index is set when its frame is published, before anyone can read it"),
     Equivalent("edge_sdk/runtime/capture.py", "self.period = 1.0 / fps if fps and fps > 0 else 0.0", "fps > 0 -> (fps >= 0)",
                "an fps of 0 is already turned away by `fps and`"),
+    Equivalent("edge_sdk/roi/geometry.py", "while changed and len(r) > 1:", "1 -> 0",
+               "one region has nothing to merge with: the pass finds no pair either way"),
+    Equivalent("edge_sdk/roi/geometry.py", "if view.shape[:2] == crop.shape[:2]:", "2 -> 3",
+               "both are BGR: their third dimension is 3 alike"),
     Equivalent("edge_sdk/roi/strategies.py", "if a1 > a0 and b1 > b0:", "a1 > a0 and b1 > b0 -> (a1 > a0 or b1 > b0)",
                "a region empty in one direction copies an empty slice: nothing"),
     Equivalent("edge_sdk/roi/strategies.py", "if a1 > a0 and b1 > b0:", "b1 > b0 -> (b1 >= b0)", "as above: an empty slice"),
@@ -369,6 +374,8 @@ def generated(group: str, files: Sequence[str], root: Path) -> Iterator[Mutant]:
             for kind in _sites(node):
                 if _skipped(node, parents) or node.lineno != node.end_lineno:
                     continue
+                if kind == "const+1" and _inferred_size(node, parents):
+                    continue
                 line = lines[node.lineno - 1]
                 segment = line[node.col_offset:node.end_col_offset]
                 mutated = _mutate_segment(node, kind)
@@ -378,6 +385,14 @@ def generated(group: str, files: Sequence[str], root: Path) -> Iterator[Mutant]:
                                         line[:node.col_offset] + mutated + line[node.end_col_offset:])
                 yield Mutant(f"A:{rel.split('/')[-1]}:{node.lineno}:{node.col_offset}:{kind}", group, rel,
                              find, replace, f"{segment.strip()} -> {mutated.strip()}")
+
+
+def _inferred_size(node: ast.AST, parents: Dict[ast.AST, ast.AST]) -> bool:
+    """The 1 of a -1 given to reshape: numpy infers any negative size, so -2 is the same call."""
+    minus = parents.get(node)
+    call = parents.get(minus) if minus is not None else None
+    return (isinstance(minus, ast.UnaryOp) and isinstance(minus.op, ast.USub) and isinstance(call, ast.Call)
+            and _name(call.func) == "reshape")
 
 
 def _unique(source: str, lines: Sequence[str], first: int, old: str, new: str) -> Tuple[str, str]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -125,3 +126,32 @@ def test_a_packer_with_a_canvas_limit_says_when_it_is_full() -> None:
 def test_region_area_is_width_times_height(regions) -> None:
     r = np.array([[x, y, x + w, y + h] for x, y, w, h in regions], np.int64).reshape(-1, 4)
     assert g.region_area(r).tolist() == [w * h for _, _, w, h in regions]
+
+
+@settings(max_examples=150, deadline=None)
+@given(a=st.tuples(st.integers(0, 60), st.integers(0, 60), st.integers(1, 50), st.integers(1, 40)),
+       b=st.tuples(st.integers(0, 60), st.integers(0, 60), st.integers(1, 50), st.integers(1, 40)))
+def test_a_thrifty_merge_joins_two_regions_only_where_the_union_costs_no_more_pixels(a, b) -> None:
+    ra = [a[0], a[1], a[0] + a[2], a[1] + a[3]]
+    rb = [b[0], b[1], b[0] + b[2], b[1] + b[3]]
+    u = [min(ra[0], rb[0]), min(ra[1], rb[1]), max(ra[2], rb[2]), max(ra[3], rb[3])]
+    overlap = ra[0] < rb[2] and rb[0] < ra[2] and ra[1] < rb[3] and rb[1] < ra[3]
+    cheaper = (u[2] - u[0]) * (u[3] - u[1]) <= a[2] * a[3] + b[2] * b[3]
+    merged, first = g.merge_regions_indexed(np.array([ra, rb]), 1000, 1000, gap=0, thrifty=True)
+    if overlap and cheaper:
+        assert merged.tolist() == [u] and first.tolist() == [0]
+    else:
+        assert merged.tolist() == [ra, rb] and first.tolist() == [0, 1]
+
+
+@pytest.mark.parametrize("sizes,target,levels", [([640.0], 160, [2]), ([100.0], 160, [0]), ([], 160, []), ([161.0], 160, [1])])
+def test_scale_levels_of_one_object(sizes, target: int, levels) -> None:
+    assert g.scale_levels(np.array(sizes), target).tolist() == levels
+
+
+def test_a_rectangle_taller_than_a_shelf_starts_a_new_shelf() -> None:
+    packer = g.ShelfPacker(64, 48)
+    assert packer.add(30, 10) == (0, 0, 0)  # a shelf 10 high, filled to x = 30
+    assert packer.add(10, 20) == (0, 0, 10)  # too tall for it: a new shelf below
+    assert packer.add(20, 10) == (0, 30, 0)  # fits the first shelf beside the first rectangle
+    assert packer.add(40, 20) == (0, 10, 10)  # the second shelf, beside the 10-wide one
