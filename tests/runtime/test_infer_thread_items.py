@@ -246,17 +246,20 @@ def test_a_frame_taken_after_stop_is_handed_over_uninferred() -> None:
 def test_a_consumer_waiting_for_an_item_is_told_when_the_thread_ends() -> None:
     import threading
 
-    capture = Capture(ListSource(numbered(list(range(1, 9)))), pool_size=5).start()
-    thread = InferThread(capture, NumberDetector(), None, PredictionCache(enabled=False)).start()
-    held = [thread.next() for _ in range(ITEMS)]  # both items in the consumer's hands: the thread waits for one
-    got: List[Any] = []
-    waiter = threading.Thread(target=lambda: got.append(thread.next()), daemon=True)
-    waiter.start()
-    try:
-        assert thread.stop() == []
-        waiter.join(timeout=10)
-        assert not waiter.is_alive() and got == [None]
-    finally:
-        for item in held:
-            capture.release(item.slot)
-        capture.stop()
+    # stop() wakes the waiting consumer, which may look again before the thread has ended: the
+    # thread's own exit must wake it then. Run it a number of times, so that both orders occur.
+    for _ in range(20):
+        capture = Capture(ListSource(numbered(list(range(1, 9)))), pool_size=5).start()
+        thread = InferThread(capture, NumberDetector(), None, PredictionCache(enabled=False)).start()
+        held = [thread.next() for _ in range(ITEMS)]  # both items in the consumer's hands: the thread waits for one
+        got: List[Any] = []
+        waiter = threading.Thread(target=lambda: got.append(thread.next()), daemon=True)
+        waiter.start()
+        try:
+            assert thread.stop() == []
+            waiter.join(timeout=10)
+            assert not waiter.is_alive() and got == [None]
+        finally:
+            for item in held:
+                capture.release(item.slot)
+            capture.stop()
