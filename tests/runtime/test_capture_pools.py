@@ -400,3 +400,33 @@ def test_a_thread_that_may_enter_the_idle_class_but_not_leave_it_is_not_put_ther
 
     monkeypatch.setattr(capture_module.os, "sched_setscheduler", one_way)
     assert capture_module.can_leave_sched_idle() is False
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "SCHED_IDLE"), reason="needs Linux's SCHED_IDLE scheduling class")
+def test_the_sched_idle_probe_moves_only_its_own_thread_in_and_out(monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    from edge_sdk.runtime import capture as capture_module
+
+    calls = []
+    monkeypatch.setattr(capture_module.os, "sched_setscheduler",
+                        lambda tid, policy, param: calls.append((tid, policy, param.sched_priority)))
+    assert capture_module.can_leave_sched_idle() is True
+    assert calls == [(0, os.SCHED_IDLE, 0), (0, os.SCHED_OTHER, 0)]  # 0: the calling thread, nothing else
+
+
+@pytest.mark.parametrize("pool_size", [3, 4])
+def test_a_camera_lost_again_and_again_keeps_every_slot(pool_size: int) -> None:
+    cam = FakeCamera(width=40, height=24, fail_reads=(2, 4, 6, 8), stop_after=12)
+    capture = Capture(cam, pool_size=pool_size, reconnect=ReconnectConfig(initial_s=0.001, max_s=0.001, max_attempts=3))
+    capture.start()
+    got: List[int] = []
+    try:
+        with pytest.raises(SourceError, match="did not come back"):
+            while True:  # a consumer as fast as it can be: each frame given back at once
+                slot = capture.get(timeout=10)
+                got.append(number(slot))
+                capture.release(slot)
+    finally:
+        capture.stop()
+    assert got[-1] == 11 and capture.stats.reconnects == 4
