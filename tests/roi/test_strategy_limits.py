@@ -172,3 +172,36 @@ def test_an_absorbed_region_stops_asking_for_motion_to_its_edges(block) -> None:
     assert len(motion(moved)) == 1
     motion.absorb(np.array([block], np.float64))  # examined: the object is part of the scene now
     assert len(motion(moved)) == 0
+
+
+def test_the_motion_detectors_defaults_are_the_documented_roi_defaults() -> None:
+    # docs/configuration.md, [roi]: motion_width 480, motion_threshold 18, motion_learning_rate 0.05, motion_max_fraction 0.2
+    from edge_sdk.roi.strategies import MotionDetector
+
+    motion, config = MotionDetector(), RoiConfig()
+    assert (motion.width, motion.threshold, motion.learning_rate, motion.max_fraction) == (480, 18, 0.05, 0.2)
+    assert (config.motion_width, config.motion_threshold, config.motion_learning_rate, config.motion_max_fraction) == (
+        480, 18, 0.05, 0.2)
+
+
+@pytest.mark.parametrize("threshold,moving", [(18, False), (17, True)])
+def test_motion_is_a_difference_above_the_threshold(threshold: int, moving: bool) -> None:
+    from edge_sdk.roi.strategies import MotionDetector
+
+    motion = MotionDetector(width=100, threshold=threshold, max_fraction=0.5)
+    still = np.full((50, 100, 3), 60, np.uint8)
+    motion(still)
+    moved = still.copy()
+    moved[10:20, 10:20] = 78  # 18 grey levels brighter
+    assert (len(motion(moved)) == 1) is moving
+
+
+def test_without_sweep_tiles_there_is_no_sweep_bound() -> None:
+    sched = RoiScheduler(lambda images: [Detections.empty() for _ in images], input_size=(64, 48),
+                         config=RoiConfig(sweep_tiles=0, motion=False))
+    out = sched(np.zeros((240, 320, 3), np.uint8))
+    assert out.info["sweep_bound"] == 0 and out.info["sweep_tiles"] == [] and out.info["images"] == 1
+    swept = RoiScheduler(lambda images: [Detections.empty() for _ in images], input_size=(64, 48),
+                         config=RoiConfig(sweep_tiles=2, motion=False))
+    n = len(swept.grid(320, 240))
+    assert swept(np.zeros((240, 320, 3), np.uint8)).info["sweep_bound"] == -(-n // 2)
