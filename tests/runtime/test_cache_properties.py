@@ -31,6 +31,7 @@ def test_a_hit_exactly_when_every_thumbnail_pixel_stays_under_the_threshold(size
     second = first.copy()
     for where, delta in changes:
         second.flat[where % second.size] += delta
+    second = np.clip(second, 0, 255)  # grey levels
     cache = PredictionCache(threshold=threshold, size=size)
 
     def lookup(cells: np.ndarray):
