@@ -155,3 +155,20 @@ def test_a_rectangle_taller_than_a_shelf_starts_a_new_shelf() -> None:
     assert packer.add(10, 20) == (0, 0, 10)  # too tall for it: a new shelf below
     assert packer.add(20, 10) == (0, 30, 0)  # fits the first shelf beside the first rectangle
     assert packer.add(40, 20) == (0, 10, 10)  # the second shelf, beside the 10-wide one
+
+
+def test_no_placements_own_no_box_and_no_box_is_owned() -> None:
+    boxes = np.array([[1, 1, 5, 5], [10, 10, 20, 20]], np.float32)
+    assert g.assign_to_placements(boxes, []).tolist() == [-1, -1]
+    assert g.assign_to_placements(np.zeros((0, 4), np.float32), [g.Placement((0, 0, 64, 48), 0, 0)]).tolist() == []
+
+
+@pytest.mark.parametrize("args", [(0, 10, 4, 4), (10, 0, 4, 4), (10, 10, 0, 4), (10, 10, 4, 0), (-1, 10, 4, 4)])
+def test_slice_grid_refuses_sizes_that_are_not_positive(args) -> None:
+    with pytest.raises(ValueError, match="sizes must be positive"):
+        g.slice_grid(*args)
+
+
+def test_expand_boxes_by_default_keeps_a_box_of_no_width_as_it_is() -> None:
+    assert g.expand_boxes(np.array([[5.0, 5.0, 5.0, 9.0]]), 100, 100, margin=0.0).tolist() == [[5, 5, 5, 9]]
+    assert g.expand_boxes(np.array([[5.0, 5.0, 9.0, 5.0]]), 100, 100, margin=0.0).tolist() == [[5, 5, 9, 5]]
