@@ -430,3 +430,14 @@ def test_a_camera_lost_again_and_again_keeps_every_slot(pool_size: int) -> None:
     finally:
         capture.stop()
     assert got[-1] == 11 and capture.stats.reconnects == 4
+
+
+def test_stop_before_start_closes_the_source_and_stop_twice_is_harmless() -> None:
+    cam = RecordingCamera(width=40, height=24)
+    capture = Capture(cam, pool_size=3)
+    capture.stop()  # never started: nothing to join
+    assert cam.calls == ["close"]
+    capture = Capture(ListSource([scene(0, 40, 24)]), pool_size=3).start()
+    assert drain(capture) == [0]
+    capture.stop()
+    capture.stop()
