@@ -441,3 +441,12 @@ def test_stop_before_start_closes_the_source_and_stop_twice_is_harmless() -> Non
     assert drain(capture) == [0]
     capture.stop()
     capture.stop()
+
+
+@pytest.mark.parametrize("fps,period", [(0.5, 2.0), (1.0, 1.0), (30.0, 1 / 30)])
+def test_the_pacer_spaces_frames_one_over_fps_apart_even_below_one_fps(fps: float, period: float) -> None:
+    clock = FakeClock()
+    pacer, stop = Pacer(fps, clock=clock), RecordingEvent(clock)
+    assert pacer.period == pytest.approx(period)
+    assert pacer.wait(stop) and pacer.wait(stop) and pacer.wait(stop)
+    assert stop.waits == [round(period, 6)] * 2
