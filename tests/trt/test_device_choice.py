@@ -527,3 +527,11 @@ def test_the_build_notes_of_each_candidate_are_kept_with_its_name(device, tmp_pa
     choice = choose(choice_bundle(tmp_path / "b"), cuda, tmp_path / "engines")
     assert any(n.startswith("fp16: ") and "SM 8.6" in n for n in choice.notes), choice.notes
     assert any(n.startswith("int8: ") for n in choice.notes)
+
+
+def test_the_choice_says_what_it_does_as_it_goes(device, tmp_path: Path) -> None:
+    trt, cuda = device(latency={"fp16": 2.0, "int8": 3.0})
+    said: List[str] = []
+    choose(choice_bundle(tmp_path / "b"), cuda, tmp_path / "engines", progress=said.append)
+    assert said[0] == "FP32 reference on 6 gate image(s)"
+    assert said.index("timing and verifying the fp16 engine") < said.index("timing and verifying the int8 engine")
