@@ -188,3 +188,10 @@ def test_the_file_before_the_first_frame_and_its_rounding(tmp_path: Path) -> Non
     body = read_health(path)
     assert (body["state"], body["frames"], body["monotonic"], body["ts"], body["reason"]) == ("starting", 0, 123.457, 5001, None)
     assert "exit_code" not in body
+
+
+def test_without_a_health_file_to_read_the_check_says_how_to_name_one(monkeypatch, capsys) -> None:
+    monkeypatch.delenv("EDGE_SDK_HEALTH_FILE", raising=False)
+    assert main([]) == 1
+    assert capsys.readouterr().out == ("unhealthy: no health file: set $EDGE_SDK_HEALTH_FILE (the daemon writes it there) "
+                                       "or pass --file\n")

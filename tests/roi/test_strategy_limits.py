@@ -205,3 +205,18 @@ def test_without_sweep_tiles_there_is_no_sweep_bound() -> None:
                          config=RoiConfig(sweep_tiles=2, motion=False))
     n = len(swept.grid(320, 240))
     assert swept(np.zeros((240, 320, 3), np.uint8)).info["sweep_bound"] == -(-n // 2)
+
+
+def test_motion_centred_on_a_track_regions_top_left_corner_is_at_the_object() -> None:
+    def nothing(images):
+        return [Detections.empty() for _ in images]
+
+    sched = RoiScheduler(nothing, input_size=(64, 48), config=RoiConfig(
+        sweep_tiles=0, motion=True, motion_width=320, roi_margin=0.0, roi_min_size=1, track_ttl=10))
+    still = np.full((240, 320, 3), 60, np.uint8)
+    sched(still)
+    _tracked(sched, [[100, 100, 150, 140]], [0.9])
+    moving = still.copy()
+    moving[95:105, 95:105] = 220  # copy pixels 19 and 20 (1:5), grown by one: 18..22, centred on (100, 100)
+    out = sched(moving)
+    assert out.info["roi_sources"] == {"track": 1}, out.info["rois"]
