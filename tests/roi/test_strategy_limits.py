@@ -141,15 +141,19 @@ def test_the_report_counts_the_fine_pixels_against_the_budget(sweep_tiles: int, 
     assert out.info["budget_pixels"] == budget_inputs * 64 * 48
 
 
-def test_motion_at_a_tracked_object_asks_for_no_region_but_motion_elsewhere_does() -> None:
-    def nothing(images):
-        return [Detections.empty() for _ in images]
-
-    sched = RoiScheduler(nothing, input_size=(64, 48), config=RoiConfig(
+def _tracked_with_motion():
+    """A scheduler (no sweep, a model that finds nothing) with its motion background set on a
+    still grey 320 x 240 frame and one tracked object at (100, 100, 150, 140)."""
+    sched = RoiScheduler(lambda images: [Detections.empty() for _ in images], input_size=(64, 48), config=RoiConfig(
         sweep_tiles=0, motion=True, motion_width=320, roi_margin=0.0, roi_min_size=1, track_ttl=10))
     still = np.full((240, 320, 3), 60, np.uint8)
-    sched(still)  # sets the motion background
+    sched(still)
     _tracked(sched, [[100, 100, 150, 140]], [0.9])
+    return sched, still
+
+
+def test_motion_at_a_tracked_object_asks_for_no_region_but_motion_elsewhere_does() -> None:
+    sched, still = _tracked_with_motion()
     moving = still.copy()
     moving[110:130, 130:150] = 220  # at the tracked object: its centre (140, 120) inside the region, near its right edge
     moving[20:35, 250:265] = 220  # elsewhere
@@ -208,14 +212,7 @@ def test_without_sweep_tiles_there_is_no_sweep_bound() -> None:
 
 
 def test_motion_centred_on_a_track_regions_top_left_corner_is_at_the_object() -> None:
-    def nothing(images):
-        return [Detections.empty() for _ in images]
-
-    sched = RoiScheduler(nothing, input_size=(64, 48), config=RoiConfig(
-        sweep_tiles=0, motion=True, motion_width=320, roi_margin=0.0, roi_min_size=1, track_ttl=10))
-    still = np.full((240, 320, 3), 60, np.uint8)
-    sched(still)
-    _tracked(sched, [[100, 100, 150, 140]], [0.9])
+    sched, still = _tracked_with_motion()
     moving = still.copy()
     moving[95:105, 95:105] = 220  # copy pixels 19 and 20 (1:5), grown by one: 18..22, centred on (100, 100)
     out = sched(moving)
