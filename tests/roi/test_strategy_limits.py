@@ -217,3 +217,47 @@ def test_motion_centred_on_a_track_regions_top_left_corner_is_at_the_object() ->
     moving[95:105, 95:105] = 220  # copy pixels 19 and 20 (1:5), grown by one: 18..22, centred on (100, 100)
     out = sched(moving)
     assert out.info["roi_sources"] == {"track": 1}, out.info["rois"]
+
+
+def test_motion_centred_on_a_track_regions_right_edge_is_outside_it() -> None:
+    sched, still = _tracked_with_motion()
+    moving = still.copy()
+    moving[115:125, 145:155] = 220  # copy pixels 29..30 (1:5), grown by one: 28..32, centred on x = 150
+    out = sched(moving)
+    assert out.info["roi_sources"] == {"track": 1, "motion": 1}, out.info["rois"]
+
+
+def test_the_biggest_mover_is_examined_first_under_a_budget() -> None:
+    sched = RoiScheduler(lambda images: [Detections.empty() for _ in images], input_size=(64, 48), config=RoiConfig(
+        sweep_tiles=0, motion=True, motion_width=320, roi_min_size=1, max_fine_inputs=1, max_fine_pixels=64 * 48))
+    still = np.full((240, 320, 3), 60, np.uint8)
+    sched(still)
+    moving = still.copy()
+    moving[20:30, 30:40] = 220  # small, and first in the frame
+    moving[150:170, 200:220] = 220  # big: its region and the small one's do not fit one input together
+    out = sched(moving)
+    assert out.info["rois_over_budget"] == 1
+    (x0, y0, x1, y1), = out.info["rois"]
+    assert x0 <= 200 and x1 >= 220 and y0 <= 150 and y1 >= 170
+
+
+@pytest.mark.parametrize("frame_wh,coarse_hw", [((640, 120), (12, 64)), ((100, 480), (48, 10)), ((320, 240), (48, 64)),
+                                                 ((64, 48), (48, 64))])
+def test_the_coarse_pass_sees_the_frame_shrunk_to_fit_with_its_aspect(frame_wh, coarse_hw) -> None:
+    seen = []
+
+    def record(images):
+        seen.append([im.shape[:2] for im in images])
+        return [Detections.empty() for _ in images]
+
+    RoiScheduler(record, input_size=(64, 48), config=RoiConfig(sweep_tiles=0, motion=False))(
+        np.zeros((frame_wh[1], frame_wh[0], 3), np.uint8))
+    assert seen[0] == [coarse_hw]
+
+
+@pytest.mark.parametrize("max_fine_ms", [0.0, 0.5, 3.0])
+def test_a_millisecond_budget_is_reported_when_set(max_fine_ms: float) -> None:
+    sched = RoiScheduler(lambda images: [Detections.empty() for _ in images], input_size=(64, 48),
+                         config=RoiConfig(sweep_tiles=0, motion=False, max_fine_ms=max_fine_ms))
+    info = sched(np.zeros((240, 320, 3), np.uint8)).info
+    assert info.get("budget_ms") == (max_fine_ms or None)
