@@ -146,6 +146,8 @@ EQUIVALENT: List[Equivalent] = [
                "no region at all: _pieces rebuilds the empty array as (0, 4)"),
     Equivalent("edge_sdk/roi/strategies.py", "return np.zeros((0, 4), np.int32), np.zeros(0, np.int64), [], left", "4 -> 5",
                "no region at all: _pieces rebuilds the empty array as (0, 4)"),
+    Equivalent("edge_sdk/roi/strategies.py", "cv2.threshold(self._diff, self.threshold, 255,", "255 -> 256",
+               "OpenCV saturates the value for a uint8 mask: 256 is written as 255"),
     Equivalent("edge_sdk/roi/strategies.py", "if a1 > a0 and b1 > b0:", "a1 > a0 and b1 > b0 -> (a1 > a0 or b1 > b0)",
                "a region empty in one direction copies an empty slice: nothing"),
     Equivalent("edge_sdk/roi/strategies.py", "if a1 > a0 and b1 > b0:", "b1 > b0 -> (b1 >= b0)", "as above: an empty slice"),

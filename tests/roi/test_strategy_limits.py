@@ -261,3 +261,16 @@ def test_a_millisecond_budget_is_reported_when_set(max_fine_ms: float) -> None:
                          config=RoiConfig(sweep_tiles=0, motion=False, max_fine_ms=max_fine_ms))
     info = sched(np.zeros((240, 320, 3), np.uint8)).info
     assert info.get("budget_ms") == (max_fine_ms or None)
+
+
+def test_under_a_budget_the_most_confident_candidate_is_examined_first() -> None:
+    def coarse_only(images):  # proposals in the coarse pass (a 1:5 copy), nothing anywhere else
+        first = Detections(np.array([[2, 2, 10, 8], [40, 30, 48, 38]], np.float32), np.array([0.3, 0.4], np.float32),
+                           np.zeros(2))
+        return [first if im.shape[:2] == (48, 64) and len(images) == 1 else Detections.empty() for im in images]
+
+    sched = RoiScheduler(coarse_only, input_size=(64, 48), config=RoiConfig(
+        sweep_tiles=0, motion=False, roi_margin=0.0, roi_min_size=1, max_fine_inputs=1, max_fine_pixels=64 * 48))
+    out = sched(np.zeros((240, 320, 3), np.uint8))
+    assert out.info["candidates"] == 2 and out.info["rois_over_budget"] == 1
+    assert out.info["rois"] == [[200, 150, 240, 190]] and out.info["roi_sources"] == {"candidate": 1}
