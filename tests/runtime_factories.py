@@ -174,3 +174,45 @@ class ListSource(Source):
         if isinstance(item, BaseException):
             raise item
         return item
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class RecordingEvent(threading.Event):
+    """A stop Event whose waits advance a fake clock instead of sleeping, and are recorded."""
+
+    def __init__(self, clock: FakeClock) -> None:
+        super().__init__()
+        self.clock = clock
+        self.waits: List[float] = []
+
+    def wait(self, timeout=None) -> bool:  # type: ignore[override]
+        self.waits.append(round(timeout, 6))
+        self.clock.now += timeout
+        return False
+
+
+def drain(capture: Any, events: Optional[List[Dict[str, Any]]] = None, in_flight: int = 0) -> List[int]:
+    """Consume a Capture to the end; the pixel (0, 0) of each frame holds its source number.
+    `events`: collects the frames' events; `in_flight`: frames the consumer holds before it
+    gives the oldest back."""
+    got: List[int] = []
+    held: List[Any] = []
+    while True:
+        slot = capture.get(timeout=10)
+        if slot is None:
+            for old in held:
+                capture.release(old)
+            return got
+        got.append(int(slot.frame[0, 0, 0]))
+        if events is not None:
+            events.extend(slot.events)
+        held.append(slot)
+        while len(held) > in_flight:
+            capture.release(held.pop(0))

@@ -6,11 +6,19 @@ run against it, and the mutants that no test notices (the survivors) printed.
     python tools/mutate.py --only P1 D1       # some mutants
     python tools/mutate.py --list             # what would run
     python tools/mutate.py --auto preprocess --sample 30   # generated operator mutants
+    python tools/mutate.py --sweep --sample 40             # generated mutants of every SWEEP module
+    python tools/mutate.py --sweep metrics health          # some of them, every mutant
 
 Each mutant is a (file, exact text, replacement) triple written by hand to look like a bug
 someone could make: an off-by-one, a dropped branch, a swapped axis, a wrong endianness. With
-`--auto GROUP`, mutants are generated instead: comparison, arithmetic, boolean and integer
-constant changes on every line of the group's files (sampled with `--sample N --seed S`).
+`--auto GROUP` or `--sweep [MODULE...]`, mutants are generated instead, on every line of the
+module's files: boundary operators (< and <=, == and !=), arithmetic and boolean operators,
+integer constants off by one either way, min and max swapped, the first two arguments of a call
+swapped, abs() dropped, a negation (not, unary minus) dropped, and a call made for its effect
+dropped (sampled with `--sample N --seed S`, N per module). Mutants that cannot change
+behaviour are listed by hand in EQUIVALENT and not run (and -1 -> -2 in a reshape, which numpy
+reads as the same inferred size, is not generated); the sweep prints, per module, the
+share of the other mutants that a test killed.
 
 The repository is copied to a temporary folder (tracked and untracked files, without what git
 ignores); mutants are applied there one at a time, never to the working tree. Each group's
@@ -48,8 +56,6 @@ GROUPS: Dict[str, Group] = {
     "decoders": Group(("edge_sdk/decoders/centerface.py", "edge_sdk/decoders/yolo.py", "edge_sdk/decoders/yolox.py",
                        "edge_sdk/decoders/ssd.py", "edge_sdk/decoders/_base.py"), ("tests/decoders", "tests/runtime/test_letterbox.py")),
     "nms": Group(("edge_sdk/decoders/nms.py",), ("tests/decoders/test_nms.py",)),
-    "roi-geometry": Group(("edge_sdk/roi/geometry.py",), ("tests/roi/test_geometry.py", "tests/roi/test_geometry_edges.py",
-                                                          "tests/roi/test_merge.py")),
     "calibration": Group(("edge_sdk/builder/calibration.py",), ("tests/builder/test_calibration.py",)),
     "calib-cache": Group(("edge_sdk/builder/calib_cache.py",), ("tests/builder/test_calib_cache.py",)),
     "bundle": Group(("edge_sdk/builder/bundle.py",), ("tests/builder/test_bundle.py",)),
@@ -59,6 +65,101 @@ GROUPS: Dict[str, Group] = {
     "disk-queue": Group(("edge_sdk/telemetry/mqtt.py",), ("tests/telemetry/test_disk_queue.py",)),
     # the CUDA preprocessing and the TensorRT backend join here as they land
 }
+
+# The generated-operator sweep (`--sweep`): one row per module, its files and the tests that pin
+# its promises. A module joins the sweep with a row here (and its equivalent mutants in
+# EQUIVALENT below). The rows are groups too: hand-written mutants may name them (roi-geometry).
+SWEEP: Dict[str, Group] = {
+    "verify": Group(("edge_sdk/verify.py",), ("tests/test_verify.py", "tests/trt/test_device_choice.py")),
+    "precision-choice": Group(("edge_sdk/precision_choice.py", "edge_sdk/trt/choice.py"),
+                              ("tests/trt/test_device_choice.py", "tests/trt/test_device_report.py")),
+    "capture": Group(("edge_sdk/runtime/capture.py",), ("tests/runtime/test_capture.py", "tests/runtime/test_capture_pools.py",
+                                                        "tests/runtime/test_capture_memory.py")),
+    "infer-thread": Group(("edge_sdk/runtime/infer_thread.py",), ("tests/runtime/test_infer_thread.py",
+                                                                  "tests/runtime/test_infer_thread_items.py")),
+    "cache": Group(("edge_sdk/runtime/cache.py",), ("tests/runtime/test_cache.py", "tests/runtime/test_cache_properties.py")),
+    "roi-strategies": Group(("edge_sdk/roi/strategies.py",), ("tests/roi/test_strategies.py", "tests/roi/test_tracks.py",
+                                                              "tests/roi/test_strategy_limits.py")),
+    "roi-merge": Group(("edge_sdk/roi/merge.py",), ("tests/roi/test_merge.py", "tests/roi/test_merge_limits.py")),
+    "roi-geometry": Group(("edge_sdk/roi/geometry.py",), ("tests/roi/test_geometry.py", "tests/roi/test_geometry_edges.py",
+                                                          "tests/roi/test_geometry_mappings.py", "tests/roi/test_geometry_properties.py",
+                                                          "tests/roi/test_merge.py")),
+    "metrics": Group(("edge_sdk/telemetry/metrics.py",), ("tests/telemetry/test_metrics.py",
+                                                         "tests/telemetry/test_metrics_properties.py")),
+    "health": Group(("edge_sdk/telemetry/health.py", "edge_sdk/daemon/health.py"),
+                    ("tests/telemetry/test_health.py", "tests/telemetry/test_health_rules.py",
+                     "tests/daemon/test_health_file.py", "tests/daemon/test_systemd_notify.py")),
+}
+GROUPS.update(SWEEP)
+
+
+@dataclass(frozen=True)
+class Equivalent:
+    """A generated mutant that cannot change behaviour: the mutant of `file` whose description
+    (`--list` prints it) is `why`, on the line that holds `line`, with the reason."""
+
+    file: str
+    line: str
+    why: str
+    reason: str
+
+    def matches(self, m: "Mutant") -> bool:
+        return m.file == self.file and m.why == self.why and self.line in m.find
+
+
+EQUIVALENT: List[Equivalent] = [
+    Equivalent("edge_sdk/daemon/health.py", "data = f.read(MAX_FILE + 1)", "1 -> 2",
+               "reading two bytes past the bound instead of one: loads_untrusted refuses anything over MAX_FILE either way"),
+    Equivalent("edge_sdk/runtime/infer_thread.py", "                self.recycle(item)\n", "dropped: self.recycle(item)",
+               "the item of a thread that ends on stop(): nothing takes a free item once the thread has ended, and the "
+               "exit wakes a waiting consumer as recycle() would"),
+    Equivalent("edge_sdk/runtime/infer_thread.py", "for b, o in zip(self.buffers, outputs)):",
+               "zip(self.buffers, outputs) -> (zip(outputs, self.buffers))",
+               "the pairs only feed symmetric comparisons (b.shape != o.shape, b.dtype != o.dtype)"),
+    Equivalent("edge_sdk/roi/merge.py", "np.fill_diagonal(m, False)", "dropped: np.fill_diagonal(m, False)",
+               "both walks take a detection out (free / label) before they read its row, so its own link is never used"),
+    Equivalent("edge_sdk/roi/merge.py", "if len(det) <= 1:", "len(det) <= 1 -> (len(det) < 1)",
+               "one detection through the walk is a group of one: the same detection, copied, as the shortcut gives"),
+    Equivalent("edge_sdk/roi/merge.py", "if len(det) <= 1:", "1 -> 0", "as above: one detection through the walk"),
+    Equivalent("edge_sdk/roi/merge.py", "label = np.full(len(det), -1, dtype=np.int64)", "1 -> 2",
+               "-2 for unlabelled reads as -1 does: only label < 0 and label >= 0 are asked"),
+    Equivalent("edge_sdk/roi/merge.py", "            if len(g) > 1:\n", "len(g) > 1 -> (len(g) >= 1)",
+               "the union of a group of one box is that box"),
+    Equivalent("edge_sdk/roi/merge.py", "            if len(g) > 1:\n", "1 -> 0", "the union of a group of one box is that box"),
+    Equivalent("edge_sdk/roi/merge.py", "return det[np.zeros(0, dtype=np.int64)]", "0 -> 1",
+               "no groups only for no detections, which merge() returns before the walk"),
+    Equivalent("edge_sdk/runtime/capture.py", "if not self._pacer.wait(self._stop):\n                    self._put_back(slot)",
+               "dropped: self._put_back(slot)",
+               "the thread is stopping: nothing takes a free slot again, and stop() releases every slot's buffer"),
+    Equivalent("edge_sdk/runtime/capture.py", "with self._cond:\n            self._free.append(slot)\n            self._cond.notify_all()",
+               "dropped: self._cond.notify_all()",
+               "_put_back runs on the capture thread, the only one that waits for a free slot"),
+    Equivalent("edge_sdk/runtime/capture.py", "self.index = -1  # frame number in the stream", "-1 -> (1)",
+               "a slot's index is set when its frame is published, before anyone can read it"),
+    Equivalent("edge_sdk/runtime/capture.py", "self.period = 1.0 / fps if fps and fps > 0 else 0.0", "fps > 0 -> (fps >= 0)",
+               "an fps of 0 is already turned away by `fps and`"),
+    Equivalent("edge_sdk/roi/geometry.py", "while changed and len(r) > 1:", "1 -> 0",
+               "one region has nothing to merge with: the pass finds no pair either way"),
+    Equivalent("edge_sdk/roi/geometry.py", "if view.shape[:2] == crop.shape[:2]:", "2 -> 3",
+               "both are BGR: their third dimension is 3 alike"),
+    Equivalent("edge_sdk/roi/strategies.py", "return np.zeros((0, 4), np.int32), np.zeros(0, np.int64), [], left", "4 -> 3",
+               "no region at all: _pieces rebuilds the empty array as (0, 4)"),
+    Equivalent("edge_sdk/roi/strategies.py", "return np.zeros((0, 4), np.int32), np.zeros(0, np.int64), [], left", "4 -> 5",
+               "no region at all: _pieces rebuilds the empty array as (0, 4)"),
+    Equivalent("edge_sdk/roi/strategies.py", "cv2.threshold(self._diff, self.threshold, 255,", "255 -> 256",
+               "OpenCV saturates the value for a uint8 mask: 256 is written as 255"),
+    Equivalent("edge_sdk/roi/strategies.py", "if a1 > a0 and b1 > b0:", "a1 > a0 and b1 > b0 -> (a1 > a0 or b1 > b0)",
+               "a region empty in one direction copies an empty slice: nothing"),
+    Equivalent("edge_sdk/roi/strategies.py", "if a1 > a0 and b1 > b0:", "b1 > b0 -> (b1 >= b0)", "as above: an empty slice"),
+    Equivalent("edge_sdk/roi/strategies.py", "if a1 > a0 and b1 > b0:", "a1 > a0 -> (a1 >= a0)", "as above: an empty slice"),
+    Equivalent("edge_sdk/roi/strategies.py", "int(cfg.max_fine_ms // self._ms_per_image)",
+               "cfg.max_fine_ms // self._ms_per_image -> (cfg.max_fine_ms / self._ms_per_image)",
+               "int() of a positive quotient truncates as floor division does"),
+    Equivalent("edge_sdk/roi/strategies.py", "track_levels[None, :] <= levels[:, None]",
+               "track_levels[None, :] <= levels[:, None] -> (track_levels[None, :] < levels[:, None])",
+               "a candidate region inside a track region of the same level is merged into it by _pieces (nested regions "
+               "cost no more pixels joined), so it is examined once either way"),
+]
 
 
 @dataclass(frozen=True)
@@ -216,54 +317,125 @@ def _skipped(node: ast.AST, parents: Dict[ast.AST, ast.AST]) -> bool:
         node = parents[node]
         if isinstance(node, (ast.JoinedStr, ast.Raise, ast.Assert)):
             return True
-        if isinstance(node, ast.Call) and getattr(node.func, "attr", "") in ("warning", "info", "debug", "error", "warn"):
+        if isinstance(node, ast.Call) and _is_log(node):
             return True
     return False
 
 
+def _is_log(call: ast.Call) -> bool:
+    return getattr(call.func, "attr", "") in ("warning", "info", "debug", "error", "warn", "exception")
+
+
+def _name(func: ast.AST) -> str:
+    return getattr(func, "id", "") or getattr(func, "attr", "")
+
+
+# calls whose swapped arguments only raise a TypeError (no bug anyone would ship)
+_NOT_SWAPPED = ("isinstance", "getattr", "setattr", "hasattr", "round", "get", "setdefault", "pop",
+                "min", "max", "minimum", "maximum")  # and calls whose arguments commute
+
+
+def _sites(node: ast.AST) -> List[str]:
+    """The kinds of mutation that apply to `node` (see _mutate_segment)."""
+    kinds: List[str] = []
+    if isinstance(node, ast.Compare):
+        kinds += [f"op{k}" for k, op in enumerate(node.ops) if type(op) in _SWAPS]
+    elif isinstance(node, (ast.BinOp, ast.BoolOp)) and type(node.op) in _SWAPS:
+        kinds.append("op")
+    elif isinstance(node, ast.Constant) and type(node.value) is int and 0 <= node.value <= 4096:
+        kinds += ["const+1"] + (["const-1"] if node.value >= 1 else [])
+    elif isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.Not, ast.USub)):
+        kinds.append("unary")
+    elif isinstance(node, ast.Call) and not any(isinstance(a, ast.Starred) for a in node.args):
+        name = _name(node.func)
+        if name in ("abs", "fabs") and len(node.args) == 1:
+            kinds.append("abs")
+        if name in ("min", "max", "minimum", "maximum"):
+            kinds.append("minmax")
+        a = node.args[:2]
+        if (len(a) == 2 and name not in _NOT_SWAPPED and not any(isinstance(x, ast.Constant) for x in a)
+                and ast.unparse(a[0]) != ast.unparse(a[1])):
+            kinds.append("swap")
+    return kinds
+
+
 def generated(group: str, files: Sequence[str], root: Path) -> Iterator[Mutant]:
-    """One mutant per operator or small integer constant in the group's files (line-level edits)."""
+    """Generated mutants of the group's files: an operator, constant, argument order or call
+    changed within one line, or a statement that only calls something replaced by `pass`."""
     for rel in files:
         source = (root / rel).read_text()
         tree = ast.parse(source)
         parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
         lines = source.splitlines(keepends=True)
         for node in ast.walk(tree):
-            sites: List[Tuple[ast.AST, str]] = []
-            if isinstance(node, ast.Compare):
-                for k, op in enumerate(node.ops):
-                    if type(op) in _SWAPS:
-                        sites.append((node, f"op{k}"))
-            elif isinstance(node, (ast.BinOp, ast.BoolOp)) and type(node.op) in _SWAPS:
-                sites.append((node, "op"))
-            elif isinstance(node, ast.Constant) and type(node.value) is int and 0 <= node.value <= 4096:
-                sites.append((node, "const"))
-            for target, kind in sites:
-                if _skipped(target, parents) or target.lineno != target.end_lineno:
+            if (isinstance(node, ast.Expr) and isinstance(node.value, ast.Call) and not _is_log(node.value)
+                    and node.col_offset == len(lines[node.lineno - 1]) - len(lines[node.lineno - 1].lstrip())):
+                first, last = node.lineno - 1, node.end_lineno or node.lineno
+                old = "".join(lines[first:last])
+                new = " " * node.col_offset + "pass\n"
+                find, replace = _unique(source, lines, first, old, new)
+                yield Mutant(f"A:{rel.split('/')[-1]}:{node.lineno}:{node.col_offset}:drop", group, rel, find, replace,
+                             f"dropped: {lines[first].strip()}")
+                continue
+            for kind in _sites(node):
+                if _skipped(node, parents) or node.lineno != node.end_lineno:
                     continue
-                line = lines[target.lineno - 1]
-                segment = line[target.col_offset:target.end_col_offset]
-                mutated = _mutate_segment(target, kind)
+                if kind == "const+1" and _inferred_size(node, parents):
+                    continue
+                line = lines[node.lineno - 1]
+                segment = line[node.col_offset:node.end_col_offset]
+                mutated = _mutate_segment(node, kind)
                 if mutated is None or mutated == segment:
                     continue
-                yield Mutant(f"A:{rel.split('/')[-1]}:{target.lineno}:{target.col_offset}:{kind}", group, rel,
-                             line, line[:target.col_offset] + mutated + line[target.end_col_offset:],
-                             f"{segment.strip()} -> {mutated.strip()}")
+                find, replace = _unique(source, lines, node.lineno - 1, line,
+                                        line[:node.col_offset] + mutated + line[node.end_col_offset:])
+                yield Mutant(f"A:{rel.split('/')[-1]}:{node.lineno}:{node.col_offset}:{kind}", group, rel,
+                             find, replace, f"{segment.strip()} -> {mutated.strip()}")
+
+
+def _inferred_size(node: ast.AST, parents: Dict[ast.AST, ast.AST]) -> bool:
+    """The 1 of a -1 given to reshape: numpy infers any negative size, so -2 is the same call."""
+    minus = parents.get(node)
+    call = parents.get(minus) if minus is not None else None
+    return (isinstance(minus, ast.UnaryOp) and isinstance(minus.op, ast.USub) and isinstance(call, ast.Call)
+            and _name(call.func) == "reshape")
+
+
+def _unique(source: str, lines: Sequence[str], first: int, old: str, new: str) -> Tuple[str, str]:
+    """(find, replace) widened with the lines before it until `find` occurs once in the file."""
+    while source.count(old) > 1 and first > 0:
+        first -= 1
+        old, new = lines[first] + old, lines[first] + new
+    return old, new
 
 
 def _mutate_segment(node: ast.AST, kind: str) -> Optional[str]:
     import copy
 
     new = copy.deepcopy(node)
-    if kind == "const":
-        new.value = node.value + 1  # type: ignore[attr-defined]
-    elif kind == "op":
+    if kind.startswith("const"):
+        new.value = node.value + (1 if kind == "const+1" else -1)  # type: ignore[attr-defined]
+        return ast.unparse(new)
+    if kind == "op":
         new.op = _SWAPS[type(node.op)]()  # type: ignore[attr-defined]
+    elif kind == "unary":
+        return f"({ast.unparse(node.operand)})"  # type: ignore[attr-defined]
+    elif kind == "abs":
+        return f"({ast.unparse(node.args[0])})"  # type: ignore[attr-defined]
+    elif kind == "minmax":
+        other = {"min": "max", "max": "min", "minimum": "maximum", "maximum": "minimum"}
+        func = new.func  # type: ignore[attr-defined]
+        if isinstance(func, ast.Name):
+            func.id = other[func.id]
+        else:
+            func.attr = other[func.attr]
+    elif kind == "swap":
+        args = new.args  # type: ignore[attr-defined]
+        args[0], args[1] = args[1], args[0]
     else:
         k = int(kind[2:])
         new.ops[k] = _SWAPS[type(node.ops[k])]()  # type: ignore[attr-defined]
-    text = ast.unparse(new)
-    return f"({text})" if kind != "const" else text
+    return f"({ast.unparse(new)})"
 
 
 # --- running ----------------------------------------------------------------------------------
@@ -296,12 +468,26 @@ def run_tests(copy: Path, tests: Sequence[str], python: str, timeout: float) -> 
     return ("killed" if proc.returncode == 1 else f"killed (pytest exit {proc.returncode})"), seconds
 
 
+def scores(results: Sequence[Tuple[Mutant, str, float]], modules: Sequence[str]) -> str:
+    """The per-module table: killed / (run, equivalents not counted)."""
+    rows = [f"\n{'module':18} {'run':>5} {'killed':>7} {'survived':>9} {'equivalent':>11} {'score':>7}"]
+    for name in modules:
+        mine = [status for m, status, _ in results if m.group == name]
+        run = [st for st in mine if st.startswith(("killed", "SURVIVED"))]
+        killed = sum(st.startswith("killed") for st in run)
+        score = f"{100.0 * killed / len(run):6.1f}%" if run else "      -"
+        rows.append(f"{name:18} {len(run):5} {killed:7} {len(run) - killed:9} {mine.count('equivalent'):11} {score}")
+    return "\n".join(rows)
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--group", nargs="*", choices=sorted(GROUPS), help="only these groups")
     parser.add_argument("--only", nargs="*", help="only these mutant ids")
     parser.add_argument("--auto", metavar="GROUP", choices=sorted(GROUPS), help="generated operator mutants of one group instead of the list")
-    parser.add_argument("--sample", type=int, default=0, help="with --auto: run this many, drawn at random")
+    parser.add_argument("--sweep", nargs="*", metavar="MODULE", help=f"generated mutants of these SWEEP modules "
+                        f"(all when none is named: {', '.join(SWEEP)}), one module at a time, and a score per module")
+    parser.add_argument("--sample", type=int, default=0, help="with --auto or --sweep: run this many per module, drawn at random")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--list", action="store_true", help="print the mutants and exit")
     parser.add_argument("--python", default=sys.executable, help="interpreter that runs pytest (default: this one)")
@@ -309,14 +495,26 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--tests-at", metavar="REV", help="run the tests as they were at this git revision (a before/after count)")
     args = parser.parse_args(argv)
 
-    if args.auto:
-        mutants = list(generated(args.auto, GROUPS[args.auto].files, ROOT))
-        total = len(mutants)
-        if args.only:
-            mutants = [m for m in mutants if m.id in args.only]
-        if args.sample and args.sample < len(mutants):
-            mutants = random.Random(args.seed).sample(mutants, args.sample)
-        print(f"{total} generated mutants in {args.auto}; running {len(mutants)}")
+    swept: List[str] = []
+    if args.sweep is not None or args.auto:
+        swept = [args.auto] if args.auto else (args.sweep or list(SWEEP))
+        unknown = [name for name in swept if name not in GROUPS]
+        if unknown:
+            parser.error(f"not a module of the sweep: {', '.join(unknown)} (one of {', '.join(SWEEP)})")
+    results: List[Tuple[Mutant, str, float]] = []
+    if swept:
+        mutants = []
+        for name in swept:
+            every = list(generated(name, GROUPS[name].files, ROOT))
+            if args.only:
+                every = [m for m in every if m.id in args.only]
+            equivalent = [m for m in every if any(e.matches(m) for e in EQUIVALENT)]
+            results += [(m, "equivalent", 0.0) for m in equivalent]
+            chosen = [m for m in every if m not in equivalent]
+            if args.sample and args.sample < len(chosen):
+                chosen = random.Random(args.seed).sample(chosen, args.sample)
+            print(f"{len(every)} generated mutants in {name} ({len(equivalent)} marked equivalent); running {len(chosen)}")
+            mutants += chosen
     else:
         mutants = [m for m in MUTANTS if (not args.group or m.group in args.group) and (not args.only or m.id in args.only)]
     if args.list:
@@ -325,7 +523,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return 0
 
     work = Path(tempfile.mkdtemp(prefix="edge-sdk-mutants-"))
-    results: List[Tuple[Mutant, str, float]] = []
     try:
         copy = work / "repo"
         copy_repo(copy)
@@ -375,10 +572,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
     ran = [r for r in results if r[1].startswith(("killed", "SURVIVED"))]
     survivors = [r for r in results if r[1] == "SURVIVED"]
+    skipped = [r for r in results if r not in ran and r[1] != "equivalent"]
     print(f"\n{len(ran)} mutants run: {len(ran) - len(survivors)} killed, {len(survivors)} survived"
-          + (f", {len(results) - len(ran)} not run (stale or red baseline)" if len(results) != len(ran) else ""))
+          + (f", {len(skipped)} not run (stale or red baseline)" if skipped else ""))
     for m, _, _ in survivors:
         print(f"  SURVIVED {m.id}: {m.file}: {m.why}")
+    if swept:
+        print(scores(results, swept))
     return 1 if survivors else 0
 
 

@@ -139,10 +139,8 @@ class TinyCenterFace:
         cells = x[:, :, : h // 4 * 4, : w // 4 * 4].astype(np.float32).reshape(n, c, h // 4, 4, w // 4, 4)
         gray = cells.mean(axis=(3, 5)).mean(axis=1, keepdims=True)
         heat = (1.0 / (1.0 + np.exp(-(gray - np.float32(128.0)) * np.float32(0.25)))).astype(np.float32)
-        out = {"537": heat}
-        for name, ch in self.outputs[1:]:
-            out[name] = np.zeros((n, ch, h // 4, w // 4), np.float32)
-        return out
+        out = {name: heat if name == "537" else np.zeros((n, ch, h // 4, w // 4), np.float32) for name, ch in self.outputs}
+        return out  # in the order the engine lists its outputs (self.outputs), which may not be the manifest's
 
 
 def engine_kind(record: Dict[str, Any]) -> str:
@@ -400,7 +398,7 @@ class FakeContext:
             results = network(x)
             if kind in trt.distort:
                 results = trt.distort[kind](results)
-            trt.cuda.clock_ms += trt.latency_ms.get(kind, 0.0)
+            trt.cuda.clock_ms += trt.run_time_ms(kind)
             for out_name, value in results.items():
                 data = np.ascontiguousarray(value, np.float32)
                 ctypes.memmove(out_addrs[out_name], data.ctypes.data, data.nbytes)
@@ -430,9 +428,12 @@ class RuntimeMixin:
     __version__: str
 
     def _add_runtime(self, cuda: Optional[FakeRuntimeCuda], network: Any, capturable: bool) -> None:
-        # Per engine kind (engine_kind: "fp32", "fp16" or "int8"): GPU milliseconds one run takes,
-        # and a function applied to the network's outputs (a reduced precision's error).
-        self.latency_ms: Dict[str, float] = {}
+        # Per engine kind (engine_kind: "fp32", "fp16" or "int8"): GPU milliseconds one run takes
+        # (a number, or a list of numbers the runs take in turn, cycled: jitter and outliers, as a
+        # real GPU's clocks and other processes give them), and a function applied to the
+        # network's outputs (a reduced precision's error).
+        self.latency_ms: Dict[str, Any] = {}
+        self.runs_of: Dict[str, int] = {}
         self.distort: Dict[str, Callable[[Dict[str, np.ndarray]], Dict[str, np.ndarray]]] = {}
         self.cuda = cuda if cuda is not None else FakeRuntimeCuda()
         self.network = network if network is not None else TinyCenterFace()
@@ -452,6 +453,13 @@ class RuntimeMixin:
                 "create_execution_context_without_device_memory")
         self._engine_class = type("ICudaEngine", (FakeEngine,), engine_ns)
         self._context_class = type("IExecutionContext", (FakeContext,), context_ns)
+
+    def run_time_ms(self, kind: str) -> float:
+        """The GPU time of the next run of an engine of this kind (see latency_ms)."""
+        spent = self.latency_ms.get(kind, 0.0)
+        k = self.runs_of.get(kind, 0)
+        self.runs_of[kind] = k + 1
+        return float(spent) if isinstance(spent, (int, float)) else float(spent[k % len(spent)])
 
     # engine_bytes for this fake's version and device
     def engine(self, inputs: Sequence[Dict[str, Any]], **record: Any) -> bytes:

@@ -10,20 +10,9 @@ import pytest
 from edge_sdk.errors import SourceError
 from edge_sdk.runtime.capture import Capture, Pacer, can_leave_sched_idle
 from edge_sdk.runtime.config import ReconnectConfig
-from runtime_factories import FakeCamera, ListSource, scene
+from runtime_factories import FakeCamera, FakeClock, ListSource, RecordingEvent, drain, scene
 
 FAST = ReconnectConfig(initial_s=0.001, max_s=0.004, max_attempts=10)
-
-
-def drain(capture: Capture) -> List[int]:
-    """Consume to the end; the pixel (0, 0) of each frame holds its source number."""
-    got = []
-    while True:
-        slot = capture.get(timeout=10)
-        if slot is None:
-            return got
-        got.append(int(slot.frame[0, 0, 0]))
-        capture.release(slot)
 
 
 @pytest.mark.parametrize("pool_size", [3, 4, 6])
@@ -155,26 +144,6 @@ def test_open_errors_raise_in_the_caller() -> None:
 def test_pool_needs_three_slots() -> None:
     with pytest.raises(ValueError, match="at least 3"):
         Capture(ListSource([]), pool_size=2)
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-class RecordingEvent(threading.Event):
-    def __init__(self, clock: FakeClock) -> None:
-        super().__init__()
-        self.clock = clock
-        self.waits: List[float] = []
-
-    def wait(self, timeout=None) -> bool:  # type: ignore[override]
-        self.waits.append(round(timeout, 6))
-        self.clock.now += timeout
-        return False
 
 
 def test_pacer_spaces_frames_and_does_not_burst_after_a_stall() -> None:

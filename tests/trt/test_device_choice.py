@@ -15,11 +15,13 @@ from typing import Any, Callable, Dict, List
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from edge_sdk.builder.reference import reference_npz
 from edge_sdk.cli import app
-from edge_sdk.errors import AccuracyGateError, BundleError
+from edge_sdk.errors import AccuracyGateError, BundleError, ConfigError
 from edge_sdk.fsutil import sha256_file
 from edge_sdk.manifest import MANIFEST, REFERENCE, Bundle
 from edge_sdk.preprocess import Transform
@@ -27,11 +29,11 @@ from edge_sdk.runtime.backends import select_backend
 from edge_sdk.trt import calibrator as calibrator_mod
 from edge_sdk.trt import engine as engine_mod
 from edge_sdk.trt.cache import EngineCache
-from edge_sdk.precision_choice import choose_engine
-from edge_sdk.trt.choice import read_device_report, report_key
+from edge_sdk.precision_choice import choose_engine, time_backend
+from edge_sdk.trt.choice import read_device_report, report_errors, report_key
 from edge_sdk.verify import verify_bundle
 from fakes.fake_cuda_host import DISCRETE, XAVIER_NX
-from fakes.fake_tensorrt_runtime import CENTERFACE_OUTPUTS, RUNTIME_FAKES, FakeRuntimeCuda
+from fakes.fake_tensorrt_runtime import CENTERFACE_OUTPUTS, RUNTIME_FAKES, FakeRuntimeCuda, TinyCenterFace
 from trt_bundles import XAVIER, write_bundle
 
 H, W = 32, 64
@@ -98,12 +100,12 @@ def tiny_noise(outputs: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]:
 
 @pytest.fixture
 def device(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Callable[..., Any]:
-    """device(version, gpu, latency={kind: ms}, distort={kind: fn}) -> (fake trt, fake CUDA)."""
+    """device(version, gpu, latency={kind: ms or [ms, ...]}, distort={kind: fn}, network=...) -> (fake trt, fake CUDA)."""
 
-    def make(version: str = "8.5", gpu: str = "xavier", latency: Dict[str, float] = None,
-             distort: Dict[str, Any] = None) -> Any:
+    def make(version: str = "8.5", gpu: str = "xavier", latency: Dict[str, Any] = None,
+             distort: Dict[str, Any] = None, network: Any = None) -> Any:
         cuda = FakeRuntimeCuda(props=GPUS[gpu])
-        trt = RUNTIME_FAKES[version](cuda=cuda)
+        trt = RUNTIME_FAKES[version](cuda=cuda, network=network)
         trt.latency_ms.update(latency or {})
         trt.distort.update(distort or {})
         monkeypatch.setitem(sys.modules, "tensorrt", trt)
@@ -393,3 +395,198 @@ def test_a_report_reached_through_a_link_is_not_read(device, tmp_path: Path) -> 
     choice.path.rename(elsewhere)  # the very same, valid report, now behind a link
     choice.path.symlink_to(elsewhere)
     assert read_device_report(EngineCache(cache), key) is None
+
+
+# --- timing: the median, with jitter and outliers --------------------------------------------
+
+
+class TimedRunner:
+    """A backend whose runs take the listed GPU times in turn (cycled), as `gpu_ms()` reads them."""
+
+    def __init__(self, times: List[float]) -> None:
+        self.times, self.runs, self.reads = list(times), 0, 0
+
+    def infer(self, feed: Dict[str, Any]) -> Dict[str, np.ndarray]:
+        self.runs += 1
+        return {}
+
+    def gpu_ms(self) -> float:
+        self.reads += 1
+        return self.times[(self.runs - 1) % len(self.times)]
+
+
+@pytest.mark.parametrize("times,warmup,iterations,figure", [
+    ([1, 1, 1, 1, 100], 0, 5, 1.0),  # an outlier moves the mean to 20.8, not the median
+    ([50, 50, 1, 2, 3, 4], 2, 4, 2.5),  # warmup runs are not timed; an even count: the middle two's mean
+    ([7], 0, 1, 7.0),
+    ([3, 1, 2], 10, 3, 2.0),
+])
+def test_time_backend_is_the_median_of_the_timed_runs(times, warmup: int, iterations: int, figure: float) -> None:
+    runner = TimedRunner(times)
+    assert time_backend(runner, {}, warmup=warmup, iterations=iterations) == figure
+    assert runner.runs == warmup + iterations and runner.reads == iterations
+
+
+@settings(max_examples=60, deadline=None)
+@given(times=st.lists(st.floats(0.01, 1000.0), min_size=1, max_size=30))
+def test_time_backend_against_numpy(times: List[float]) -> None:
+    assert time_backend(TimedRunner(times), {}, warmup=0, iterations=len(times)) == pytest.approx(float(np.median(times)))
+
+
+@pytest.mark.parametrize("warmup,iterations", [(-1, 5), (0, 0), (2, -1)])
+def test_time_backend_refuses_what_cannot_time(warmup: int, iterations: int) -> None:
+    with pytest.raises(ConfigError, match="--warmup"):
+        time_backend(TimedRunner([1.0]), {}, warmup=warmup, iterations=iterations)
+
+
+def test_the_choice_times_by_the_median_of_jittery_runs(device, tmp_path: Path) -> None:
+    # warmup 2, then five timed runs: fp16 1,1,100,1,1 (median 1, mean 20.8) against int8 at 2 ms
+    trt, cuda = device(latency={"fp16": [1.0, 1.0, 1.0, 1.0, 100.0], "int8": [2.1, 1.9, 2.0, 2.0, 2.0]},
+                       distort={"int8": tiny_noise})
+    choice = choose(choice_bundle(tmp_path / "b"), cuda, tmp_path / "engines")
+    rows = {r.precision: r for r in choice.candidates}
+    assert rows["fp16"].median_ms == 1.0 and rows["int8"].median_ms == 2.0
+    assert choice.chosen == "fp16"
+    stored = json.loads(choice.path.read_text())
+    assert stored["timing"] == {"warmup": 2, "iterations": 5, "statistic": "median GPU ms (CUDA events)"}
+    assert (stored["images"], stored["min_f1"], stored["version"], stored["chosen"]) == (6, 0.9, 1, "fp16")
+    assert stored["reference"].startswith("the bundle's stored FP32 outputs") and stored["gpu"]["sm"] == "7.2"
+    assert stored["key"] == report_key(Bundle.load(tmp_path / "b"), trt.__version__, "7.2", None).to_dict()
+    assert stored["path"] == str(choice.path) and stored["bundle"] == str(Bundle.load(tmp_path / "b").root)
+    assert [r["median_ms"] for r in stored["candidates"]] == [1.0, 2.0]
+
+
+def test_an_equally_fast_passing_row_is_a_valid_choice(device, tmp_path: Path) -> None:
+    trt, cuda = device(latency={"fp16": 2.0, "int8": 2.0})
+    bundle, cache = choice_bundle(tmp_path / "b"), tmp_path / "engines"
+    choice = choose(bundle, cuda, cache)
+    assert choice.chosen == "fp16"  # the first of equals
+    key = report_key(Bundle.load(bundle), trt.__version__, "7.2", None)
+    report = read_device_report(EngineCache(cache), key)
+    assert report is not None and report["chosen"] == "fp16"
+    for edit in ({"chosen": "int8"},):  # int8 is as fast: choosing it is as valid
+        stored = json.loads(choice.path.read_text())
+        stored.update(edit)
+        for row in stored["candidates"]:
+            row["chosen"] = row["precision"] == "int8"
+        assert report_errors(stored, key) == []
+
+
+@pytest.mark.parametrize("field,value,ok", [
+    ("median_ms", 0.0, True), ("median_ms", 3.6e6, True), ("median_ms", 3.6e6 + 1, False), ("median_ms", -0.001, False),
+    ("median_ms", True, False), ("f1_vs_fp32", 0.0, True), ("f1_vs_fp32", 1.0, True), ("f1_vs_fp32", 1.0001, False),
+    ("f1_vs_fp32", -0.0001, False), ("f1_vs_fp32", None, True), ("passed", 1, False),
+])
+def test_a_report_row_at_its_bounds(device, tmp_path: Path, field: str, value: Any, ok: bool) -> None:
+    trt, cuda = device(latency={"fp16": 4.0, "int8": 1.0}, distort={"int8": drop_left_half})
+    bundle, cache = choice_bundle(tmp_path / "b"), tmp_path / "engines"
+    choice = choose(bundle, cuda, cache)
+    stored = json.loads(choice.path.read_text())
+    stored["candidates"][1][field] = value  # the int8 row: not chosen, failed
+    key = report_key(Bundle.load(bundle), trt.__version__, "7.2", None)
+    assert (report_errors(stored, key) == []) is ok
+    assert len(report_errors(dict(stored, candidates=stored["candidates"][:1] * 0), key)) == 1
+
+
+# --- on a DLA core ------------------------------------------------------------------------------
+
+
+def test_on_a_dla_core_fp32_is_not_a_fallback(device, tmp_path: Path) -> None:
+    trt, cuda = device(distort={"fp16": drop_left_half, "int8": drop_left_half})
+    cache = tmp_path / "engines"
+    with pytest.raises(AccuracyGateError, match="fp16: .*int8: "):
+        choose(choice_bundle(tmp_path / "b"), cuda, cache, dla_core=0)
+    assert not any("fp32" in p.name for p in cache.glob("*.engine")) and not list(cache.glob("*.device_report.json"))
+
+
+def test_a_choice_on_a_dla_core_is_stored_for_that_core_only(device, tmp_path: Path) -> None:
+    trt, cuda = device(latency={"fp16": 4.0, "int8": 1.0}, distort={"int8": tiny_noise})
+    bundle, cache = choice_bundle(tmp_path / "b"), tmp_path / "engines"
+    choice = choose(bundle, cuda, cache, dla_core=1)
+    assert choice.chosen == "int8"
+    loaded = Bundle.load(bundle)
+    on_core = report_key(loaded, trt.__version__, "7.2", 1)
+    assert choice.path == EngineCache(cache).device_report_path(on_core)
+    assert read_device_report(EngineCache(cache), on_core)["chosen"] == "int8"
+    for other in (None, 0):
+        assert read_device_report(EngineCache(cache), report_key(loaded, trt.__version__, "7.2", other)) is None
+
+
+# --- an engine that lists its outputs in another order than the manifest ----------------------
+
+
+class EngineOrderCenterFace(TinyCenterFace):
+    """The same network, its outputs declared in another order (as TensorRT may list an engine's
+    I/O tensors in any order its builder chose)."""
+
+    outputs = (CENTERFACE_OUTPUTS[2], CENTERFACE_OUTPUTS[0], CENTERFACE_OUTPUTS[3], CENTERFACE_OUTPUTS[1])
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_verify_matches_an_engines_outputs_by_name_not_by_position(device, tmp_path: Path, version: str) -> None:
+    trt, cuda = device(version, "discrete", network=EngineOrderCenterFace())
+    bundle, cache = choice_bundle(tmp_path / "b"), tmp_path / "engines"
+    report = verify_bundle(Bundle.load(bundle), precision="fp32", reference="bundle", cache_dir=cache)
+    assert report.passed and report.f1 == 1.0
+    assert [o.name for o in report.outputs] == NAMES
+    assert all(o.max_abs_err < 2.5e-4 and o.cosine == pytest.approx(1.0) for o in report.outputs), report.to_dict()
+    choice = choose(bundle, cuda, tmp_path / "engines2")
+    assert all(r.passed and r.f1_vs_fp32 == 1.0 for r in choice.candidates)
+
+
+
+def test_a_row_says_its_figures_to_four_and_six_places() -> None:
+    from edge_sdk.precision_choice import Candidate
+
+    row = Candidate("int8", "/e.engine", 1.234567, 0.987654, 0.123456789, False, ["x"], chosen=False)
+    assert row.to_dict() == {"precision": "int8", "median_ms": 1.2346, "f1_vs_fp32": 0.9877, "min_cosine": 0.123457,
+                             "passed": False, "chosen": False, "failures": ["x"], "engine": "/e.engine"}
+    assert Candidate("fp16", "e", 2.0, None, 1.0, True).to_dict()["f1_vs_fp32"] is None
+
+
+def test_fp32_is_computed_before_any_engine_is_built(device, tmp_path: Path) -> None:
+    trt, cuda = device()
+    bundle, cache = choice_bundle(tmp_path / "b"), tmp_path / "engines"
+    with pytest.raises(Exception):  # the fake bundle's model.onnx is no model ONNX Runtime can run
+        choose_engine(bundle, cuda=cuda, cache_dir=cache, warmup=0, iterations=1, reference="onnxruntime")
+    assert not list(cache.glob("*.engine")) if cache.exists() else True
+    assert trt.engines_built() == 0
+
+
+def test_a_precision_the_bundle_cannot_build_is_noted_not_a_candidate(device, tmp_path: Path) -> None:
+    trt, cuda = device(latency={"fp16": 2.0})
+    bundle = choice_bundle(tmp_path / "b")
+    for path in list((bundle / "calib").iterdir()) + [bundle / "calib.cache", bundle / "model.int8.qdq.onnx"]:
+        path.unlink()  # no Q/DQ model and no calibration data: no INT8 engine
+    (bundle / "calib").rmdir()
+    manifest = json.loads((bundle / MANIFEST).read_text())
+    manifest["files"] = {k: v for k, v in manifest["files"].items() if (bundle / k).exists()}
+    manifest["variants"] = ["fp32", "fp16"]
+    manifest["precision"] = "fp16"
+    manifest.pop("calibration", None)
+    (bundle / MANIFEST).write_text(json.dumps(manifest))
+    choice = choose(bundle, cuda, tmp_path / "engines")
+    assert choice.chosen == "fp16" and [r.precision for r in choice.candidates] == ["fp16"]
+    assert any(n.startswith("int8 is not a candidate: ") for n in choice.notes), choice.notes
+
+
+def test_by_default_ten_warmup_runs_then_the_median_of_a_hundred_as_the_readme_says() -> None:
+    # README: "times each trtexec-style (`--warmup` 10 runs, then the median GPU time of `--iterations` 100 runs"
+    runner = TimedRunner([5.0] * 10 + [1.0] * 50 + [3.0] * 50)
+    assert time_backend(runner, {}) == 2.0  # the warmup's 5 ms runs are not counted: the middle of 1s and 3s
+    assert (runner.runs, runner.reads) == (110, 100)
+
+
+def test_the_build_notes_of_each_candidate_are_kept_with_its_name(device, tmp_path: Path) -> None:
+    trt, cuda = device("8.5", "discrete", latency={"fp16": 2.0, "int8": 3.0})
+    choice = choose(choice_bundle(tmp_path / "b"), cuda, tmp_path / "engines")
+    assert any(n.startswith("fp16: ") and "SM 8.6" in n for n in choice.notes), choice.notes
+    assert any(n.startswith("int8: ") for n in choice.notes)
+
+
+def test_the_choice_says_what_it_does_as_it_goes(device, tmp_path: Path) -> None:
+    trt, cuda = device(latency={"fp16": 2.0, "int8": 3.0})
+    said: List[str] = []
+    choose(choice_bundle(tmp_path / "b"), cuda, tmp_path / "engines", progress=said.append)
+    assert said[0] == "FP32 reference on 6 gate image(s)"
+    assert said.index("timing and verifying the fp16 engine") < said.index("timing and verifying the int8 engine")
