@@ -96,6 +96,7 @@ def test_summary_and_reason_say_what_was_chosen_and_why() -> None:
     r = report()
     assert summary(r) == {"chosen": "fp16", "created": "2026-01-01T00:00:00+0000", "report": "/cache/x.device_report.json",
                           "table": [{"precision": "fp16", "median_ms": 2.0, "f1_vs_fp32": 1.0, "passed": True, "chosen": True},
-                                    {"precision": "int8", "median_ms": 1.0, "f1_vs_fp32": 0.5, "passed": False, "chosen": False}]}
+                                    {"precision": "int8", "median_ms": 1.0, "f1_vs_fp32": 0.5, "passed": False, "chosen": False}],
+                          "frame_memory": None}  # no frame memory measured in this report
     assert reason(r) == ("chosen on this device by `edge-sdk engine` (fastest engine that passes the gate: "
                          "fp16 2.0 ms, f1_vs_fp32 1.0 passed; int8 1.0 ms, f1_vs_fp32 0.5 failed)")
