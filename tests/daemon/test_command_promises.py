@@ -1,0 +1,149 @@
+"""The command module's stated promises, at their boundaries, against oracles of their own: the
+README's signing formula computed here with hmac/hashlib, "within max_skew_s of the device clock"
+on both sides of now, "an id is accepted once", and the token buckets' rate and burst."""
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+from typing import Any, Dict, List
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from edge_sdk.daemon.commands import CommandProcessor, TokenBucket, sign
+
+pytest.importorskip("jsonschema")
+
+DEVICE = "cam-1"
+SECRET = b"fleet-secret"
+NOW = 1_700_000_000.0
+
+
+def documented_hmac(command: Dict[str, Any], secret: bytes) -> str:
+    """The README's formula, word for word: HMAC-SHA256 hex over
+    json.dumps(cmd without hmac, sort_keys=True, separators=(",", ":"))."""
+    body = {k: v for k, v in command.items() if k != "hmac"}
+    return hmac.new(secret, json.dumps(body, sort_keys=True, separators=(",", ":")).encode(), hashlib.sha256).hexdigest()
+
+
+def operator_command(cid: str, ts_ms: int, **extra: Any) -> Dict[str, Any]:
+    body = {"schema": "edge-sdk/cmd/1", "id": cid, "cmd": "ping", "device_id": DEVICE, "ts": ts_ms, **extra}
+    body["hmac"] = documented_hmac(body, SECRET)
+    return body
+
+
+def processor(max_skew_s: float = 300.0, now: List[float] = None) -> CommandProcessor:
+    clock = now if now is not None else [NOW]
+    return CommandProcessor({"ping": lambda a: {"pong": True}, "set": lambda a: {"applied": a}}, secret=SECRET,
+                            device_id=DEVICE, max_skew_s=max_skew_s, clock=lambda: clock[0])
+
+
+@pytest.mark.parametrize("cid", ["caméra-1", "摄像头", "emoji-\U0001F4F7", "plain"])
+def test_a_command_signed_by_the_documented_formula_runs_also_with_a_non_ascii_id(cid: str) -> None:
+    command = operator_command(cid, int(NOW * 1000))
+    response = processor().handle(json.dumps(command, ensure_ascii=False).encode("utf-8"))
+    assert response["ok"] is True and response["id"] == cid, response
+    # and the SDK's own signer agrees with the formula
+    ours = sign({k: v for k, v in command.items() if k != "hmac"}, SECRET, DEVICE)
+    assert ours["hmac"] == command["hmac"]
+
+
+def test_a_command_signed_over_raw_utf8_instead_is_refused_as_a_bad_signature() -> None:
+    command = operator_command("caméra", int(NOW * 1000))
+    body = {k: v for k, v in command.items() if k != "hmac"}
+    raw = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    command["hmac"] = hmac.new(SECRET, raw, hashlib.sha256).hexdigest()
+    response = processor().handle(json.dumps(command).encode())
+    assert response["ok"] is False and response["reason"] == "bad_signature"
+
+
+SKEW = 60.0
+
+
+# "ts (ms) must be within max_skew_s of the device clock": both sides of now, and exactly at the bound
+@pytest.mark.parametrize("offset_ms,ok", [
+    (0, True),
+    (int(SKEW * 1000), True),             # exactly max_skew_s ahead: within
+    (-int(SKEW * 1000), True),            # exactly max_skew_s behind: within
+    (int(SKEW * 1000) + 1, False),        # one millisecond beyond, in the future
+    (-int(SKEW * 1000) - 1, False),       # one millisecond beyond, in the past
+    (3_600_000, False),                   # dated one hour in the future
+    (-3_600_000, False),                  # one hour old
+    (int(SKEW * 1000) // 2, True),
+])
+def test_ts_must_be_within_max_skew_of_the_device_clock_on_both_sides(offset_ms: int, ok: bool) -> None:
+    response = processor(SKEW).handle(json.dumps(operator_command("c", int(NOW * 1000) + offset_ms)).encode())
+    assert response["ok"] is ok, response
+    if not ok:
+        assert response["reason"] == "stale"
+
+
+@settings(max_examples=200, deadline=None)
+@given(offset_ms=st.integers(-10_000_000, 10_000_000), skew_s=st.integers(1, 3600))
+def test_the_clock_window_is_symmetric_and_inclusive(offset_ms: int, skew_s: int) -> None:
+    response = processor(skew_s).handle(json.dumps(operator_command("c", int(NOW * 1000) + offset_ms)).encode())
+    assert response["ok"] is (abs(offset_ms) <= skew_s * 1000), (offset_ms, skew_s, response)
+
+
+def test_an_id_is_accepted_once_even_when_the_device_clock_moves_within_the_window() -> None:
+    now = [NOW]
+    proc = processor(SKEW, now)
+    first = json.dumps(operator_command("once", int(NOW * 1000))).encode()
+    assert proc.handle(first)["ok"]
+    for step in (1.0, SKEW, -SKEW):  # the same bytes again, at any time the ts is still fresh
+        now[0] = NOW + step
+        response = proc.handle(first)
+        assert response["ok"] is False and response["reason"] == "replay", (step, response)
+    # a new id at the same moment is fine
+    assert proc.handle(json.dumps(operator_command("twice", int(now[0] * 1000))).encode())["ok"]
+
+
+def test_ids_are_remembered_past_the_clock_window_for_a_clock_stepped_back() -> None:
+    """KEEP_S: an id stays recorded an hour beyond max_skew_s, so stepping the device clock back
+    does not make an old command fresh and unknown at once."""
+    now = [NOW]
+    proc = processor(SKEW, now)
+    command = json.dumps(operator_command("a", int(NOW * 1000))).encode()
+    assert proc.handle(command)["ok"]
+    now[0] = NOW + SKEW + 1800  # half an hour past the window: pruning runs, the id is kept
+    proc.used._prune()
+    now[0] = NOW  # the clock is stepped back
+    response = proc.handle(command)
+    assert response["ok"] is False and response["reason"] == "replay"
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 100.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+@settings(max_examples=200, deadline=None)
+@given(rate=st.sampled_from([0.5, 1.0, 2.0, 4.0]), burst=st.integers(1, 20),
+       gaps=st.lists(st.sampled_from([0.0, 0.125, 0.25, 0.5, 1.0, 3.0]), min_size=1, max_size=40))
+def test_token_bucket_matches_a_reference_model(rate: float, burst: int, gaps: List[float]) -> None:
+    """Starts full; refills `rate` per second up to `burst`; a take spends one whole token.
+    The times are binary fractions, so the reference's arithmetic is exact."""
+    clock = Clock()
+    bucket = TokenBucket(rate, float(burst), clock)
+    tokens = float(burst)
+    for gap in gaps:
+        clock.t += gap
+        tokens = min(float(burst), tokens + gap * rate)
+        expected = tokens >= 1.0
+        if expected:
+            tokens -= 1.0
+        assert bucket.take() is expected
+        assert bucket.wait_s() == pytest.approx(max(0.0, (1.0 - tokens) / rate))
+
+
+def test_a_burst_is_exactly_burst_takes_and_a_second_refills_rate() -> None:
+    clock = Clock()
+    bucket = TokenBucket(3.0, 5.0, clock)
+    assert [bucket.take() for _ in range(6)] == [True] * 5 + [False]
+    clock.t += 1.0
+    assert [bucket.take() for _ in range(4)] == [True] * 3 + [False]
