@@ -13,6 +13,7 @@ import pytest
 
 from edge_sdk import fsutil
 from edge_sdk.fsutil import AtomicDirectory, atomic_write_bytes, atomic_write_json, atomic_write_text
+from edge_sdk.validate import MAX_DEPTH
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/fd")
 
@@ -117,3 +118,77 @@ def test_a_folder_is_fsynced_file_by_file_and_folder_by_folder_before_the_swap(t
         "the parent folder is fsync-ed after the swap"
     assert sorted(p.name for p in final.rglob("*")) == ["engines", "manifest.json", "model.engine"]
     assert fsutil.staging_folders(final) == []
+
+
+# -- the other promises of fsutil, at their edges ------------------------------------------------
+def test_only_staging_folders_of_this_name_are_listed(tmp_path: Path) -> None:
+    final = tmp_path / "bundle"
+    names = {
+        ".bundle.123-ab12cd34.partial": True, ".bundle.123-ab12cd34.old": True, ".bundle.old": True,
+        ".bundle.x1y2z3w4.partial": True,  # an earlier version's mkdtemp name
+        ".bundle.123-ab12cd34.new": False,  # made, not yet locked: never listed
+        ".bundle.123-ab12cd34.tmp": False, ".other.123-ab12cd34.partial": False, "bundle.123-ab12cd34.partial": False,
+        ".bundle.123-AB.partial": False, ".bundle.toolongname.partial": False,
+    }
+    for name in names:
+        (tmp_path / name).mkdir()
+    (tmp_path / ".bundle.9-file.partial").write_text("a file, not a folder")
+    (tmp_path / "target").mkdir()
+    (tmp_path / ".bundle.9-link.partial").symlink_to(tmp_path / "target")
+    assert [p.name for p in fsutil.staging_folders(final)] == sorted(n for n, listed in names.items() if listed)
+
+
+def test_removing_a_staging_link_keeps_what_it_points_to(tmp_path: Path) -> None:
+    target = tmp_path / "target"
+    target.mkdir()
+    (target / "keep.txt").write_text("x")
+    link = tmp_path / "link"
+    link.symlink_to(target)
+    fsutil._remove(link)
+    assert not os.path.lexists(link) and (target / "keep.txt").read_text() == "x"
+    fsutil._remove(target)
+    assert not target.exists()
+
+
+@pytest.mark.parametrize("depth,ok", [(1, True), (MAX_DEPTH - 1, True), (MAX_DEPTH, False)])
+def test_toml_nesting_is_read_up_to_the_bound(tmp_path: Path, depth: int, ok: bool) -> None:
+    """The document's own table is the first level: a key holds MAX_DEPTH - 1 nested arrays."""
+    path = tmp_path / "c.toml"
+    path.write_text("a = " + "[" * depth + "1" + "]" * depth + "\n")
+    if ok:
+        value = fsutil.read_toml(path)["a"]
+        for _ in range(depth):
+            value = value[0]
+        assert value == 1
+    else:
+        with pytest.raises(fsutil.ConfigError, match=f"deeper than {MAX_DEPTH}"):
+            fsutil.read_toml(path)
+
+
+class Coded(Exception):
+    def __init__(self, code: int, text: str = "") -> None:
+        super().__init__(text)
+        self.sqlite_errorcode = code
+
+
+@pytest.mark.parametrize("exc,kind", [
+    (Coded(11), "corrupt"), (Coded(26), "corrupt"), (Coded(13), "full"), (Coded(5), "other"), (Coded(10), "other"),
+    (Coded(11 | (1 << 8)), "corrupt"),  # SQLITE_CORRUPT_VTAB: an extended code of CORRUPT
+    (Coded(13 | (2 << 8)), "full"), (Coded(10 | (11 << 8)), "other"),  # IOERR_... whose high bits read 11
+    (Exception("database or disk is full"), "full"), (Exception("database disk image is malformed"), "corrupt"),
+    (Exception("file is not a database"), "corrupt"), (Exception("database is locked"), "other"),
+])
+def test_sqlite_errors_are_told_apart_by_their_primary_code(exc: BaseException, kind: str) -> None:
+    assert fsutil.sqlite_error_kind(exc) == kind
+
+
+def test_a_real_sqlite_error_on_a_file_that_is_not_a_database_reads_corrupt(tmp_path: Path) -> None:
+    import sqlite3
+
+    path = tmp_path / "x.sqlite3"
+    path.write_bytes(b"not a database at all" * 100)
+    db = sqlite3.connect(str(path))
+    with pytest.raises(sqlite3.DatabaseError) as info:
+        db.execute("SELECT * FROM sqlite_master").fetchall()
+    db.close()
+    assert fsutil.sqlite_error_kind(info.value) == "corrupt"

@@ -58,6 +58,21 @@ GROUPS: Dict[str, Group] = {
     "backends": Group(("edge_sdk/runtime/backends/onnxruntime.py",), ("tests/runtime/test_backends.py",)),
     "disk-queue": Group(("edge_sdk/telemetry/mqtt.py",), ("tests/telemetry/test_disk_queue.py",)),
     # the CUDA preprocessing and the TensorRT backend join here as they land
+    # signing, commands, validation, manifest, atomic writes, builder steps, CUDA launch plan, decoders
+    "signing": Group(("edge_sdk/telemetry/signing.py",), ("tests/daemon/test_command_promises.py", "tests/daemon/test_commands.py")),
+    "commands": Group(("edge_sdk/daemon/commands.py",), ("tests/daemon/test_command_promises.py", "tests/daemon/test_commands.py")),
+    "validate": Group(("edge_sdk/validate.py",), ("tests/test_validate.py", "tests/test_validate_bounds.py")),
+    "config-schema": Group(("edge_sdk/config_schema.py",), ("tests/test_config_schema.py", "tests/test_validate_bounds.py")),
+    "manifest": Group(("edge_sdk/manifest.py",), ("tests/test_manifest.py", "tests/test_manifest_fields.py")),
+    "manifest-check": Group(("edge_sdk/manifest_check.py",), ("tests/test_manifest_fields.py", "tests/test_manifest.py")),
+    "fsutil": Group(("edge_sdk/fsutil.py",), ("tests/test_fsutil_durability.py", "tests/test_fsutil.py", "tests/test_validate.py")),
+    "equalize": Group(("edge_sdk/builder/equalize.py",), ("tests/builder/test_equalize.py",)),
+    "sensitivity": Group(("edge_sdk/builder/sensitivity.py",), ("tests/builder/test_sensitivity.py",)),
+    "probe": Group(("edge_sdk/builder/probe.py",), ("tests/builder/test_probe.py",)),
+    "cuda-plan": Group(("edge_sdk/cuda/preprocess.py",), ("tests/cuda/test_gpu_preprocess.py", "tests/cuda/test_launch_plan.py")),
+    "decoders-all": Group(("edge_sdk/decoders/end2end.py", "edge_sdk/decoders/__init__.py", "edge_sdk/decoders/_base.py",
+                           "edge_sdk/decoders/yolo.py", "edge_sdk/decoders/yolox.py", "edge_sdk/decoders/ssd.py",
+                           "edge_sdk/decoders/centerface.py"), ("tests/decoders", "tests/runtime/test_letterbox.py")),
 }
 
 
