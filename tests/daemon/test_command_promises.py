@@ -147,3 +147,54 @@ def test_a_burst_is_exactly_burst_takes_and_a_second_refills_rate() -> None:
     assert [bucket.take() for _ in range(6)] == [True] * 5 + [False]
     clock.t += 1.0
     assert [bucket.take() for _ in range(4)] == [True] * 3 + [False]
+
+
+def test_a_bucket_with_no_refill_waits_forever_after_its_burst() -> None:
+    clock = Clock()
+    bucket = TokenBucket(0.0, 2.0, clock)
+    assert [bucket.take() for _ in range(3)] == [True, True, False]
+    assert bucket.wait_s() == float("inf")
+    clock.t += 1e6
+    assert bucket.take() is False
+
+
+def test_an_in_memory_window_forgets_ids_past_their_keep_time_within_256_writes() -> None:
+    """Ids are kept `keep_ms` past their ts, not for ever: memory stays bounded on a busy device."""
+    from edge_sdk.daemon.commands import ReplayWindow
+
+    now = [NOW]
+    window = ReplayWindow(None, keep_ms=10_000, clock=lambda: now[0])
+    for k in range(200):
+        window.add(f"old-{k}", int(NOW * 1000))
+    now[0] = NOW + 11  # every old id is past its keep time
+    for k in range(56):
+        window.add(f"new-{k}", int(now[0] * 1000))
+    assert "old-0" not in window and "old-199" not in window
+    assert "new-0" in window and "new-55" in window
+    now[0] = NOW + 5  # an id still inside its keep time is never forgotten
+    fresh = ReplayWindow(None, keep_ms=10_000, clock=lambda: now[0])
+    for k in range(300):
+        fresh.add(f"id-{k}", int(NOW * 1000))
+    assert all(f"id-{k}" in fresh for k in range(300))
+
+
+def test_used_ids_are_kept_an_hour_beyond_the_clock_window_and_then_forgotten() -> None:
+    """KEEP_S past max_skew_s: at that age an id is still known, a second later it is pruned."""
+    from edge_sdk.daemon.commands import KEEP_S
+
+    now = [NOW]
+    proc = processor(SKEW, now)
+    assert proc.handle(json.dumps(operator_command("a", int(NOW * 1000))).encode())["ok"]
+    now[0] = NOW + SKEW + KEEP_S - 0.5
+    proc.used._prune()
+    assert "a" in proc.used
+    now[0] = NOW + SKEW + KEEP_S + 0.5
+    proc.used._prune()
+    assert "a" not in proc.used
+
+
+def test_a_refused_command_is_a_typed_error_with_the_config_exit_code() -> None:
+    from edge_sdk.daemon.commands import CommandRejected, RateLimited
+
+    assert CommandRejected("x").exit_code == 2 and CommandRejected("x").reason == "refused"
+    assert RateLimited("x").reason == "rate_limited" and isinstance(RateLimited("x"), ValueError)
