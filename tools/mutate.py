@@ -66,7 +66,7 @@ GROUPS: Dict[str, Group] = {
     "manifest": Group(("edge_sdk/manifest.py",), ("tests/test_manifest.py", "tests/test_manifest_fields.py")),
     "manifest-check": Group(("edge_sdk/manifest_check.py",), ("tests/test_manifest_fields.py", "tests/test_manifest.py")),
     "fsutil": Group(("edge_sdk/fsutil.py",), ("tests/test_fsutil_durability.py", "tests/test_fsutil.py", "tests/test_validate.py")),
-    "equalize": Group(("edge_sdk/builder/equalize.py",), ("tests/builder/test_equalize.py",)),
+    "equalize": Group(("edge_sdk/builder/equalize.py",), ("tests/builder/test_equalize_cases.py", "tests/builder/test_equalize.py")),
     "sensitivity": Group(("edge_sdk/builder/sensitivity.py",), ("tests/builder/test_sensitivity_search.py", "tests/builder/test_sensitivity.py")),
     "probe": Group(("edge_sdk/builder/probe.py",), ("tests/builder/test_probe_rules.py", "tests/builder/test_probe.py")),
     "cuda-plan": Group(("edge_sdk/cuda/preprocess.py",), ("tests/cuda/test_gpu_preprocess.py", "tests/cuda/test_launch_plan.py")),
