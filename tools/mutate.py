@@ -64,7 +64,7 @@ GROUPS: Dict[str, Group] = {
     "commands": Group(("edge_sdk/daemon/commands.py",), ("tests/daemon/test_command_promises.py", "tests/daemon/test_commands.py")),
     "validate": Group(("edge_sdk/validate.py",), ("tests/test_validate.py", "tests/test_validate_bounds.py")),
     "config-schema": Group(("edge_sdk/config_schema.py",), ("tests/test_config_schema.py", "tests/test_validate_bounds.py")),
-    "manifest": Group(("edge_sdk/manifest.py",), ("tests/test_manifest.py", "tests/test_manifest_fields.py")),
+    "manifest": Group(("edge_sdk/manifest.py",), ("tests/test_manifest_edges.py", "tests/test_manifest.py", "tests/test_manifest_fields.py")),
     "manifest-check": Group(("edge_sdk/manifest_check.py",), ("tests/test_manifest_fields.py", "tests/test_manifest.py")),
     "fsutil": Group(("edge_sdk/fsutil.py",), ("tests/test_fsutil_durability.py", "tests/test_fsutil.py", "tests/test_validate.py")),
     "equalize": Group(("edge_sdk/builder/equalize.py",), ("tests/builder/test_equalize_cases.py", "tests/builder/test_equalize.py")),
