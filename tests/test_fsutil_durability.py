@@ -192,3 +192,25 @@ def test_a_real_sqlite_error_on_a_file_that_is_not_a_database_reads_corrupt(tmp_
         db.execute("SELECT * FROM sqlite_master").fetchall()
     db.close()
     assert fsutil.sqlite_error_kind(info.value) == "corrupt"
+
+
+def test_mountinfo_is_read_by_its_fifth_field(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    target = tmp_path / "with space"
+    target.mkdir()
+    info = tmp_path / "mountinfo"
+    escaped = str(target.resolve()).replace(" ", "\\040")
+    info.write_text("1 2 3:4\n"  # a short line is skipped, not an IndexError
+                    f"36 35 98:0 /sub {escaped}\n")
+    monkeypatch.setattr(fsutil, "MOUNTINFO", str(info))
+    assert fsutil.is_mount_point(target)
+    assert not fsutil.is_mount_point(tmp_path)
+    info.write_text(f"36 35 98:0 {escaped}\n")  # four fields: the path is the root field, not the mount point
+    assert not fsutil.is_mount_point(target)
+
+
+@pytest.mark.parametrize("errno_value,hint", [(None, "check"), (16, "mount point or in use"),
+                                              (18, "another filesystem"), (13, "no permission"), (1, "no permission")])
+def test_a_refused_swap_names_the_fix_for_its_errno(tmp_path: Path, errno_value, hint: str) -> None:
+    error = OSError(errno_value, "refused") if errno_value is not None else OSError("refused")
+    message = str(fsutil._swap_error(tmp_path / "out", error))
+    assert hint in message and "Nothing was changed" in message

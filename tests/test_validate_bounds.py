@@ -60,6 +60,12 @@ def test_a_document_exactly_at_the_depth_bound_is_read_one_deeper_is_refused(dep
         loads_untrusted(("[" * (depth + 1) + "]" * (depth + 1)).encode(), 1 << 20, depth)
     objects = ('{"a":' * depth + "1" + "}" * depth).encode()
     assert reference_depth(loads_untrusted(objects, 1 << 20, depth)) == depth
+    if depth >= 2:  # more brackets than levels: the cheap count alone must not decide
+        wide = ("[" + "[],{}," * 5 + "[" * (depth - 1) + "]" * (depth - 1) + "]").encode()
+        assert reference_depth(loads_untrusted(wide, 1 << 20, depth)) == depth
+        deeper = ("[" + "[]," * 5 + "[" * depth + "]" * depth + "]").encode()
+        with pytest.raises(UntrustedInput, match=f"deeper than {depth}"):
+            loads_untrusted(deeper, 1 << 20, depth)
 
 
 @pytest.mark.parametrize("size", [2, 100, 4096])
@@ -116,6 +122,22 @@ def test_finite_number_low_bound_is_inclusive(value: Any, low: Optional[float], 
     else:
         with pytest.raises(UntrustedInput, match="k must be"):
             finite_number(value, "k", low=low)
+
+
+def test_outgoing_json_writes_non_finite_values_as_null_and_keeps_the_rest(caplog) -> None:
+    import logging
+
+    from edge_sdk.validate import dumps_outgoing
+
+    message = {"a": float("nan"), "b": "text", "c": [1, 2.5, None, float("-inf")], "d": {"e": True}, "f": (float("inf"),)}
+    text = dumps_outgoing(message, "telemetry", logging.getLogger("t"))
+    assert json.loads(text) == {"a": None, "b": "text", "c": [1, 2.5, None, None], "d": {"e": True}, "f": [None]}
+    assert "a, c[3], f[0]" in caplog.text
+    assert dumps_outgoing({"x": 1.5}, "t") == '{"x":1.5}'
+
+
+def test_untrusted_input_is_a_typed_error_with_exit_code_2() -> None:
+    assert UntrustedInput("x").exit_code == 2 and isinstance(UntrustedInput("x"), ValueError)
 
 
 def test_non_finite_values_are_found_by_path() -> None:

