@@ -221,3 +221,38 @@ def test_plan_transform_is_the_documented_placement(frame: Tuple[int, int], net:
     # boxes outside the frame are clipped to its edges, [0, W] x [0, H]
     out = transform.to_frame(np.array([[-50.0, -50.0, net[0] + 50.0, net[1] + 50.0]]))
     np.testing.assert_allclose(out[0], [0, 0, frame[0], frame[1]])
+
+
+@SETTINGS
+@given(scene=scenes(), col=st.integers(0, 59), marks=st.lists(st.tuples(st.floats(0.05, 0.95), st.floats(0.05, 0.95)),
+                                                             min_size=3, max_size=3),
+       layout=st.sampled_from(["channels_first", "boxes_first"]))
+def test_yolov8_pose_keypoints_come_back_to_the_frame(scene: Dict[str, Any], col: int, marks, layout: str) -> None:
+    """keypoints [3, 3] (x, y, visibility) after one class score: 4 + 1 + 9 channels."""
+    out = np.zeros((1, 14, 60), np.float32)
+    nb = scene["net_box"]
+    out[0, :4, col] = cxcywh(nb)
+    out[0, 4, col] = 0.9
+    for j, (fx, fy) in enumerate(marks):
+        out[0, 5 + 3 * j: 8 + 3 * j, col] = [nb[0] + fx * (nb[2] - nb[0]), nb[1] + fy * (nb[3] - nb[1]), 0.5]
+    if layout == "boxes_first":
+        out = np.ascontiguousarray(out.transpose(0, 2, 1))
+    det = decode(scene, {"type": "yolov8", "head": "pose", "keypoints": [3, 3], "layout": layout}, [out])
+    assert_box(det, scene, 0)
+    fb = scene["frame_box"]
+    expected = np.array([[fb[0] + fx * (fb[2] - fb[0]), fb[1] + fy * (fb[3] - fb[1])] for fx, fy in marks])
+    tol = 0.02 / min(scene["scale"]) + 1e-4 * max(scene["frame"])
+    np.testing.assert_allclose(det.data["keypoints"][0], expected, atol=tol)
+
+
+@SETTINGS
+@given(scene=scenes(), col=st.integers(0, 59), protos_first=st.booleans(), cls=st.integers(0, 1))
+def test_yolov8_segment_with_its_prototypes_on_either_side(scene: Dict[str, Any], col: int, protos_first: bool,
+                                                           cls: int) -> None:
+    pred = np.zeros((1, 4 + 2 + 32, 60), np.float32)
+    pred[0, :4, col] = cxcywh(scene["net_box"])
+    pred[0, 4 + cls, col] = 0.7
+    pred[0, 6:, col] = 0.3  # mask coefficients: never read as scores
+    protos = np.zeros((1, 32, 8, 8), np.float32)
+    outputs = [protos, pred] if protos_first else [pred, protos]
+    assert_box(decode(scene, {"type": "yolov8", "head": "segment", "num_classes": 2}, outputs), scene, cls)
