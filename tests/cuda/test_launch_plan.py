@@ -123,3 +123,19 @@ def test_a_frame_is_read_in_place_only_with_packed_pixels_and_rows_at_least_a_ro
     exact = np.lib.stride_tricks.as_strided(base, shape=(4, 10, 3), strides=(30, 3, 1))
     assert _kernel_ready(exact)
     assert not _kernel_ready(base[:, :, ::-1])
+
+
+@pytest.mark.parametrize("factor", [2, 3, 4])
+@pytest.mark.parametrize("net", [(96, 160), (160, 96)], ids=["wide-net", "tall-net"])
+def test_whole_number_shrinks_take_the_area_shortcut_and_match_the_cpu(fake_gpu, net, factor) -> None:
+    """A frame exactly 2x, 3x or 4x the network input: OpenCV averages whole blocks (its 2x2 case
+    rounds halves up); random pixels make a quarter of the 2x2 sums end in a half."""
+    api, cache = fake_gpu()
+    spec = InputSpec(shape=[1, 3, net[0], net[1]], interpolation="area")
+    frame = noise(net[0] * factor, net[1] * factor, seed=factor)
+    pre = GpuPreprocessor(spec, api, cache=cache)
+    pre.fill(frame)
+    cpu = Preprocessor(spec)(frame)[0]
+    out = pre.download()
+    assert_matches_cpu(out, cpu, spec)
+    assert np.mean(out != cpu) <= 1e-3
