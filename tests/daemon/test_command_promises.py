@@ -235,3 +235,38 @@ def test_an_id_is_kept_for_exactly_its_keep_time() -> None:
     window._prune()
     assert "a" not in window
 
+
+
+def test_an_id_is_recorded_before_its_handler_runs_so_a_failed_run_is_not_replayable() -> None:
+    from edge_sdk.daemon.commands import CommandRejected
+
+    ran: List[str] = []
+
+    def refuse(args: Dict[str, Any]) -> Dict[str, Any]:
+        ran.append("set")
+        raise CommandRejected("not now")
+
+    proc = CommandProcessor({"set": refuse}, secret=SECRET, device_id=DEVICE, clock=lambda: NOW)
+    body = operator_command("s1", int(NOW * 1000), cmd="set", args={"telemetry_interval": 2})
+    first = proc.handle(json.dumps(body).encode())
+    assert first["ok"] is False and first["reason"] == "refused"
+    again = proc.handle(json.dumps(body).encode())
+    assert again["reason"] == "replay" and ran == ["set"]
+
+
+def test_refusals_by_a_handler_are_answered_beyond_the_answer_budget() -> None:
+    """The budget bounds answers to garbage; an authenticated command always gets its answer."""
+    from edge_sdk.daemon.commands import CommandRejected
+
+    def refuse(args: Dict[str, Any]) -> Dict[str, Any]:
+        raise CommandRejected("no")
+
+    clock = Clock()
+    proc = CommandProcessor({"set": refuse, "ping": lambda a: {}}, answers=(1.0, 1.0), monotonic=clock,
+                            limits={"set": (100.0, 100.0)})
+    assert proc.handle(b"garbage") is not None and proc.handle(b"garbage") is None  # the budget is spent
+    for k in range(5):
+        body = {"schema": "edge-sdk/cmd/1", "id": f"r{k}", "cmd": "set", "args": {"telemetry_interval": 2}}
+        response = proc.handle(json.dumps(body).encode())
+        assert response is not None and response["reason"] == "refused"
+    assert proc.counters()["unanswered"] == 1
