@@ -242,6 +242,8 @@ EQUIVALENT: Dict[Tuple[str, str, str], str] = {
         "a lock on what a link points to, or a failed open of a plain file, changes nothing: the swap moves the entry itself",
     ("edge_sdk/fsutil.py", 'fd = os.open(str(path), os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))', "0 -> 1"):
         "the default is used only where os has no O_DIRECTORY (not Linux)",
+    ("edge_sdk/builder/sensitivity.py", "if value <= 0:", "value <= 0 -> (value < 0)"):
+        "a zero sensitivity keyed (0, -0 / cost) sorts after every positive one and before every negative one, as (1, 0) does",
     ("edge_sdk/daemon/commands.py", "n += 1", "1 -> 2"):
         "only the number in the name of a second corrupt file moved aside within one second changes",
     ("edge_sdk/daemon/commands.py", "os.replace(stale, Path(str(aside) + suffix))", "str(aside) + suffix -> (str(aside) - suffix)"):
