@@ -1,0 +1,82 @@
+"""The spec keys every decoder shares, at their documented bounds, and what top-k, max_detections
+and labels do at their edges (a YOLOv5 output built here, one candidate per row)."""
+from __future__ import annotations
+
+from typing import Any, Dict
+
+import numpy as np
+import pytest
+
+from edge_sdk.decoders import make_decoder
+from edge_sdk.detections import LABEL
+from edge_sdk.errors import ConfigError
+from edge_sdk.preprocess import InputSpec, Transform
+
+SPEC = InputSpec(shape=[1, 3, 64, 96])
+IDENTITY = Transform(1.0, 1.0, 0.0, 0.0, 96, 64)
+
+
+@pytest.mark.parametrize("key,value,ok", [
+    ("score_threshold", 0.0, True), ("score_threshold", 1.0, True), ("score_threshold", 1, True),
+    ("score_threshold", -0.001, False), ("score_threshold", 1.001, False), ("score_threshold", True, False),
+    ("score_threshold", "0.5", False), ("nms_iou", 0.0, True), ("nms_iou", 1.0, True), ("nms_iou", 1.5, False),
+    ("max_detections", 1, True), ("max_detections", 0, False), ("max_detections", 1.0, False),
+    ("max_detections", True, False), ("pre_nms_topk", None, True), ("pre_nms_topk", 1, True),
+    ("pre_nms_topk", 0, False), ("num_classes", 1, True), ("num_classes", 0, False), ("class_agnostic", 1, False),
+    ("class_agnostic", True, True), ("output_names", ["a"], True), ("output_names", "a", False),
+    ("output_names", [1], False), ("unknown_key", 1, False), ("max_detections", None, False),
+])
+def test_shared_keys_at_their_bounds(key: str, value: Any, ok: bool) -> None:
+    spec = {"type": "yolov5", key: value}
+    if ok:
+        make_decoder(spec, SPEC)
+    else:
+        with pytest.raises(ConfigError, match=key):
+            make_decoder(spec, SPEC)
+
+
+def rows(scores, classes=None, n_classes: int = 3) -> np.ndarray:
+    """One well-separated 8x8 box per score, objectness 1, in a [1, N, 5 + C] YOLOv5 output."""
+    out = np.zeros((1, len(scores), 5 + n_classes), np.float32)
+    for i, s in enumerate(scores):
+        out[0, i, :4] = [10 * i + 4, 32, 8, 8]
+        out[0, i, 4] = 1.0
+        out[0, i, 5 + (classes[i] if classes else 0)] = s
+    return out
+
+
+def decode(spec: Dict[str, Any], out: np.ndarray):
+    return make_decoder(dict({"type": "yolov5"}, **spec), SPEC)([out], [IDENTITY])[0]
+
+
+def test_the_score_threshold_keeps_scores_above_it() -> None:
+    det = decode({"score_threshold": 0.5}, rows([0.5, 0.5001, 0.9, 0.2]))
+    assert sorted(det.confidence.tolist()) == pytest.approx([0.5001, 0.9])
+
+
+@pytest.mark.parametrize("k", [1, 2, 4, 5])
+def test_pre_nms_topk_keeps_the_k_highest(k: int) -> None:
+    scores = [0.3, 0.9, 0.5, 0.7, 0.6]
+    det = decode({"pre_nms_topk": k, "score_threshold": 0.1}, rows(scores))
+    assert sorted(det.confidence.tolist(), reverse=True) == pytest.approx(sorted(scores, reverse=True)[:k])
+
+
+@pytest.mark.parametrize("m", [1, 2, 5, 6])
+def test_max_detections_keeps_the_m_highest(m: int) -> None:
+    scores = [0.3, 0.9, 0.5, 0.7, 0.6]
+    det = decode({"max_detections": m, "score_threshold": 0.1}, rows(scores))
+    assert det.confidence.tolist() == pytest.approx(sorted(scores, reverse=True)[:m])
+
+
+def test_labels_name_each_class_and_ids_beyond_them_get_none() -> None:
+    det = decode({"labels": ["cat", "dog"], "num_classes": 2, "score_threshold": 0.1},
+                 rows([0.9, 0.8], classes=[1, 0], n_classes=2))
+    assert dict(zip(det.class_id.tolist(), det.data[LABEL].tolist())) == {1: "dog", 0: "cat"}
+    with pytest.raises(ConfigError, match="names 2 classes"):
+        make_decoder({"type": "yolov5", "labels": ["cat", "dog"], "num_classes": 3}, SPEC)
+    end2end = make_decoder({"type": "end2end", "format": "rows", "labels": ["cat", "dog"], "score_threshold": 0.1}, SPEC)
+    out = np.zeros((1, 3, 6), np.float32)
+    out[0, 0] = [0, 0, 10, 10, 0.9, 1]
+    out[0, 1] = [40, 40, 50, 50, 0.8, 5]  # a class the labels do not name
+    det = end2end([out], [IDENTITY])[0]
+    assert dict(zip(det.class_id.tolist(), det.data[LABEL].tolist())) == {1: "dog", 5: ""}
