@@ -244,6 +244,10 @@ EQUIVALENT: Dict[Tuple[str, str, str], str] = {
         "the default is used only where os has no O_DIRECTORY (not Linux)",
     ("edge_sdk/builder/sensitivity.py", "if value <= 0:", "value <= 0 -> (value < 0)"):
         "a zero sensitivity keyed (0, -0 / cost) sorts after every positive one and before every negative one, as (1, 0) does",
+    ("edge_sdk/builder/sensitivity.py", "return (1, -value)", "1 -> 2"):
+        "only the label of the group that sorts last changes",
+    ("edge_sdk/builder/sensitivity.py", "return (0, -value / max(cost, 1))", "0 -> 1"):
+        "positive sensitivities key below zero and the others at or above it: the same order in one group",
     ("edge_sdk/daemon/commands.py", "n += 1", "1 -> 2"):
         "only the number in the name of a second corrupt file moved aside within one second changes",
     ("edge_sdk/daemon/commands.py", "os.replace(stale, Path(str(aside) + suffix))", "str(aside) + suffix -> (str(aside) - suffix)"):

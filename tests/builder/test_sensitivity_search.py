@@ -145,3 +145,17 @@ def test_rank_by_cost_is_sensitivity_per_flop(ranking, flops) -> None:
     assert sorted(got) == sorted(ranking)
     assert got[:len(hurt)] == sorted(hurt, key=lambda t: -t[1] / max(flops.get(t[0]) or dearest, 1))
     assert got[len(hurt):] == sorted(rest, key=lambda t: -t[1])
+
+
+def test_a_layer_without_a_flop_count_costs_as_much_as_the_dearest_even_a_tiny_one() -> None:
+    # the dearest counted layer costs 1 FLOP: "b" (no count) costs 1 too, so 0.5 per FLOP beats 0.4
+    assert [n for n, _ in sens.rank_by_cost([("a", 0.4), ("b", 0.5)], {"a": 1})] == ["b", "a"]
+    # a zero count is no count: priced as the dearest
+    assert [n for n, _ in sens.rank_by_cost([("a", 0.3), ("z", 0.5)], {"a": 2, "z": 0})] == ["z", "a"]
+
+
+def test_progress_is_called_once_per_try() -> None:
+    calls: List[int] = []
+    _, _, history = sens.search_fallback("m", {}, [f"l{i}" for i in range(10)], lambda q: 1.0 if len(q) >= 5 else 0.0,
+                                         0.5, progress=calls.append)
+    assert calls == [1] * len(history) and len(history) > 3
