@@ -150,6 +150,8 @@ def test_rank_by_cost_is_sensitivity_per_flop(ranking, flops) -> None:
 def test_a_layer_without_a_flop_count_costs_as_much_as_the_dearest_even_a_tiny_one() -> None:
     # the dearest counted layer costs 1 FLOP: "b" (no count) costs 1 too, so 0.5 per FLOP beats 0.4
     assert [n for n, _ in sens.rank_by_cost([("a", 0.4), ("b", 0.5)], {"a": 1})] == ["b", "a"]
+    # one FLOP against two: 0.3 per FLOP beats 0.25
+    assert [n for n, _ in sens.rank_by_cost([("b", 0.5), ("a", 0.3)], {"a": 1, "b": 2})] == ["a", "b"]
     # a zero count is no count: priced as the dearest
     assert [n for n, _ in sens.rank_by_cost([("a", 0.3), ("z", 0.5)], {"a": 2, "z": 0})] == ["z", "a"]
 
