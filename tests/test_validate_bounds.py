@@ -277,3 +277,72 @@ def test_every_numeric_config_key_accepts_its_ends_and_refuses_beyond(cls: Any, 
 
     assert ok(b.low) is not b.low_open and ok(b.high) is not b.high_open
     assert not ok(b.low - step) and not ok(b.high + step)
+
+
+# -- what the config reference and the errors show -----------------------------------------------
+@pytest.mark.parametrize("bounds,tp,text", [
+    (dict(low=0, high=1), float, "[0, 1]"), (dict(low=0, high=1, low_open=True), float, "(0, 1]"),
+    (dict(low=0, high=1, high_open=True), float, "[0, 1)"), (dict(low=0), float, "[0, inf]"),
+    (dict(high=5), float, "[-inf, 5]"), (dict(low=0.5, high=1e15), float, "[0.5, 1e+15]"),
+    (dict(low=-3, high=1e14), int, "[-3, 100000000000000]"), (dict(choices=("a", "b")), str, "a | b"),
+    (dict(max_len=7), str, "at most 7 characters"), (dict(max_len=7, allows="digits"), str, "digits, at most 7 characters"),
+    (dict(max_len=3), List[Any], "at most 3 entries, each a string, a number or true/false"),
+    (dict(max_len=3), List[int], "at most 3 entries"),
+    (dict(max_len=3, item=Bounds(low=0, high=9)), List[int], "at most 3 entries, each [0, 9]"),
+    (dict(max_len=2), Dict[str, Any], "at most 2 entries, each a string, a number or true/false"),
+    (dict(max_len=7), Optional[str], "at most 7 characters"), (dict(), bool, ""),
+])
+def test_bounds_are_described_as_the_reference_shows_them(bounds: Dict[str, Any], tp: Any, text: str) -> None:
+    assert Bounds(**bounds).describe(tp) == text
+
+
+def test_errors_show_values_short() -> None:
+    from edge_sdk.config_schema import shown
+
+    assert len(shown("x" * 100)) == 60 and "..." in shown("x" * 100)  # at most 60 characters
+    assert shown("x" * 58) == repr("x" * 58)
+    assert shown(list(range(10))) == "[0, 1, 2, 3, ...]" and shown(list(range(4))) == "[0, 1, 2, 3]"
+    assert shown({k: k for k in "abcdef"}) == "{'a': 'a', 'b': 'b', 'c': 'c', 'd': 'd', ...}"
+    assert shown([[[1]]]) == "[[[...]]]" and shown([[1]]) == "[[1]]"
+    assert shown(10 ** 5000) == f"<an integer of {(10 ** 5000).bit_length()} bits>"
+
+
+def test_a_number_out_of_its_range_says_the_range_and_one_without_a_range_says_the_type() -> None:
+    with pytest.raises(ConfigError, match=r"closed must be a number in \[-2.5, 10\], got 11"):
+        from_table(Table, {"closed": 11})
+    with pytest.raises(ConfigError, match=r"count must be an integer, got 'x'"):
+        from_table(Table, {"count": "x"})
+    with pytest.raises(ConfigError, match=r"mode must be one of x, y, got 'z'"):
+        from_table(Table, {"mode": "z"})
+
+
+def test_an_unknown_key_is_named_in_full_up_to_max_name_characters() -> None:
+    with pytest.raises(ConfigError) as info:
+        from_table(Table, {"k" * MAX_NAME: 1})
+    assert "k" * MAX_NAME in str(info.value)
+    with pytest.raises(ConfigError) as info:
+        from_table(Table, {"k" * 200: 1})
+    assert "k" * 200 not in str(info.value) and "..." in str(info.value)
+
+
+@pytest.mark.parametrize("name,ok", [("EDGE_SECRET", True), ("_x1", True), ("x" * 255, True), ("x" * 256, False),
+                                     ("1ABC", False), ("A-B", False), ("", False)])
+def test_environment_variable_names(name: str, ok: bool) -> None:
+    from edge_sdk.config_schema import ENV_VAR, _Bad, check_value
+
+    try:
+        check_value(name, str, Bounds(**ENV_VAR), "password_env")
+    except _Bad:
+        assert not ok
+    else:
+        assert ok
+
+
+def test_a_config_built_in_code_holds_an_int_given_for_a_float_as_a_float_and_keeps_its_lists() -> None:
+    from edge_sdk.config_schema import check_fields
+
+    items = [1, 2]
+    table = Table(closed=3, items=items)
+    check_fields(table)
+    assert isinstance(table.closed, float) and table.closed == 3.0
+    assert table.items is items  # the caller's list itself, checked, not replaced
