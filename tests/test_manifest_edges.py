@@ -97,3 +97,24 @@ def test_the_chosen_precision_only_when_the_bundle_holds_it(tmp_path: Path) -> N
         bundle.model_path("fp16")
     with pytest.raises(BundleError, match="unknown precision"):
         bundle.model_path("int4")
+
+
+@pytest.mark.parametrize("variants", ["fp32", ["fp32", 5], [None], {"fp32": 1}])
+def test_variants_must_be_a_list_of_names_before_any_file_is_read(variants: Any) -> None:
+    body = {"schema_version": SCHEMA_VERSION, "files": {"model.onnx": digest(MODEL)}, "variants": variants}
+    with pytest.raises(BundleError, match="variants must be a list of variant names"):
+        parse_manifest(json.dumps(body).encode(), "m", fields=False)
+
+
+def test_unlisted_runtime_files_are_named_three_at_a_time(tmp_path: Path) -> None:
+    files = {"model.onnx": MODEL, "calib/0.npz": b"0", "calib/1.npz": b"1", "calib/2.npz": b"2", "calib/3.npz": b"3",
+             "calib/4.npz": b"4"}
+    root = make_bundle(tmp_path / "b", files, listed={"model.onnx": {"sha256": digest(MODEL), "size": len(MODEL)}})
+    with pytest.raises(BundleError) as info:
+        Bundle.load(root)
+    message = str(info.value)
+    assert "calib/0.npz, calib/1.npz, calib/2.npz and 2 more" in message and "calib/3.npz" not in message
+
+
+def test_the_manifest_bound_is_eight_mib() -> None:
+    assert MANIFEST_MAX_BYTES == 8 * 1024 * 1024
