@@ -133,3 +133,44 @@ def test_outputs_in_another_order_are_the_same_outputs_but_other_names_are_not()
     with pytest.raises(BundleError, match="is float16"):
         mc.check_model_io(bundle(), ["images"], ["box", "heat"], "engine", input_dtypes={"images": "float16"})
     mc.check_model_io(bundle(outputs=()), ["images"], ["anything"], "engine")  # a manifest without outputs
+
+
+def test_errors_name_the_entry_they_are_about() -> None:
+    with pytest.raises(BundleError, match=r"m.json: field\[0\] must be in 1..64, got 65"):
+        mc._shape([65, 3, 8, 8], AT)
+    with pytest.raises(BundleError, match=r"field\[3\] must be in 1..16384"):
+        mc._shape([1, 3, 8, 0], AT)
+    long_key = "k" * 200
+    with pytest.raises(BundleError) as info:
+        mc.mapping(mc.text, lambda v, at: mc.text(v, at, ("fp32",)))({long_key: "int4"}, AT)
+    assert f"field.{'k' * 80} must be one of" in str(info.value) and "k" * 81 not in str(info.value)
+
+
+@pytest.mark.parametrize("section,key,lo,hi", [
+    ("calibration", "samples", 0, 1 << 31), ("calibration", "held_back", 0, 1 << 31),
+    ("calibration", "tensors_kept", 0, 1 << 31), ("engine", "dla_core", 0, 15), ("engine", "workspace_mib", 1, 1 << 20),
+    ("reference", "images", 0, 1 << 16),
+])
+def test_integer_fields_are_within_their_closed_ranges(section: str, key: str, lo: int, hi: int) -> None:
+    check = mc.FIELDS[section]
+    for value, expected in ((lo, True), (hi, True), (lo - 1, False), (hi + 1, False)):
+        assert ok(check, {key: value}) is expected, (key, value)
+
+
+@pytest.mark.parametrize("section,key,lo,hi", [
+    ("calibration", "percentile", 0.0, 100.0), ("int8", "int8_flop_share", 0.0, 1.0), ("reference", "min_f1", 0.0, 1.0),
+])
+def test_number_fields_are_within_their_closed_ranges(section: str, key: str, lo: float, hi: float) -> None:
+    check = mc.FIELDS[section]
+    for value, expected in ((lo, True), (hi, True), (lo - 1e-6, False), (hi + 1e-6, False), (None, True)):
+        assert ok(check, {key: value}) is expected, (key, value)
+
+
+@pytest.mark.parametrize("entry,expected", [
+    ({"f1_vs_fp32": 1.0, "cosine": -1.0, "max_abs_err": 1e300}, True), ({"cosine": -1.01}, False),
+    ({"max_abs_err": -0.1}, False), ({"gate": {"metric": "cosine", "value": -1.0, "threshold": 1.0, "passed": True}}, True),
+    ({"gate": {"metric": "cosine", "value": 1.01, "threshold": 1.0, "passed": True}}, False),
+    ({"gate": {"metric": "mse", "passed": True}}, False), ({"gate": {"passed": 1}}, False),
+])
+def test_accuracy_entries(entry: Any, expected: bool) -> None:
+    assert ok(mc.FIELDS["accuracy"], {"int8": entry}) is expected

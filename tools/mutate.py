@@ -248,6 +248,9 @@ EQUIVALENT: Dict[Tuple[str, str, str], str] = {
         "only the label of the group that sorts last changes",
     ("edge_sdk/builder/sensitivity.py", "return (0, -value / max(cost, 1))", "0 -> 1"):
         "positive sensitivities key below zero and the others at or above it: the same order in one group",
+    ("edge_sdk/manifest_check.py", "if batch * channels * height * width > MAX_INPUT_ELEMENTS:",
+     "batch * channels * height * width > MAX_INPUT_ELEMENTS -> (batch * channels * height * width >= MAX_INPUT_ELEMENTS)"):
+        "three channels: no shape holds exactly 2**27 values",
     ("edge_sdk/daemon/commands.py", "n += 1", "1 -> 2"):
         "only the number in the name of a second corrupt file moved aside within one second changes",
     ("edge_sdk/daemon/commands.py", "os.replace(stale, Path(str(aside) + suffix))", "str(aside) + suffix -> (str(aside) - suffix)"):
