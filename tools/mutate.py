@@ -251,6 +251,8 @@ EQUIVALENT: Dict[Tuple[str, str, str], str] = {
     ("edge_sdk/manifest_check.py", "if batch * channels * height * width > MAX_INPUT_ELEMENTS:",
      "batch * channels * height * width > MAX_INPUT_ELEMENTS -> (batch * channels * height * width >= MAX_INPUT_ELEMENTS)"):
         "three channels: no shape holds exactly 2**27 values",
+    ("edge_sdk/decoders/end2end.py", "if 2 <= len(shapes) <= 3:", "2 <= len(shapes) <= 3 -> (2 < len(shapes) <= 3)"):
+        "the branch returns only for three outputs",
     ("edge_sdk/daemon/commands.py", "n += 1", "1 -> 2"):
         "only the number in the name of a second corrupt file moved aside within one second changes",
     ("edge_sdk/daemon/commands.py", "os.replace(stale, Path(str(aside) + suffix))", "str(aside) + suffix -> (str(aside) - suffix)"):

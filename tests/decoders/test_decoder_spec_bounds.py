@@ -80,3 +80,62 @@ def test_labels_name_each_class_and_ids_beyond_them_get_none() -> None:
     out[0, 1] = [40, 40, 50, 50, 0.8, 5]  # a class the labels do not name
     det = end2end([out], [IDENTITY])[0]
     assert dict(zip(det.class_id.tolist(), det.data[LABEL].tolist())) == {1: "dog", 5: ""}
+
+
+@pytest.mark.parametrize("strides,ok", [([8, 16, 32], True), ([1], True), ([8, 0], False), ([-8], False), ([], False),
+                                        ([8.0], False), ([True], False), ("8", False)])
+def test_yolox_strides_are_positive_integers(strides: Any, ok: bool) -> None:
+    spec = {"type": "yolox", "strides": strides}
+    if ok:
+        make_decoder(spec, SPEC)
+    else:
+        with pytest.raises(ConfigError, match="strides"):
+            make_decoder(spec, SPEC)
+
+
+@pytest.mark.parametrize("channels_first", [True, False])
+def test_yolov8_auto_layout_goes_by_the_class_count_when_there_are_fewer_boxes_than_channels(channels_first: bool) -> None:
+    """80 classes and 50 candidates: [1, 84, 50] is channels first although 84 > 50."""
+    out = np.zeros((1, 84, 50), np.float32)
+    out[0, :4, 7] = [40, 30, 10, 8]
+    out[0, 4 + 66, 7] = 0.9
+    if not channels_first:
+        out = np.ascontiguousarray(out.transpose(0, 2, 1))
+    det = make_decoder({"type": "yolov8", "num_classes": 80}, SPEC)([out], [IDENTITY])[0]
+    assert det.class_id.tolist() == [66] and det.xyxy[0].tolist() == pytest.approx([35, 26, 45, 34])
+
+
+def test_a_segmentation_head_decodes_without_its_prototypes_too() -> None:
+    pred = np.zeros((1, 4 + 1 + 32, 60), np.float32)
+    pred[0, :4, 3] = [40, 30, 10, 8]
+    pred[0, 4, 3] = 0.9
+    det = make_decoder({"type": "yolov8", "head": "segment"}, SPEC)([pred], [IDENTITY])[0]
+    assert det.xyxy[0].tolist() == pytest.approx([35, 26, 45, 34])
+
+
+def test_end2end_rows_beside_mask_prototypes_are_found_without_a_format() -> None:
+    rows = np.zeros((1, 5, 6 + 32), np.float32)
+    rows[0, 0, :6] = [1, 2, 11, 12, 0.9, 3]
+    det = make_decoder({"type": "end2end"}, SPEC)([rows, np.zeros((1, 32, 16, 24), np.float32)], [IDENTITY])[0]
+    assert det.xyxy.tolist() == [[1, 2, 11, 12]] and det.class_id.tolist() == [3]
+
+
+def test_efficient_nms_with_float_classes_goes_by_its_own_output_order() -> None:
+    """classes as float32: nothing tells them from the scores but EfficientNMS_TRT's order."""
+    count = np.array([[1]], np.int32)
+    boxes = np.zeros((1, 4, 4), np.float32)
+    boxes[0, 0] = [1, 2, 11, 12]
+    scores = np.array([[0.8, 0, 0, 0]], np.float32)
+    classes = np.array([[2.0, 0, 0, 0]], np.float32)
+    det = make_decoder({"type": "end2end"}, SPEC)([count, boxes, scores, classes], [IDENTITY])[0]
+    assert det.class_id.tolist() == [2] and det.confidence.tolist() == pytest.approx([0.8])
+
+
+@pytest.mark.parametrize("scores_shape,classes_shape", [((1, 3), (1, 4)), ((1, 4), (1, 3)), ((2, 4), (1, 4))])
+def test_efficient_nms_outputs_of_other_lengths_are_refused(scores_shape, classes_shape) -> None:
+    from edge_sdk.errors import BackendError
+
+    outputs = [np.array([[1]], np.int32), np.zeros((1, 4, 4), np.float32), np.zeros(scores_shape, np.float32),
+               np.zeros(classes_shape, np.int32)]
+    with pytest.raises(BackendError, match="must be"):
+        make_decoder({"type": "end2end", "format": "count_boxes_scores_classes"}, SPEC)(outputs, [IDENTITY])
