@@ -139,3 +139,41 @@ def test_whole_number_shrinks_take_the_area_shortcut_and_match_the_cpu(fake_gpu,
     out = pre.download()
     assert_matches_cpu(out, cpu, spec)
     assert np.mean(out != cpu) <= 1e-3
+
+
+def test_slots_and_regions_at_their_edges(fake_gpu) -> None:
+    from edge_sdk.errors import SourceError
+
+    api, cache = fake_gpu()
+    pre = GpuPreprocessor(InputSpec(shape=[3, 3, 16, 24]), api, cache=cache)
+    frame = noise(50, 60)
+    pre.fill(frame, 2)  # the last slot
+    for index in (3, -1):
+        with pytest.raises(IndexError):
+            pre.fill(frame, index)
+    pre.fill_rois(frame, [(0, 0, 60, 50)], first=2)  # flush with the frame, into the last slot
+    pre.fill_rois(frame, [(0, 0, 1, 1)] * 3)          # exactly the batch
+    assert pre.fill_rois(frame, []) == []
+    with pytest.raises(IndexError):
+        pre.fill_rois(frame, [(0, 0, 1, 1)] * 2, first=2)
+    with pytest.raises(IndexError):
+        pre.fill_rois(frame, [(0, 0, 1, 1)], first=-1)
+    for bad in [(0, 0, 60, 51), (-1, 0, 10, 10), (0, -1, 10, 10), (10, 10, 9, 20), (10, 10, 20, 10)]:
+        with pytest.raises(SourceError):
+            pre.fill_rois(frame, [bad])
+
+
+@pytest.mark.parametrize("props,asked,staged_bytes", [(XAVIER_NX, "mapped", 0), (XAVIER_NX, "pinned", 1),
+                                                      (DISCRETE, "mapped", 0), (DISCRETE, None, 1)])
+def test_a_staged_frame_is_copied_once_exactly_when_not_mapped(fake_gpu, props, asked, staged_bytes) -> None:
+    """Pinned staging copies the frame's h * w * 3 bytes before the kernel; mapped staging copies
+    nothing; the default is pinned."""
+    api, cache = fake_gpu(props)
+    pre = GpuPreprocessor(InputSpec(shape=[1, 3, 16, 24]), api, cache=cache, frame_memory=asked, use_graphs=False)
+    frame = noise(37, 53)
+    pre.fill(frame)
+    out = pre.download()
+    copies = [op for op in api.executed if op.startswith("htod")]
+    assert copies == [f"htod:{37 * 53 * 3}"] * staged_bytes
+    assert pre.frame_memory == ("mapped" if staged_bytes == 0 else "pinned")
+    assert_matches_cpu(out, Preprocessor(pre.spec)(frame)[0], pre.spec)
