@@ -35,7 +35,8 @@ def build(middle: str = "Relu", second: str = "conv", bias: bool = True, bn: boo
     if bn:
         inits.update(gamma=rng.uniform(0.5, 2, C_MID).astype(np.float32), beta=rng.standard_normal(C_MID).astype(np.float32),
                      mean=rng.standard_normal(C_MID).astype(np.float32), var=rng.uniform(0.5, 2, C_MID).astype(np.float32))
-        nodes.append(helper.make_node("BatchNormalization", [t, "gamma", "beta", "mean", "var"], ["bn"], name="BN"))
+        nodes.append(helper.make_node("BatchNormalization", [t, "gamma", "beta", "mean", "var"], ["bn"], name="BN",
+                                      epsilon=0.25))  # far from the default 1e-5: folding must read it
         t = "bn"
     if middle != "none":
         ins = [t]
@@ -46,13 +47,13 @@ def build(middle: str = "Relu", second: str = "conv", bias: bool = True, bn: boo
             inits["slope"] = (np.full(1, 0.2, np.float32) if middle == "PRelu"
                               else rng.uniform(0.05, 0.3, (C_MID, 1, 1)).astype(np.float32))
             ins.append("slope")
-        if middle in ("Clip0", "Clip6"):
-            inits["lo"] = np.array(0.0, np.float32)
+        if middle in ("Clip0", "Clip6", "ClipHalf"):
+            inits["lo"] = np.array(0.5 if middle == "ClipHalf" else 0.0, np.float32)
             ins.append("lo")
             if middle == "Clip6":
                 inits["hi"] = np.array(6.0, np.float32)
                 ins.append("hi")
-        op = {"Clip0": "Clip", "Clip6": "Clip", "PRelu-per-channel": "PRelu"}.get(middle, middle)
+        op = {"Clip0": "Clip", "Clip6": "Clip", "ClipHalf": "Clip", "PRelu-per-channel": "PRelu"}.get(middle, middle)
         nodes.append(helper.make_node(op, ins, ["m"], name="mid", **attrs))
         t = "m"
     if second == "depthwise":
@@ -124,6 +125,7 @@ def test_homogeneous_pairs_are_equalized_exactly(middle: str, second: str, bias:
 @pytest.mark.parametrize("case,why", [
     (dict(middle="Clip6"), "clipped activation Clip"),
     (dict(middle="PRelu-per-channel"), None),
+    (dict(middle="ClipHalf"), None),  # Clip(min=0.5): max(x / s, 0.5) != max(x, 0.5) / s
     (dict(middle="Sigmoid"), None),
     (dict(extra_reader=True), None),
     (dict(mid_is_output=True), None),
