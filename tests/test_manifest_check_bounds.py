@@ -144,6 +144,9 @@ def test_errors_name_the_entry_they_are_about() -> None:
     with pytest.raises(BundleError) as info:
         mc.mapping(mc.text, lambda v, at: mc.text(v, at, ("fp32",)))({long_key: "int4"}, AT)
     assert f"field.{'k' * 80} must be one of" in str(info.value) and "k" * 81 not in str(info.value)
+    with pytest.raises(BundleError) as info:
+        mc.mapping(mc.text, mc.text)({"k" * 2000: "x"}, AT)  # the key itself too long: named by its first 80
+    assert f"field.{'k' * 80} must be a string of 1 to {mc.MAX_NAME}" in str(info.value) and "k" * 81 not in str(info.value)
 
 
 @pytest.mark.parametrize("section,key,lo,hi", [

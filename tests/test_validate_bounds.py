@@ -185,6 +185,7 @@ class Table:
     extra: Dict[str, Any] = key(factory=dict, max_len=2)
     maybe: Optional[float] = key(None, low=0, high=1)
     flag: bool = key(False)
+    at_least: float = key(1.0, low=0)
 
 
 def accepted(name: str, value: Any) -> bool:
@@ -310,6 +311,8 @@ def test_errors_show_values_short() -> None:
 def test_a_number_out_of_its_range_says_the_range_and_one_without_a_range_says_the_type() -> None:
     with pytest.raises(ConfigError, match=r"closed must be a number in \[-2.5, 10\], got 11"):
         from_table(Table, {"closed": 11})
+    with pytest.raises(ConfigError, match=r"at_least must be a number in \[0, inf\], got -1"):
+        from_table(Table, {"at_least": -1})
     with pytest.raises(ConfigError, match=r"count must be an integer, got 'x'"):
         from_table(Table, {"count": "x"})
     with pytest.raises(ConfigError, match=r"mode must be one of x, y, got 'z'"):
