@@ -253,6 +253,11 @@ EQUIVALENT: Dict[Tuple[str, str, str], str] = {
         "three channels: no shape holds exactly 2**27 values",
     ("edge_sdk/decoders/end2end.py", "if 2 <= len(shapes) <= 3:", "2 <= len(shapes) <= 3 -> (2 < len(shapes) <= 3)"):
         "the branch returns only for three outputs",
+    ("edge_sdk/builder/equalize.py", "if group == 1 and w2_shape[1] == out_channels:",
+     "group == 1 and w2_shape[1] == out_channels -> (group == 1 or w2_shape[1] == out_channels)"):
+        "in a valid graph a conv of group 1 reads all of A's channels, and a grouped one fewer",
+    ("edge_sdk/builder/equalize.py", "params = list(bn.input[1:5])", "5 -> 6"):
+        "BatchNormalization has exactly five inputs",
     ("edge_sdk/daemon/commands.py", "n += 1", "1 -> 2"):
         "only the number in the name of a second corrupt file moved aside within one second changes",
     ("edge_sdk/daemon/commands.py", "os.replace(stale, Path(str(aside) + suffix))", "str(aside) + suffix -> (str(aside) - suffix)"):

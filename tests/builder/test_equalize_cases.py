@@ -7,7 +7,7 @@ equalized pair ends with equal per-channel ranges (Nagel et al.'s closed form), 
 is left keeps its weights bit for bit."""
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 import pytest
@@ -22,15 +22,17 @@ from edge_sdk.builder.graph import session_from_model  # noqa: E402
 C_IN, C_MID, C_OUT, H, W = 3, 6, 4, 7, 10  # non-square input, non-square kernels below
 
 
-def build(middle: str = "Relu", second: str = "conv", bias: bool = True, bn: bool = False, extra_reader: bool = False,
-          mid_is_output: bool = False, seed: int = 0) -> "onnx.ModelProto":
+def build(middle: str = "Relu", second: str = "conv", bias: Any = True, bn: bool = False, extra_reader: bool = False,
+          mid_is_output: bool = False, seed: int = 0, opset: int = 13) -> "onnx.ModelProto":
+    """bias: True, False (two inputs) or "" (an empty third input, as some exporters write)."""
     rng = np.random.default_rng(seed)
     spread = np.logspace(-2, 1.5, C_MID)[rng.permutation(C_MID)]
     w1 = (rng.standard_normal((C_MID, C_IN, 3, 1)) * spread[:, None, None, None]).astype(np.float32)
     inits = {"w1": w1}
-    if bias:
+    if bias is True:
         inits["b1"] = rng.standard_normal(C_MID).astype(np.float32)
-    nodes = [helper.make_node("Conv", ["x", "w1"] + (["b1"] if bias else []), ["c1"], pads=[1, 0, 1, 0], name="A")]
+    conv_in = ["x", "w1"] + (["b1"] if bias is True else [""] if bias == "" else [])
+    nodes = [helper.make_node("Conv", conv_in, ["c1"], pads=[1, 0, 1, 0], name="A")]
     t = "c1"
     if bn:
         inits.update(gamma=rng.uniform(0.5, 2, C_MID).astype(np.float32), beta=rng.standard_normal(C_MID).astype(np.float32),
@@ -47,13 +49,16 @@ def build(middle: str = "Relu", second: str = "conv", bias: bool = True, bn: boo
             inits["slope"] = (np.full(1, 0.2, np.float32) if middle == "PRelu"
                               else rng.uniform(0.05, 0.3, (C_MID, 1, 1)).astype(np.float32))
             ins.append("slope")
+        if middle in ("ClipAttr0", "ClipAttrHalf"):  # opset < 11: the bounds are attributes
+            attrs["min"] = 0.0 if middle == "ClipAttr0" else 0.5
         if middle in ("Clip0", "Clip6", "ClipHalf"):
             inits["lo"] = np.array(0.5 if middle == "ClipHalf" else 0.0, np.float32)
             ins.append("lo")
             if middle == "Clip6":
                 inits["hi"] = np.array(6.0, np.float32)
                 ins.append("hi")
-        op = {"Clip0": "Clip", "Clip6": "Clip", "ClipHalf": "Clip", "PRelu-per-channel": "PRelu"}.get(middle, middle)
+        op = {"Clip0": "Clip", "Clip6": "Clip", "ClipHalf": "Clip", "ClipAttr0": "Clip", "ClipAttrHalf": "Clip",
+              "PRelu-per-channel": "PRelu"}.get(middle, middle)
         nodes.append(helper.make_node(op, ins, ["m"], name="mid", **attrs))
         t = "m"
     if second == "depthwise":
@@ -75,7 +80,7 @@ def build(middle: str = "Relu", second: str = "conv", bias: bool = True, bn: boo
         outputs.append(helper.make_tensor_value_info(t, TensorProto.FLOAT, None))
     graph = helper.make_graph(nodes, "pair", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, C_IN, H, W])],
                               outputs, [numpy_helper.from_array(a, n) for n, a in inits.items()])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
     model.ir_version = 7
     return model
 
@@ -188,3 +193,21 @@ def test_sweeps_stop_when_the_scales_settle_and_at_the_limit() -> None:
     assert one.sweeps == 1
     _, single = equalize(build("Relu", "conv"))
     assert single.sweeps == 2  # the second sweep finds every scale at 1: settled
+
+
+@pytest.mark.parametrize("middle,equalized", [("ClipAttr0", True), ("ClipAttrHalf", False)])
+def test_clip_with_its_bounds_as_attributes(middle: str, equalized: bool) -> None:
+    """Opset 10's Clip(min=0) is a Relu; Clip(min=0.5) is not homogeneous."""
+    model = build(middle, opset=10)
+    eq, report = equalize(model)
+    assert (("A", "B") in report.pairs) is equalized
+    check_exact(model, eq)
+
+
+def test_batchnorm_folds_into_a_conv_whose_bias_input_is_empty() -> None:
+    model = build("Relu", bn=True, bias="")
+    eq, report = equalize(model)
+    assert report.folded_bn == 1
+    conv = next(n for n in eq.graph.node if n.name == "A")
+    assert len(conv.input) == 3 and conv.input[2] in weights(eq)
+    check_exact(model, eq)
