@@ -258,6 +258,8 @@ EQUIVALENT: Dict[Tuple[str, str, str], str] = {
         "in a valid graph a conv of group 1 reads all of A's channels, and a grouped one fewer",
     ("edge_sdk/builder/equalize.py", "params = list(bn.input[1:5])", "5 -> 6"):
         "BatchNormalization has exactly five inputs",
+    ("edge_sdk/cuda/preprocess.py", "transform, slot = plan_slot((0, 0, w, h), self.spec)", "0 -> 1"):
+        "a whole frame's crop origin is not passed to the frame kernel (and the transform does not depend on it)",
     ("edge_sdk/daemon/commands.py", "n += 1", "1 -> 2"):
         "only the number in the name of a second corrupt file moved aside within one second changes",
     ("edge_sdk/daemon/commands.py", "os.replace(stale, Path(str(aside) + suffix))", "str(aside) + suffix -> (str(aside) - suffix)"):
