@@ -260,6 +260,9 @@ EQUIVALENT: Dict[Tuple[str, str, str], str] = {
         "BatchNormalization has exactly five inputs",
     ("edge_sdk/cuda/preprocess.py", "transform, slot = plan_slot((0, 0, w, h), self.spec)", "0 -> 1"):
         "a whole frame's crop origin is not passed to the frame kernel (and the transform does not depend on it)",
+    ("edge_sdk/cuda/preprocess.py",
+     'self._common = ([ctypes.c_int(1 if spec.color == "RGB" else 0), ctypes.c_int(1 if self._fp16 else 0),', "1 -> 2"):
+        "the kernel reads the rgb and fp16 flags as true when not zero",
     ("edge_sdk/daemon/commands.py", "n += 1", "1 -> 2"):
         "only the number in the name of a second corrupt file moved aside within one second changes",
     ("edge_sdk/daemon/commands.py", "os.replace(stale, Path(str(aside) + suffix))", "str(aside) + suffix -> (str(aside) - suffix)"):

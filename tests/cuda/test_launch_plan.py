@@ -177,3 +177,22 @@ def test_a_staged_frame_is_copied_once_exactly_when_not_mapped(fake_gpu, props, 
     assert copies == [f"htod:{37 * 53 * 3}"] * staged_bytes
     assert pre.frame_memory == ("mapped" if staged_bytes == 0 else "pinned")
     assert_matches_cpu(out, Preprocessor(pre.spec)(frame)[0], pre.spec)
+
+
+@pytest.mark.parametrize("net", [(96, 160), (160, 96)], ids=["wide-net", "tall-net"])
+def test_a_frame_already_on_the_device_is_read_there_with_its_row_pitch(fake_gpu, net) -> None:
+    """device_ptr=: the pixels were copied to the device earlier on the same stream; nothing is
+    staged, and the kernel reads rows `frame.strides[0]` bytes apart."""
+    api, cache = fake_gpu(DISCRETE)
+    spec = InputSpec(shape=[1, 3, net[0], net[1]], resize="letterbox", placement="top-left")
+    pre = GpuPreprocessor(spec, api, cache=cache)
+    host = api.alloc_host((120, 90, 3), np.uint8)
+    host.array[...] = noise(120, 90, seed=9)
+    device = api.alloc_device(host.nbytes)
+    api.copy_htod(device, host, host.nbytes, pre.stream)
+    transform = pre.fill(host.array, 0, device_ptr=device.ptr)
+    out = pre.download()
+    cpu = Preprocessor(spec)
+    assert transform == cpu.fill(host.array, 0)
+    assert_matches_cpu(out, cpu.tensor, spec)
+    assert pre.device_frames == 1 and pre.staged_frames == 0
