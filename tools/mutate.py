@@ -263,6 +263,8 @@ EQUIVALENT: Dict[Tuple[str, str, str], str] = {
     ("edge_sdk/cuda/preprocess.py",
      'self._common = ([ctypes.c_int(1 if spec.color == "RGB" else 0), ctypes.c_int(1 if self._fp16 else 0),', "1 -> 2"):
         "the kernel reads the rgb and fp16 flags as true when not zero",
+    ("edge_sdk/builder/probe.py", 'Normalization("0..255", (0.0,) * 3, (1.0,) * 3),', "3 -> 4"):
+        "a fourth mean or scale is never read: for_color takes channels 0 to 2",
     ("edge_sdk/daemon/commands.py", "n += 1", "1 -> 2"):
         "only the number in the name of a second corrupt file moved aside within one second changes",
     ("edge_sdk/daemon/commands.py", "os.replace(stale, Path(str(aside) + suffix))", "str(aside) + suffix -> (str(aside) - suffix)"):
