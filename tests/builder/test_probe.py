@@ -599,3 +599,11 @@ def test_the_models_own_preset_is_the_candidate_with_its_colour_order_and_range(
     assert [c.name for c in other.candidates if c.preset] == ["BGR, ImageNet mean/std"]
     none = probe(make_yolo("red"), spec("RGB"), YOLO_DECODER, squares)
     assert not any(c.preset for c in none.candidates) and none.preset is None
+
+
+@pytest.mark.parametrize("cap,filled", [(3, True), (4, False)])
+def test_an_image_filled_up_to_max_detections_makes_a_candidate_spurious(squares, cap: int, filled: bool) -> None:
+    """Three squares an image: a decoder capped at three detections is filled on every image."""
+    result = probe(make_yolo("red"), spec("RGB"), dict(YOLO_DECODER, max_detections=cap), squares)
+    conf = result.configured
+    assert conf.detections == 24 and conf.filled is filled and conf.spurious is filled
