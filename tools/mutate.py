@@ -10,7 +10,8 @@ run against it, and the mutants that no test notices (the survivors) printed.
 Each mutant is a (file, exact text, replacement) triple written by hand to look like a bug
 someone could make: an off-by-one, a dropped branch, a swapped axis, a wrong endianness. With
 `--auto GROUP`, mutants are generated instead: comparison, arithmetic, boolean and integer
-constant changes on every line of the group's files (sampled with `--sample N --seed S`).
+constant changes on every line of the group's files (sampled with `--sample N --seed S`);
+those marked equivalent by hand (EQUIVALENT, each with its reason) are neither run nor scored.
 
 The repository is copied to a temporary folder (tracked and untracked files, without what git
 ignores); mutants are applied there one at a time, never to the working tree. Each group's
