@@ -139,3 +139,19 @@ def test_efficient_nms_outputs_of_other_lengths_are_refused(scores_shape, classe
                np.zeros(classes_shape, np.int32)]
     with pytest.raises(BackendError, match="must be"):
         make_decoder({"type": "end2end", "format": "count_boxes_scores_classes"}, SPEC)(outputs, [IDENTITY])
+
+
+@pytest.mark.parametrize("dy,dx", [(-1, -1), (-1, 0), (-1, 1), (0, -1), (0, 1), (1, -1), (1, 0), (1, 1)])
+def test_centerface_keeps_a_cell_only_if_no_neighbour_is_higher(dy: int, dx: int) -> None:
+    """Each of the 8 neighbours counts; boxes of 2 pixels in 4-pixel cells never overlap, so NMS
+    cannot hide a cell that should not have been a peak."""
+    gh, gw = 64 // 4, 96 // 4
+    heat = np.zeros((1, 1, gh, gw), np.float32)
+    scale = np.full((1, 2, gh, gw), np.log(0.5), np.float32)  # 2-pixel boxes
+    offset = np.zeros((1, 2, gh, gw), np.float32)
+    heat[0, 0, 6, 9] = 0.6
+    heat[0, 0, 6 + dy, 9 + dx] = 0.9
+    heat[0, 0, 12, 3] = 0.7  # a lone peak elsewhere
+    det = make_decoder({"type": "centerface", "outputs": ["heatmap", "scale", "offset"]}, SPEC)(
+        [heat, scale, offset], [IDENTITY])[0]
+    assert sorted(det.confidence.tolist()) == pytest.approx([0.7, 0.9])
