@@ -177,3 +177,16 @@ def test_number_fields_are_within_their_closed_ranges(section: str, key: str, lo
 ])
 def test_accuracy_entries(entry: Any, expected: bool) -> None:
     assert ok(mc.FIELDS["accuracy"], {"int8": entry}) is expected
+
+
+def test_a_model_batch_of_one_does_not_match_a_manifest_batch_of_two() -> None:
+    with pytest.raises(BundleError, match="has shape"):
+        mc.check_model_io(bundle(shape=(2, 3, 32, 48)), ["images"], ["box", "heat"], "engine", {"images": [1, 3, 32, 48]})
+    mc.check_model_io(bundle(shape=(2, 3, 32, 48)), ["images"], ["box", "heat"], "engine", {"images": [-1, 3, 32, 48]})
+
+
+def test_calibration_tensor_dtypes_list_at_most_three() -> None:
+    check = mc.FIELDS["calibration"]
+    assert ok(check, {"tensors": {"dtypes": ["uint8", "float16", "float32"]}})
+    assert not ok(check, {"tensors": {"dtypes": ["uint8", "float16", "float32", "uint8"]}})
+    assert not ok(check, {"tensors": {"dtypes": ["int4"]}})

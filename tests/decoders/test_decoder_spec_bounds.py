@@ -155,3 +155,16 @@ def test_centerface_keeps_a_cell_only_if_no_neighbour_is_higher(dy: int, dx: int
     det = make_decoder({"type": "centerface", "outputs": ["heatmap", "scale", "offset"]}, SPEC)(
         [heat, scale, offset], [IDENTITY])[0]
     assert sorted(det.confidence.tolist()) == pytest.approx([0.7, 0.9])
+
+
+@pytest.mark.parametrize("spec,outputs", [
+    ({"type": "yolov5"}, [np.zeros((1, 10, 8), np.float32)]),
+    ({"type": "yolov8"}, [np.zeros((1, 7, 30), np.float32)]),
+    ({"type": "ssd"}, [np.zeros((1, 10, 4), np.float32), np.zeros((1, 10, 3), np.float32)]),
+    ({"type": "end2end", "format": "rows"}, [np.zeros((1, 5, 6), np.float32)]),
+    ({"type": "centerface"}, [np.zeros((1, c, 16, 24), np.float32) for c in (1, 2, 2, 10)]),
+])
+def test_nothing_found_is_an_empty_detections_of_the_usual_shapes(spec: Dict[str, Any], outputs) -> None:
+    det = make_decoder(spec, SPEC)(outputs, [IDENTITY])[0]
+    assert det.xyxy.shape == (0, 4) and det.confidence.shape == (0,) and det.class_id.shape == (0,)
+    assert det.xyxy.dtype == np.float32 and det.class_id.dtype == np.int32
