@@ -266,8 +266,6 @@ EQUIVALENT: Dict[Tuple[str, str, str], str] = {
         "the kernel reads the rgb and fp16 flags as true when not zero",
     ("edge_sdk/builder/probe.py", 'Normalization("0..255", (0.0,) * 3, (1.0,) * 3),', "3 -> 4"):
         "a fourth mean or scale is never read: for_color takes channels 0 to 2",
-    ("edge_sdk/builder/equalize.py", "r1 = np.max(np.abs(w1.reshape(w1.shape[0], -1)), axis=1)", "1 -> 2"):
-        "numpy infers any negative size in a reshape, -2 as -1",
     ("edge_sdk/builder/equalize.py",
      'bias_name = node.input[2] if len(node.input) > 2 and node.input[2] else f"{node.input[1]}_bias"', "2 -> 3"):
         "the folded bias then gets a new name (its values are the same; the old one is left unread)",
