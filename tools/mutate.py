@@ -269,6 +269,11 @@ EQUIVALENT: Dict[Tuple[str, str, str], str] = {
     ("edge_sdk/builder/equalize.py",
      'bias_name = node.input[2] if len(node.input) > 2 and node.input[2] else f"{node.input[1]}_bias"', "2 -> 3"):
         "the folded bias then gets a new name (its values are the same; the old one is left unread)",
+    ("edge_sdk/builder/equalize.py", "shared = [n for n in (a.input[1], bias, b.input[1]) if n and uses.get(n, 0) != 1]",
+     "0 -> 1"):
+        "the default is never read: the pair's own nodes read each of these tensors",
+    ("edge_sdk/builder/probe.py", "if len(paths) <= limit:", "len(paths) <= limit -> (len(paths) < limit)"):
+        "with exactly `limit` paths the even spread picks each of them once, in order",
     ("edge_sdk/daemon/commands.py", "n += 1", "1 -> 2"):
         "only the number in the name of a second corrupt file moved aside within one second changes",
     ("edge_sdk/daemon/commands.py", "os.replace(stale, Path(str(aside) + suffix))", "str(aside) + suffix -> (str(aside) - suffix)"):
