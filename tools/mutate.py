@@ -274,6 +274,9 @@ EQUIVALENT: Dict[Tuple[str, str, str], str] = {
         "the default is never read: the pair's own nodes read each of these tensors",
     ("edge_sdk/builder/probe.py", "if len(paths) <= limit:", "len(paths) <= limit -> (len(paths) < limit)"):
         "with exactly `limit` paths the even spread picks each of them once, in order",
+    ("edge_sdk/decoders/_base.py",
+     "return np.zeros((0, 4), np.float32), np.zeros(0, np.float32), np.zeros(0, np.int32), {}", "4 -> 5"):
+        "no rows either way: Transform.to_frame reshapes the boxes to (-1, 4)",
     ("edge_sdk/daemon/commands.py", "n += 1", "1 -> 2"):
         "only the number in the name of a second corrupt file moved aside within one second changes",
     ("edge_sdk/daemon/commands.py", "os.replace(stale, Path(str(aside) + suffix))", "str(aside) + suffix -> (str(aside) - suffix)"):
