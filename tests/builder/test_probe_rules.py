@@ -243,3 +243,23 @@ def test_pixel_ranges_are_named_in_the_networks_channel_order(color, mean, scale
     assert cands[0].configured and cands[0].spec == spec and not any(c.configured for c in cands[1:])
     assert {(c.spec.color, c.normalization) for c in cands} >= {("BGR", "0..255"), ("RGB", "0..255"),
                                                                 ("BGR", "0..1"), ("RGB", "0..1")}
+
+
+def test_scores_per_image_and_per_control_image() -> None:
+    """One control image: its detections are the rate per control image, not half of it."""
+    from edge_sdk.builder.probe import _score
+
+    c = Candidate(SPEC, "0..1")
+    assert (c.detections, c.images_with_detections, c.mean_top_score, c.control_detections) == (0, 0, 0.0, 0.0)
+    c.found = [detections([(0, 0, 8, 0.9, 0), (20, 0, 8, 0.6, 0)]), detections([])]
+    _score(c, [detections([(0, 0, 8, 0.8, 0), (20, 0, 8, 0.7, 0), (40, 0, 8, 0.2, 0)])], 0.5, cap=0)
+    assert (c.detections, c.images_with_detections, c.control_detections) == (2, 1, 2.0)
+    assert c.mean_top_score == pytest.approx(0.45) and c.spurious  # 2 >= max(2, 1 / 4)
+
+
+def test_the_report_rounds_scores_to_four_places() -> None:
+    c = Candidate(SPEC, "0..1", mean_top_score=0.123456789, control_detections=1.23456)
+    c.pairs = Pairs(3, 0.666666, 0.0123456)
+    d = c.to_dict()
+    assert d["mean_top_score"] == 0.1235 and d["control_detections_per_image"] == 1.23
+    assert d["pairs_with_configured"] == {"count": 3, "higher_share": 0.6667, "median_gain": 0.0123}
