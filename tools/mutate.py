@@ -279,6 +279,8 @@ EQUIVALENT: Dict[Tuple[str, str, str], str] = {
         "no rows either way: Transform.to_frame reshapes the boxes to (-1, 4)",
     ("edge_sdk/builder/probe.py", 'Normalization("0..1", (0.0,) * 3, (1.0 / 255.0,) * 3),', "3 -> 4"):
         "a fourth mean or scale is never read: for_color takes channels 0 to 2",
+    ("edge_sdk/manifest.py", "raw = f.read(MANIFEST_MAX_BYTES + 1)", "1 -> 2"):
+        "reading one byte or two beyond the bound: the size check refuses either",
     ("edge_sdk/daemon/commands.py", "n += 1", "1 -> 2"):
         "only the number in the name of a second corrupt file moved aside within one second changes",
     ("edge_sdk/daemon/commands.py", "os.replace(stale, Path(str(aside) + suffix))", "str(aside) + suffix -> (str(aside) - suffix)"):
