@@ -29,7 +29,9 @@ def sha256_file(path: PathLike, chunk: int = 1 << 20) -> str:
 
 
 def atomic_write_bytes(path: PathLike, data: bytes) -> None:
-    """Write `data` to `path` so that a crash leaves either the old file or the new one."""
+    """Write `data` to `path` so that a crash or a power cut leaves either the old file or the new
+    one: the bytes go to a temporary file beside it, fsync-ed before the rename, and the folder
+    is fsync-ed after it (the rename itself is then on disk)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=str(path.parent))
@@ -43,6 +45,7 @@ def atomic_write_bytes(path: PathLike, data: bytes) -> None:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+    _fsync_dir(path.parent)
 
 
 def atomic_write_text(path: PathLike, text: str) -> None:
@@ -182,7 +185,8 @@ class AtomicDirectory:
     filesystem: the final move is a rename) and is flock-ed while it is written, so that
     :func:`clean_stale` can tell a live one from one a killed process left; stale ones are
     removed on entry. On an exception the temporary directory is removed and an existing
-    `out/bundle` is left as it was. On success an existing directory is replaced; when the
+    `out/bundle` is left as it was. On success every file and folder in it is fsync-ed, an
+    existing directory is replaced and the parent fsync-ed (the swap is on disk); when the
     swap itself fails (a mount point: EBUSY) the old one is put back, the temporary one removed
     and a ConfigError says what to do.
     """
@@ -217,10 +221,11 @@ class AtomicDirectory:
                 _remove(self.tmp)
                 return
             try:
-                for root, _dirs, files in os.walk(self.tmp):
+                for root, _dirs, files in os.walk(self.tmp, topdown=False):
                     for name in files:
                         with open(os.path.join(root, name), "rb") as f:
                             os.fsync(f.fileno())
+                    _fsync_dir(Path(root))  # its entries: the names of the files just synced
                 self._swap()
             except BaseException as error:
                 _remove(self.tmp)

@@ -64,6 +64,23 @@ GROUPS: Dict[str, Group] = {
     "backends": Group(("edge_sdk/runtime/backends/onnxruntime.py",), ("tests/runtime/test_backends.py",)),
     "disk-queue": Group(("edge_sdk/telemetry/mqtt.py",), ("tests/telemetry/test_disk_queue.py",)),
     # the CUDA preprocessing and the TensorRT backend join here as they land
+    # signing, commands, validation, manifest, atomic writes, builder steps, CUDA launch plan, decoders
+    "signing": Group(("edge_sdk/telemetry/signing.py",), ("tests/test_validate_bounds.py", "tests/daemon/test_command_promises.py",
+                                                         "tests/daemon/test_commands.py")),
+    "commands": Group(("edge_sdk/daemon/commands.py",), ("tests/daemon/test_command_promises.py", "tests/daemon/test_commands.py")),
+    "validate": Group(("edge_sdk/validate.py",), ("tests/test_validate.py", "tests/test_validate_bounds.py")),
+    "config-schema": Group(("edge_sdk/config_schema.py",), ("tests/test_config_schema.py", "tests/test_validate_bounds.py")),
+    "manifest": Group(("edge_sdk/manifest.py",), ("tests/test_manifest_edges.py", "tests/test_manifest.py", "tests/test_manifest_fields.py")),
+    "manifest-check": Group(("edge_sdk/manifest_check.py",), ("tests/test_manifest_check_bounds.py", "tests/test_manifest_fields.py",
+                                                              "tests/test_manifest.py")),
+    "fsutil": Group(("edge_sdk/fsutil.py",), ("tests/test_fsutil_durability.py", "tests/test_fsutil.py", "tests/test_validate.py")),
+    "equalize": Group(("edge_sdk/builder/equalize.py",), ("tests/builder/test_equalize_cases.py", "tests/builder/test_equalize.py")),
+    "sensitivity": Group(("edge_sdk/builder/sensitivity.py",), ("tests/builder/test_sensitivity_search.py", "tests/builder/test_sensitivity.py")),
+    "probe": Group(("edge_sdk/builder/probe.py",), ("tests/builder/test_probe_rules.py", "tests/builder/test_probe.py")),
+    "cuda-plan": Group(("edge_sdk/cuda/preprocess.py",), ("tests/cuda/test_gpu_preprocess.py", "tests/cuda/test_launch_plan.py")),
+    "decoders-all": Group(("edge_sdk/decoders/end2end.py", "edge_sdk/decoders/__init__.py", "edge_sdk/decoders/_base.py",
+                           "edge_sdk/decoders/yolo.py", "edge_sdk/decoders/yolox.py", "edge_sdk/decoders/ssd.py",
+                           "edge_sdk/decoders/centerface.py"), ("tests/decoders", "tests/runtime/test_letterbox.py")),
 }
 
 # The generated-operator sweep (`--sweep`): one row per module, its files and the tests that pin
@@ -91,6 +108,8 @@ SWEEP: Dict[str, Group] = {
                      "tests/daemon/test_health_file.py", "tests/daemon/test_systemd_notify.py")),
 }
 GROUPS.update(SWEEP)
+SWEEP.update({name: GROUPS[name] for name in ("signing", "commands", "validate", "config-schema", "manifest", "manifest-check",
+                                              "fsutil", "equalize", "sensitivity", "probe", "cuda-plan", "decoders-all")})
 
 
 @dataclass(frozen=True)
@@ -303,6 +322,82 @@ MUTANTS: List[Mutant] = [
 
 
 # --- generated mutants ------------------------------------------------------------------------
+
+# More generated mutants that change no promised behaviour, keyed by file, the mutated line as
+# written (stripped) and the change, with the reason; they join EQUIVALENT below.
+_EQUIVALENT_LINES: Dict[Tuple[str, str, str], str] = {
+    ("edge_sdk/fsutil.py", "def sha256_file(path: PathLike, chunk: int = 1 << 20) -> str:", "1 -> 2"):
+        "read chunk size: the digest is the same",
+    ("edge_sdk/fsutil.py", "def sha256_file(path: PathLike, chunk: int = 1 << 20) -> str:", "20 -> 21"):
+        "read chunk size: the digest is the same",
+    ("edge_sdk/fsutil.py", "if sys.version_info >= (3, 11):", "sys.version_info >= (3, 11) -> (sys.version_info > (3, 11))"):
+        "(3, 11, x, ...) > (3, 11) too: the same interpreters take tomllib",
+    ("edge_sdk/daemon/commands.py", "n = 1", "1 -> 2"):
+        "only the number in the name of a second corrupt file moved aside within one second changes",
+    ("edge_sdk/validate.py", "if digits > 19 or not -INT_LIMIT <= int(text) < INT_LIMIT:", "19 -> 20"):
+        "JSON has no leading zeros: a 20-digit integer is beyond int64, and the range check refuses it",
+    ("edge_sdk/validate.py", 'if raw.count(b"[") + raw.count(b"{") > max_depth and json_depth(raw) > max_depth:',
+     "raw.count(b\"[\") + raw.count(b\"{\") > max_depth -> (raw.count(b'[') + raw.count(b'{') >= max_depth)"):
+        "with exactly max_depth brackets the depth cannot exceed max_depth: the exact count decides the same",
+    ("edge_sdk/fsutil.py", "if self.final.is_dir() and not self.final.is_symlink():",
+     "self.final.is_dir() and not self.final.is_symlink() -> (self.final.is_dir() or not self.final.is_symlink())"):
+        "a lock on what a link points to, or a failed open of a plain file, changes nothing: the swap moves the entry itself",
+    ("edge_sdk/fsutil.py", 'fd = os.open(str(path), os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))', "0 -> 1"):
+        "the default is used only where os has no O_DIRECTORY (not Linux)",
+    ("edge_sdk/builder/sensitivity.py", "if value <= 0:", "value <= 0 -> (value < 0)"):
+        "a zero sensitivity keyed (0, -0 / cost) sorts after every positive one and before every negative one, as (1, 0) does",
+    ("edge_sdk/builder/sensitivity.py", "return (1, -value)", "1 -> 2"):
+        "only the label of the group that sorts last changes",
+    ("edge_sdk/builder/sensitivity.py", "return (0, -value / max(cost, 1))", "0 -> 1"):
+        "positive sensitivities key below zero and the others at or above it: the same order in one group",
+    ("edge_sdk/manifest_check.py", "if batch * channels * height * width > MAX_INPUT_ELEMENTS:",
+     "batch * channels * height * width > MAX_INPUT_ELEMENTS -> (batch * channels * height * width >= MAX_INPUT_ELEMENTS)"):
+        "three channels: no shape holds exactly 2**27 values",
+    ("edge_sdk/decoders/end2end.py", "if 2 <= len(shapes) <= 3:", "2 <= len(shapes) <= 3 -> (2 < len(shapes) <= 3)"):
+        "the branch returns only for three outputs",
+    ("edge_sdk/builder/equalize.py", "if group == 1 and w2_shape[1] == out_channels:",
+     "group == 1 and w2_shape[1] == out_channels -> (group == 1 or w2_shape[1] == out_channels)"):
+        "in a valid graph a conv of group 1 reads all of A's channels, and a grouped one fewer",
+    ("edge_sdk/builder/equalize.py", "params = list(bn.input[1:5])", "5 -> 6"):
+        "BatchNormalization has exactly five inputs",
+    ("edge_sdk/cuda/preprocess.py", "transform, slot = plan_slot((0, 0, w, h), self.spec)", "0 -> 1"):
+        "a whole frame's crop origin is not passed to the frame kernel (and the transform does not depend on it)",
+    ("edge_sdk/cuda/preprocess.py",
+     'self._common = ([ctypes.c_int(1 if spec.color == "RGB" else 0), ctypes.c_int(1 if self._fp16 else 0),', "1 -> 2"):
+        "the kernel reads the rgb and fp16 flags as true when not zero",
+    ("edge_sdk/builder/probe.py", 'Normalization("0..255", (0.0,) * 3, (1.0,) * 3),', "3 -> 4"):
+        "a fourth mean or scale is never read: for_color takes channels 0 to 2",
+    ("edge_sdk/builder/equalize.py",
+     'bias_name = node.input[2] if len(node.input) > 2 and node.input[2] else f"{node.input[1]}_bias"', "2 -> 3"):
+        "the folded bias then gets a new name (its values are the same; the old one is left unread)",
+    ("edge_sdk/builder/equalize.py", "shared = [n for n in (a.input[1], bias, b.input[1]) if n and uses.get(n, 0) != 1]",
+     "0 -> 1"):
+        "the default is never read: the pair's own nodes read each of these tensors",
+    ("edge_sdk/builder/probe.py", "if len(paths) <= limit:", "len(paths) <= limit -> (len(paths) < limit)"):
+        "with exactly `limit` paths the even spread picks each of them once, in order",
+    ("edge_sdk/decoders/_base.py",
+     "return np.zeros((0, 4), np.float32), np.zeros(0, np.float32), np.zeros(0, np.int32), {}", "4 -> 5"):
+        "no rows either way: Transform.to_frame reshapes the boxes to (-1, 4)",
+    ("edge_sdk/builder/probe.py", 'Normalization("0..1", (0.0,) * 3, (1.0 / 255.0,) * 3),', "3 -> 4"):
+        "a fourth mean or scale is never read: for_color takes channels 0 to 2",
+    ("edge_sdk/manifest.py", "raw = f.read(MANIFEST_MAX_BYTES + 1)", "1 -> 2"):
+        "reading one byte or two beyond the bound: the size check refuses either",
+    ("edge_sdk/daemon/commands.py", "n += 1", "1 -> 2"):
+        "only the number in the name of a second corrupt file moved aside within one second changes",
+    ("edge_sdk/daemon/commands.py", "os.replace(stale, Path(str(aside) + suffix))", "str(aside) + suffix -> (str(aside) - suffix)"):
+        "SQLite deletes the -wal and -shm of a file it cannot read when the failed connection closes: none is left to move",
+    ("edge_sdk/daemon/commands.py", "self.not_before_ms = 0", "0 -> 1"):
+        "a ts below 1 ms (1970) is outside any clock window anyway",
+    ("edge_sdk/daemon/commands.py", "self._writes = 0", "0 -> 1"):
+        "when pruning runs: it removes only ids past their keep time",
+    ("edge_sdk/daemon/commands.py", "self._writes += 1", "1 -> 2"):
+        "when pruning runs: it removes only ids past their keep time",
+    ("edge_sdk/daemon/commands.py", "if self._writes % 256 == 0:", "self._writes % 256 == 0 -> (self._writes % 256 != 0)"):
+        "prunes more often; pruning removes only ids past their keep time",
+}
+
+EQUIVALENT += [Equivalent(file, line, why, reason) for (file, line, why), reason in _EQUIVALENT_LINES.items()]
+
 
 _SWAPS = {
     ast.Lt: ast.LtE, ast.LtE: ast.Lt, ast.Gt: ast.GtE, ast.GtE: ast.Gt, ast.Eq: ast.NotEq, ast.NotEq: ast.Eq,

@@ -12,10 +12,11 @@ Only `ping`, `reload`, `set` and `snapshot` exist. Every command is answered on
 arguments before they apply any.
 
 With a shared secret, `hmac` is HMAC-SHA256 (hex) over the canonical JSON of the command
-without its `hmac` field (`json.dumps(cmd, sort_keys=True, separators=(",", ":"))`, UTF-8;
-edge_sdk.telemetry.signing), `device_id` must be this device's (it is signed: a command signed
-for another device is refused, `wrong_device`, also where a fleet shares one secret), `ts` (ms)
-must be within `max_skew_s` of the device clock and an `id` is accepted once — also across
+without its `hmac` field (`json.dumps(cmd, sort_keys=True, separators=(",", ":"))`, non-ASCII
+characters as json.dumps' default `\\uXXXX` escapes; edge_sdk.telemetry.signing), `device_id`
+must be this device's (it is signed: a command signed for another device is refused,
+`wrong_device`, also where a fleet shares one secret), `ts` (ms) must be within `max_skew_s` of
+the device clock and an `id` is accepted once — also across
 restarts, when the processor is given a replay file.
 
 Payloads are bounded in size and nesting depth before they are parsed; NaN, infinities,

@@ -7,7 +7,9 @@ edge_sdk.telemetry.instances, an operator's tool):
     command = sign({"schema": "edge-sdk/cmd/1", "id": "42", "cmd": "ping"}, secret, "cam-entrance")
 
 `hmac` is HMAC-SHA256 (hex) over the canonical JSON of the command without its `hmac` field:
-``json.dumps(cmd, sort_keys=True, separators=(",", ":"))``, UTF-8. The signed body holds
+``json.dumps(cmd, sort_keys=True, separators=(",", ":"))`` with json.dumps'
+default ``ensure_ascii=True``: a non-ASCII character (in an `id`, say) is signed as its
+``\\uXXXX`` escape. The signed body holds
 `device_id`, so a command signed for one device is refused by every other one, also where a
 fleet shares one secret. A command is read with `loads_command`, which refuses an object that
 names a key twice: JSON keeps the last value, so the signature could otherwise be checked over a
@@ -29,7 +31,7 @@ MAX_DEPTH = 8  # a command nests 2 levels
 def canonical(command: Mapping[str, Any]) -> bytes:
     """The bytes a command's `hmac` is computed over: its JSON without `hmac`, keys sorted."""
     body = {k: v for k, v in command.items() if k != "hmac"}
-    return dumps(body, sort_keys=True, ensure_ascii=False).encode("utf-8")
+    return dumps(body, sort_keys=True).encode("ascii")
 
 
 def signature(command: Mapping[str, Any], secret: bytes) -> str:

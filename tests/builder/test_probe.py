@@ -585,3 +585,25 @@ def test_the_configured_preset_is_kept_against_detections_alone() -> None:
     conf.configured = conf.preset = True
     result = judge([conf, scored(30, 0.80)], 8, 0.5)
     assert result.confidence == "low" and not result.refuses()
+
+
+def test_the_models_own_preset_is_the_candidate_with_its_colour_order_and_range(squares) -> None:
+    """probe(..., preset=(name, spec)): exactly the candidate with the preset's colour order, mean
+    and scale is marked, whatever the configured one; the result names the preset."""
+    result = probe(make_yolo("red"), spec("BGR"), YOLO_DECODER, squares, preset=("ultralytics", spec("RGB")))
+    assert [c.name for c in result.candidates if c.preset] == ["RGB, 0..1"] and result.preset == "ultralytics"
+    assert result.better is not None and result.better.preset
+    other = probe(make_yolo("red"), spec("RGB"), YOLO_DECODER, squares,
+                  preset=("imagenet", spec("BGR", scale=[1 / (255 * 0.225), 1 / (255 * 0.224), 1 / (255 * 0.229)],
+                                           mean=[255 * 0.406, 255 * 0.456, 255 * 0.485])))
+    assert [c.name for c in other.candidates if c.preset] == ["BGR, ImageNet mean/std"]
+    none = probe(make_yolo("red"), spec("RGB"), YOLO_DECODER, squares)
+    assert not any(c.preset for c in none.candidates) and none.preset is None
+
+
+@pytest.mark.parametrize("cap,filled", [(3, True), (4, False)])
+def test_an_image_filled_up_to_max_detections_makes_a_candidate_spurious(squares, cap: int, filled: bool) -> None:
+    """Three squares an image: a decoder capped at three detections is filled on every image."""
+    result = probe(make_yolo("red"), spec("RGB"), dict(YOLO_DECODER, max_detections=cap), squares)
+    conf = result.configured
+    assert conf.detections == 24 and conf.filled is filled and conf.spurious is filled

@@ -308,6 +308,7 @@ def test_a_replay_file_that_cannot_be_opened_is_kept_and_named_in_a_config_error
     with pytest.raises(ConfigError) as info:
         CommandProcessor(Device().handlers(), secret=secret, device_id=DEVICE, clock=lambda: now, replay_path=path)
     assert str(path) in str(info.value) and "queue_dir" in str(info.value)
+    assert "no other process holds it" in str(info.value) and "is full" not in str(info.value)
     assert sorted(p.name for p in tmp_path.iterdir()) == before, "the replay record is not moved aside"
     monkeypatch.undo()
     again = CommandProcessor(Device().handlers(), secret=secret, device_id=DEVICE, clock=lambda: now, replay_path=path)
