@@ -58,7 +58,7 @@ class DeviceConfig:
     models_dir: Optional[str] = None
     snapshot_dir: Optional[str] = None
     hmac_secret_env: Optional[str] = key(None, **ENV_VAR)  # commands must be signed with the secret this variable holds
-    max_skew_s: float = key(300.0, low=0, low_open=True, high=86400)  # a signed command's ts may be this far from the device clock
+    max_skew_s: float = key(300.0, low=1, high=86400)  # a signed command's ts may be this far from the device clock (at least 1 s: a command takes time in transit)
     snapshot_max_files: int = key(200, low=1, high=1000000)
     snapshot_max_mb: float = key(200.0, low=0, low_open=True, high=1000000)
     instance_check_s: float = key(5.0, low=0, high=300)  # how long a clash check waits for the other instance's answer
