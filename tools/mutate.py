@@ -373,6 +373,8 @@ _EQUIVALENT_LINES: Dict[Tuple[str, str, str], str] = {
     ("edge_sdk/builder/equalize.py", "shared = [n for n in (a.input[1], bias, b.input[1]) if n and uses.get(n, 0) != 1]",
      "0 -> 1"):
         "the default is never read: the pair's own nodes read each of these tensors",
+    ("edge_sdk/builder/probe.py", 'cap = int(getattr(decoder, "max_detections", 0) or 0)', "0 -> 1"):
+        "every decoder has max_detections >= 1 (spec_int's lower bound): neither default is read",
     ("edge_sdk/builder/probe.py", "if len(paths) <= limit:", "len(paths) <= limit -> (len(paths) < limit)"):
         "with exactly `limit` paths the even spread picks each of them once, in order",
     ("edge_sdk/decoders/_base.py",

@@ -263,3 +263,16 @@ def test_the_report_rounds_scores_to_four_places() -> None:
     d = c.to_dict()
     assert d["mean_top_score"] == 0.1235 and d["control_detections_per_image"] == 1.23
     assert d["pairs_with_configured"] == {"count": 3, "higher_share": 0.6667, "median_gain": 0.0123}
+
+
+def test_the_warning_gives_the_shared_objects_score_gain_and_nothing_without_pairs() -> None:
+    """"higher scores on X% of the N objects both find (median ±g)" when both find objects."""
+    conf = cand(10, 0.5, configured=True, color="BGR", norm="0..1")
+    alt = cand(30, 0.8, color="RGB", norm="0..1")
+    result = judge([conf, alt], 8, 0.5)
+    assert result.better is alt
+    alt.pairs = Pairs(8, 0.75, 0.125)  # judge() pairs what the two found: here, what they would have
+    warning = result.warning()
+    assert "higher scores on 75% of the 8 objects both find (median +0.12)" in warning
+    alt.pairs = None
+    assert "objects both find" not in result.warning()

@@ -71,7 +71,9 @@ def test_snapshot_matches_the_oracle(steps, capacity: int, window: float, wait: 
         got = snap["latency_ms"][stage]
         assert got["count"] == figures["count"]
         for key in ("p50", "p95", "p99", "mean", "max"):
-            assert got[key] == round(float(figures[key]), 3), (stage, key)  # to the microsecond
+            # to the microsecond: both round to 3 decimals, and an interpolated percentile that
+            # lands on a half (1.9125) may round either way in float32 and float64
+            assert abs(got[key] - float(figures[key])) <= 0.0005 + 1e-6, (stage, key, got[key], figures[key])
     assert snap["totals"]["frames"] == len(steps)
 
 
