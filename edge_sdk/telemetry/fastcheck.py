@@ -24,10 +24,7 @@ from edge_sdk import _imports
 from edge_sdk.telemetry import schemas
 from edge_sdk.validate import MAX_DEPTH, loads_untrusted
 
-try:
-    from typing import Annotated
-except ImportError:  # Python 3.8
-    from typing_extensions import Annotated
+from typing_extensions import Annotated  # typing.Annotated from Python 3.9 on; the device runs 3.8
 
 # every digit to "0", everything else to " ": a run of 19 "0" is an integer loads_untrusted bounds
 _DIGITS = bytes(48 if 48 <= b <= 57 else 32 for b in range(256))
