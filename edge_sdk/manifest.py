@@ -45,6 +45,8 @@ CALIB_DIR = "calib"
 # engine with (written by edge_sdk.builder.reference, read by edge_sdk.verify).
 REFERENCE = "reference.npz"
 
+# Manifest fields the bundle hash leaves out: how the content is written, and how the build went.
+HASH_LEAVES_OUT = ("files", "schema_version", "builder", "preprocess_probe", "provenance")
 _SHA256 = re.compile(r"[0-9a-f]{64}\Z")
 _GATE_METRICS = ("f1_vs_fp32", "cosine")  # what builder.evaluate.gate measures
 
@@ -259,10 +261,13 @@ class Bundle:
         no spaces) of its files' digests and of everything else its manifest says — thresholds,
         mean and scale, fallback layers, calibration — so that a changed manifest is another
         bundle. `schema_version` and the files' sizes are left out: they say how the same content
-        is written (a schema 1 bundle and its schema 2 rewrite share engines). The engine cache,
-        the device's precision report and telemetry's bundle_hash key on it."""
+        is written (a schema 1 bundle and its schema 2 rewrite share engines), and so are the
+        records of how the build went (`builder`, with its duration; the probe's report, with its
+        own; `provenance`), which no runtime reads: a rebuild of the same model with the same
+        settings keeps its hash and its compiled engines. The engine cache, the device's precision
+        report and telemetry's bundle_hash key on it."""
         files = self.files
-        said = {k: v for k, v in self.manifest.items() if k not in ("files", "schema_version")}
+        said = {k: v for k, v in self.manifest.items() if k not in HASH_LEAVES_OUT}
         canonical = json.dumps({"files": {rel: files[rel].sha256 for rel in files}, "manifest": said},
                                sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
         return hashlib.sha256(canonical.encode()).hexdigest()[:16]

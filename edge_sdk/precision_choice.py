@@ -194,9 +194,10 @@ def choose_engine(
 
 def _measure_frames(api: Any, bundle: Bundle, say: Callable[[str], None], notes: List[str]) -> Optional[Dict[str, Any]]:
     """Mapped against pinned frame memory on this device (edge_sdk.cuda.measure), or None with a
-    note when the GPU preprocessor cannot run here (the runtime then keeps its default)."""
+    note when it cannot be measured here (the runtime then keeps its default). It runs after the
+    builds and timings the report records: no failure of this extra measurement may lose them."""
     from edge_sdk.cuda.measure import measure_frame_memory
-    from edge_sdk.errors import CudaError
+    from edge_sdk.errors import EdgeSdkError
 
     inputs = bundle.inputs
     if not inputs:
@@ -204,6 +205,6 @@ def _measure_frames(api: Any, bundle: Bundle, say: Callable[[str], None], notes:
     say("timing mapped against pinned frame memory")
     try:
         return measure_frame_memory(api, inputs[0])
-    except CudaError as exc:
-        notes.append(f"frame memory not measured: {exc}")
+    except (EdgeSdkError, ArithmeticError, LookupError, MemoryError, ValueError) as exc:
+        notes.append(f"frame memory not measured ({type(exc).__name__}: {exc}); the runtime keeps pinned + one copy")
         return None

@@ -210,3 +210,16 @@ def test_a_changed_manifest_is_another_bundle_and_another_engine(tmp_path: Path,
     data = json.loads((tmp_path / "b" / "manifest.json").read_text())
     (tmp_path / "b" / "manifest.json").write_text(json.dumps(dict(reversed(list(data.items()))), indent=4))
     assert Bundle.load(tmp_path / "b").hash == b.hash
+
+
+@pytest.mark.parametrize("field, value", [
+    ("builder", {"edge_sdk": "0.1.0", "seconds": 87.3}),
+    ("preprocess_probe", {"verdict": "configured", "seconds": 6.91}),
+    ("provenance", {"input": {"color": "preset: ultralytics"}, "decoder": {}, "preset": {"name": "ultralytics"}}),
+])
+def test_a_rebuild_that_only_took_another_time_keeps_the_hash(tmp_path: Path, field: str, value: Any) -> None:
+    """A rebuild of the same model with the same settings records another build duration; the
+    device must not compile its engines again for that."""
+    a = Bundle.load(make_bundle(tmp_path / "a"))
+    b = Bundle.load(make_bundle(tmp_path / "b", **{field: value}))
+    assert b.hash == a.hash

@@ -70,11 +70,13 @@ class _Prepare:
     input and a thumbnail for the prediction cache, filled on the capture thread."""
 
     def __init__(self, detector: Detector, pool_size: int, cache: Optional[PredictionCache]) -> None:
+        """`cache`: the prediction cache this detector's frames go through, None where it is off
+        (the caller decides from the detector's mode: a swap builds this before it applies)."""
         spec = detector.prepared_spec
         self.spec = spec
         self.inputs: List[Optional[PreparedInput]] = [PreparedInput(spec) if spec is not None else None
                                                       for _ in range(pool_size)]
-        self.cache = cache if cache is not None and cache.enabled else None
+        self.cache = cache
         self.thumbs = [cache.thumbnail_buffers() for _ in range(pool_size)] if self.cache is not None else []
         self.stamps = [float("nan")] * pool_size  # t_capture of the frame each slot's input holds
 
@@ -232,7 +234,10 @@ class Pipeline:
     def _make_prepare(self, detector: Detector) -> Optional[_Prepare]:
         if self.placement(detector) != "capture":
             return None
-        return _Prepare(detector, self.config.pool_size, self._cache)
+        # the cache runs for the mode this detector brings (RuntimeConfig.cache_enabled), not the
+        # mode of the one it may be about to replace
+        cached = self.config.cache.enabled and (detector.mode or self.config.mode) == "full"
+        return _Prepare(detector, self.config.pool_size, self._cache if cached else None)
 
     def _run_prepare(self, slot: FrameSlot) -> None:
         prepare = self._prepare  # one read: a swap replaces the whole stage

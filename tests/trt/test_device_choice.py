@@ -171,6 +171,20 @@ def test_frame_memory_is_measured_on_a_jetson_recorded_and_read_back(device, tmp
         assert "frame_memory" not in stored and choice_mod.summary(stored)["frame_memory"] is None
 
 
+def test_a_frame_memory_measurement_that_fails_loses_no_choice(device, tmp_path: Path, monkeypatch) -> None:
+    """The measurement runs after every build and timing: its failure is a note, the report is written."""
+    trt, cuda = device(latency={"fp16": 4.0, "int8": 2.5}, distort={"int8": tiny_noise})
+
+    def fails(api: Any, spec: Any) -> Any:
+        raise ValueError("a frame size the preprocessor refuses")
+
+    monkeypatch.setattr("edge_sdk.cuda.measure.measure_frame_memory", fails)
+    choice = choose(choice_bundle(tmp_path / "b"), cuda, tmp_path / "engines")
+    stored = json.loads(choice.path.read_text())
+    assert stored["chosen"] == "int8" and stored.get("frame_memory") is None
+    assert any("frame memory not measured (ValueError" in n for n in stored["notes"])
+
+
 @pytest.mark.parametrize("value", [
     "mapped", {"chosen": "zero-copy", "gpu_ms": {"zero-copy": 1.0}}, {"chosen": "mapped"},
     {"chosen": "mapped", "gpu_ms": {"pinned": 1.0}}, {"chosen": "mapped", "gpu_ms": {"mapped": "fast"}},
