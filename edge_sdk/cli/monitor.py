@@ -111,6 +111,10 @@ def monitor(
     cfg = BrokerConfig(url=broker, protocol=protocol, ca_file=str(ca_file) if ca_file else None,
                        cert_file=str(cert_file) if cert_file else None, key_file=str(key_file) if key_file else None)
     discovery: Optional[Discovery] = None
+    if homeassistant and share:
+        raise ConfigError("--homeassistant cannot be combined with --share: a group member sees only part of each "
+                          "device's messages, forgets devices that still run and would remove them from Home "
+                          "Assistant; run one monitor with --homeassistant outside the group")
     if homeassistant:
         try:
             discovery = Discovery(lambda name, body: client.publish(name, body, qos=1, retain=True), homeassistant_prefix)
@@ -231,7 +235,8 @@ def monitor(
     finally:
         client.disconnect()
         client.loop_stop()
-        intake.stop()
+        # a recording gets every message already taken in before its file closes
+        intake.stop(timeout=None if record_file is not None else 10.0)
         if record_file is not None:
             record_file.close()
         note_forgotten()

@@ -22,7 +22,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from edge_sdk import _imports
 from edge_sdk.telemetry import schemas
-from edge_sdk.validate import MAX_DEPTH, loads_untrusted
+from edge_sdk.validate import MAX_DEPTH, json_depth, loads_untrusted
 
 from typing_extensions import Annotated  # typing.Annotated from Python 3.9 on; the device runs 3.8
 
@@ -55,8 +55,8 @@ def available() -> bool:
 
 def parse(raw: bytes, max_bytes: int) -> Any:
     """`loads_untrusted(raw, max_bytes)`, mostly in C."""
-    if len(raw) > max_bytes or raw.count(b"[") + raw.count(b"{") > MAX_DEPTH \
-            or _LONG_RUN in raw.translate(_DIGITS) or _module() is None:
+    if len(raw) > max_bytes or _LONG_RUN in raw.translate(_DIGITS) or _module() is None \
+            or (raw.count(b"[") + raw.count(b"{") > MAX_DEPTH and json_depth(raw) > MAX_DEPTH):
         return loads_untrusted(raw, max_bytes)
     msgspec = _msgspec[0]
     try:

@@ -115,3 +115,14 @@ def test_the_monitor_announces_and_removes_through_a_real_broker(broker, tmp_pat
         assert all(m["retain"] is False for m in log.messages if m["payload"] == b"")  # live, not replayed
     finally:
         log.stop()
+
+
+def test_discovery_is_refused_in_a_shared_subscription_group() -> None:
+    """A group member sees part of each device's messages and would remove live devices."""
+    from typer.testing import CliRunner
+
+    from edge_sdk.cli import app
+
+    result = CliRunner().invoke(app, ["monitor", "--broker", "mqtt://127.0.0.1:1", "--homeassistant", "--share", "g"])
+    assert result.exit_code == 2
+    assert "--homeassistant cannot be combined with --share" in result.output

@@ -82,3 +82,21 @@ def test_without_msgspec_both_step_aside(corpus, monkeypatch) -> None:
     assert fastcheck.parse(raw, LIMIT) == loads_untrusted(raw, LIMIT)
     with pytest.raises(UntrustedInput):
         fastcheck.parse(b"NaN", LIMIT)
+
+
+def test_a_detections_message_with_many_boxes_takes_the_fast_path(monkeypatch) -> None:
+    """Many boxes mean many brackets but a nesting depth of 4: not a reason to leave the C parser."""
+    import json as json_mod
+
+    from edge_sdk.telemetry import fastcheck
+
+    if not fastcheck.available():
+        pytest.skip("msgspec is not installed")
+    boxes = [{"xyxy": [1.0, 2.0, 3.0, 4.0], "score": 0.5, "class_id": 0} for _ in range(50)]
+    raw = json_mod.dumps({"schema": "edge-sdk/detections/1", "detections": boxes}).encode()
+
+    def slow(raw: bytes, max_bytes: int) -> None:
+        raise AssertionError("fell back to the Python parser")
+
+    monkeypatch.setattr(fastcheck, "loads_untrusted", slow)
+    assert fastcheck.parse(raw, 1 << 20)["detections"] == boxes
