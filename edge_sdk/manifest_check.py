@@ -394,7 +394,13 @@ def _precision_fits(manifest: Dict[str, Any], at: At) -> None:
         raise at.key("precision").fail(f"{precision!r} is not among the variants {variants}")
 
 
-CROSS_CHECKS: List[Callable[[Dict[str, Any], At], None]] = [_decoder_fits, _calibration_fits]
+def _has_inputs(manifest: Dict[str, Any], at: At) -> None:
+    """Every bundle describes its network input: without it no preprocessor can be built."""
+    if manifest.get("inputs") is None:
+        raise at.key("inputs").fail("is missing: a bundle names its network input(s)")
+
+
+CROSS_CHECKS: List[Callable[[Dict[str, Any], At], None]] = [_has_inputs, _decoder_fits, _calibration_fits]
 
 
 def check_fields(manifest: Dict[str, Any], origin: str) -> None:
