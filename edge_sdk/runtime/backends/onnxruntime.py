@@ -15,7 +15,7 @@ import numpy as np
 
 from edge_sdk import _imports
 from edge_sdk.errors import BackendError, ModelError
-from edge_sdk.runtime.backends.base import Backend
+from edge_sdk.runtime.backends.base import Backend, Capabilities
 
 PROVIDERS = {
     "cpu": "CPUExecutionProvider",
@@ -173,6 +173,9 @@ class OnnxRuntimeBackend(Backend):
     @property
     def cpu_bound(self) -> bool:
         return self.providers[:1] == [PROVIDERS["cpu"]]
+
+    def capabilities(self) -> Capabilities:
+        return Capabilities(device="cpu" if self.cpu_bound else "gpu", threads=self.threads if self.cpu_bound else 0)
 
     def describe(self) -> Dict[str, Any]:
         return dict(super().describe(), providers=self.providers, threads=self.threads, model=str(self.model_path))

@@ -54,7 +54,7 @@ import numpy as np
 
 from edge_sdk import _imports
 from edge_sdk.errors import BackendError, BundleError
-from edge_sdk.runtime.backends.base import Backend
+from edge_sdk.runtime.backends.base import Backend, Capabilities
 
 log = logging.getLogger(__name__)
 
@@ -559,6 +559,10 @@ class TensorRTBackend(Backend):
     @property
     def cpu_bound(self) -> bool:
         return False
+
+    def capabilities(self) -> Capabilities:
+        return Capabilities(device="gpu", cuda=self.cuda if self.is_active else None,
+                            stream=self.stream if self.is_active else None)
 
     def deactivate(self) -> None:
         self._free()
