@@ -56,6 +56,7 @@ class Backend:
         self.is_active = False
         self.precision: Optional[str] = None  # the bundle variant that runs (None: a model file given directly)
         self.precision_reason = ""  # why that variant: see choose_precision
+        self.device_choice: Optional[Dict[str, Any]] = None  # the precision choice measured on this device (TensorRT)
 
     def activate(self) -> None:
         raise NotImplementedError
@@ -67,6 +68,20 @@ class Backend:
 
     def deactivate(self) -> None:
         raise NotImplementedError
+
+    def input_shape(self, name: str) -> Optional[List[Any]]:
+        """The shape the opened model gives input `name` (a str for a symbolic dimension), or
+        None where the backend cannot tell: the model is checked against its manifest with it."""
+        return None
+
+    def input_dtype(self, name: str) -> Any:
+        """The numpy dtype of input `name` in the opened model, or None where the backend cannot tell."""
+        return None
+
+    def gpu_ms(self) -> Optional[float]:
+        """GPU time of the last `infer` in milliseconds, for backends that time their work on the
+        device with events; None for the others (their infer latency is host time)."""
+        return None
 
     def describe(self) -> Dict[str, Any]:
         """What is running, for logs and telemetry: the backend's name, the variant and why it was
