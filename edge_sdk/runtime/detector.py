@@ -1,7 +1,7 @@
 """Detectors: preprocess -> infer -> decode, for a batch of images or one frame per call.
 
     detector = make_detector("roi", model, RoiConfig(sweep_tiles=2))
-    detections = detector.detect(frame, latency, info)     # BGR frame -> boxes in frame pixels
+    found = detector.detect(Frame(image))                 # BGR frame -> FrameDetections in frame pixels
     detector.set_thresholds(score_threshold=0.4)           # in every mode
 
 - :class:`BatchDetector` is the one place that runs a model: it fills the preprocessor's batch
@@ -31,6 +31,8 @@ from edge_sdk.detections import Detections
 from edge_sdk.errors import ConfigError
 from edge_sdk.preprocess import InputSpec, Preprocessor, Transform
 from edge_sdk.roi.config import RoiConfig
+from edge_sdk.runtime.frame import Frame
+from edge_sdk.runtime.types import FrameDetections
 
 InferFn = Callable[[Dict[str, np.ndarray]], List[np.ndarray]]
 DecodeFn = Callable[[Sequence[np.ndarray], Sequence[Transform]], List[Detections]]
@@ -166,13 +168,15 @@ class PreparedInput:
 
 
 class Detector:
-    """A per-frame detection strategy: BGR frame -> Detections in frame pixels.
+    """A per-frame detection strategy: a Frame -> FrameDetections in frame pixels.
 
-    `detect` adds its stage latencies (ms) to `latency` (keys from
-    edge_sdk.runtime.types.STAGES: preprocess, infer, decode, merge) and may add a report to
-    `info` (it ends up in FrameResult.info). `prepared_spec` is the network input a frame can
-    be prepared into ahead of `detect` on the CPU (None: the detector preprocesses its own
-    inputs, on the GPU or per crop).
+    `detect` returns the detections with its stage latencies (ms, keys from
+    edge_sdk.runtime.types.STAGES: preprocess, infer, decode, merge) and its report (`info`, it
+    ends up in FrameResult.info). Every detector is called the same way: what the pipeline made
+    for the frame ahead (a prepared network input, the device address of its pixels) travels
+    with the Frame, and a detector uses what fits it. `prepared_spec` is the network input a
+    frame can be prepared into ahead of `detect` on the CPU (None: the detector preprocesses its
+    own inputs, on the GPU or per crop).
     """
 
     mode = ""
@@ -188,8 +192,7 @@ class Detector:
         `detect`, the one that raised it."""
         return "detect"
 
-    def detect(self, frame: np.ndarray, latency: Dict[str, float], info: Dict[str, Any],
-               prepared: Optional[PreparedInput] = None) -> Detections:
+    def detect(self, frame: Frame) -> FrameDetections:
         raise NotImplementedError
 
     @property
@@ -237,8 +240,8 @@ class FullFrameDetector(DecoderDetector):
     """Mode ``full``: the whole frame, letterboxed into the network input, one inference, decode,
     no merge. A batch of one of :class:`BatchDetector`.
 
-    A frame prepared elsewhere (a :class:`PreparedInput` of the same input spec) is inferred as
-    it is; otherwise it is preprocessed here into the detector's own tensor. Either way the
+    A frame prepared elsewhere (its `prepared`, a :class:`PreparedInput` of the same input spec)
+    is inferred as it is; otherwise it is preprocessed here into the detector's own tensor. Either way the
     steady state allocates no frame-sized array.
     """
 
@@ -262,27 +265,27 @@ class FullFrameDetector(DecoderDetector):
             self._checked = True
         return self.backend.infer(feed)  # type: ignore[no-any-return]
 
-    def detect(self, frame: np.ndarray, latency: Dict[str, float], info: Dict[str, Any],
-               prepared: Optional[PreparedInput] = None) -> Detections:
-        outputs, transform = self.infer_stage(frame, latency, prepared)
+    def detect(self, frame: Frame) -> FrameDetections:
+        latency: Dict[str, float] = {}
+        outputs, transform = self.infer_stage(frame, latency)
         self.batch.stage = "decode"
         detections = self.decode_stage(outputs, transform, latency)
         self.batch.stage = ""
-        return detections
+        return FrameDetections(detections, latency)
 
-    def infer_stage(self, frame: np.ndarray, latency: Dict[str, float],
-                    prepared: Optional[PreparedInput] = None) -> Tuple[List[np.ndarray], Transform]:
-        """The first half of `detect`: preprocess (unless `prepared` holds this frame's input)
+    def infer_stage(self, frame: Frame, latency: Dict[str, float]) -> Tuple[List[np.ndarray], Transform]:
+        """The first half of `detect`: preprocess (unless the frame's `prepared` input holds it)
         and infer. Returns the backend's outputs (its buffers: valid until its next run) and
         the frame's Transform, for :meth:`decode_stage`, which may run on another thread."""
         batch = self.batch
+        prepared = frame.prepared
         if prepared is not None and prepared.ready and prepared.spec == self.input_spec:
             tensor, transform = prepared.tensor, prepared.transform
             preprocess_ms = prepared.ms
         else:
             batch.stage = "preprocess"
             t0 = clock()
-            transform = batch.preprocessor.fill(frame, 0)
+            transform = batch.preprocessor.fill(frame.image, 0)
             preprocess_ms = (clock() - t0) * 1000.0
             tensor = batch.preprocessor.tensor
         assert transform is not None
@@ -339,17 +342,14 @@ class StrategyDetector(Detector):
         # the roi coarse pass needs candidates below the output threshold
         self.decoder.score_threshold = cfg.proposal_threshold if self.mode == "roi" else score
 
-    def detect(self, frame: np.ndarray, latency: Dict[str, float], info: Dict[str, Any],
-               prepared: Optional[PreparedInput] = None) -> Detections:
+    def detect(self, frame: Frame) -> FrameDetections:
         self.batch_detector.reset_timings()
         t0 = clock()
-        result = self.strategy(frame)
+        result = self.strategy(frame.image)
         total = (clock() - t0) * 1000.0
-        stages = self.batch_detector.timings
-        latency.update(stages)
-        latency["merge"] = max(0.0, total - sum(stages.values()))
-        info.update(result.info)
-        return result.detections
+        latency = dict(self.batch_detector.timings)
+        latency["merge"] = max(0.0, total - sum(latency.values()))
+        return FrameDetections(result.detections, latency, dict(result.info))
 
     @property
     def stage(self) -> str:

@@ -1,7 +1,7 @@
 """Mode ``full`` with preprocessing on the GPU: frame -> GpuPreprocessor -> backend -> decoder.
 
     detector = make_gpu_detector(model)                 # model.backend has `cuda` and `stream` (tensorrt)
-    detections = detector.detect(frame, latency, info)  # or device_ptr= the capture ring's upload
+    found = detector.detect(frame)    # a Frame; its device_ptr: the capture ring's upload, read in place
 
 The preprocessor (edge_sdk.cuda.preprocess.GpuPreprocessor) queues its kernel on the backend's
 own stream and the backend is fed the device tensor it fills, so nothing goes back to the host
@@ -23,7 +23,9 @@ import numpy as np
 from edge_sdk.detections import Detections
 from edge_sdk.errors import ConfigError
 from edge_sdk.preprocess import InputSpec
-from edge_sdk.runtime.detector import DecoderDetector, PreparedInput, clock, model_decoder
+from edge_sdk.runtime.detector import DecoderDetector, clock, model_decoder
+from edge_sdk.runtime.frame import Frame
+from edge_sdk.runtime.types import FrameDetections
 
 
 class GpuFullFrameDetector(DecoderDetector):
@@ -63,29 +65,29 @@ class GpuFullFrameDetector(DecoderDetector):
         self._stage = ""
         self.frames = 0
 
-    def detect(self, frame: np.ndarray, latency: Dict[str, float], info: Dict[str, Any],
-               prepared: Optional[PreparedInput] = None, device_ptr: Optional[int] = None) -> Detections:
-        """`device_ptr`: the frame's pixels are at this device address already, queued on the
-        backend's stream (the capture ring's `upload(slot, backend.stream)`). `prepared` is never
-        used: this detector prepares on the GPU."""
+    def detect(self, frame: Frame) -> FrameDetections:
+        """Where the frame's `device_ptr` is set, its pixels are at that device address already,
+        queued on the backend's stream (the capture ring's `upload(slot, backend.stream)`); else
+        the preprocessor copies them from `image`. A `prepared` input is never used: this
+        detector prepares on the GPU."""
         api, stream = self.cuda, self.backend.stream
         self._stage = "preprocess"
         api.record(self._before, stream)
-        transform = self.preprocessor.fill(frame, 0, device_ptr=device_ptr)
+        transform = self.preprocessor.fill(frame.image, 0, device_ptr=frame.device_ptr)
         api.record(self._after, stream)
         self._stage = "infer"
         outputs = self.backend.infer(self._feed)  # waits for its outputs: the events above are complete too
         self._stage = "decode"
         t0 = clock()
         detections = self.decoder(outputs, (transform,))[0]
-        latency["decode"] = (clock() - t0) * 1000.0
+        latency = {"decode": (clock() - t0) * 1000.0}
         latency["preprocess"] = float(api.elapsed_ms(self._before, self._after))
         gpu_ms = getattr(self.backend, "gpu_ms", None)
         latency["infer"] = float(gpu_ms()) if gpu_ms is not None else 0.0
         latency["merge"] = 0.0
         self._stage = ""
         self.frames += 1
-        return detections
+        return FrameDetections(detections, latency)
 
     @property
     def stage(self) -> str:

@@ -460,10 +460,10 @@ class Pipeline:
         capture, cache = self._capture, self._cache
         assert capture is not None and cache is not None
         info = self._events(slot)
-        frame = slot.frame
+        frame = slot.view
         prepare = self._prepare
-        prepared, thumbnail = prepare.take(slot) if prepare is not None else (None, None)
-        detections = cache.lookup(frame, thumbnail)
+        frame.prepared, thumbnail = prepare.take(slot) if prepare is not None else (None, None)
+        detections = cache.lookup(frame.image, thumbnail)
         cached = detections is not None
         if detections is None:
             detector = self._detector
@@ -471,15 +471,14 @@ class Pipeline:
             try:
                 if detector.preprocess_device == "gpu":
                     # mapped memory: its own device address; pinned: the copy, queued on the stream
-                    ptr = capture.upload(slot, getattr(detector.backend, "stream", None))
-                    detections = detector.detect(frame, latency, info, device_ptr=ptr)
-                elif prepared is None:
-                    detections = detector.detect(frame, latency, info)
-                else:
-                    detections = detector.detect(frame, latency, info, prepared)
+                    capture.upload(slot, detector.backend.capabilities().stream)
+                found = detector.detect(frame)
             except BaseException:
                 self.failed_stage = detector.stage
                 raise
+            latency.update(found.latency)
+            info.update(found.info)
+            detections = found.detections
             cache.store(detections)
         else:
             self.stats.cache_hits += 1
@@ -500,6 +499,7 @@ class Pipeline:
             cached=cached,
             info=info,
             ground_truth=slot.ground_truth,
+            captured=slot.view,
         )
 
     def run(self, callback: Optional[Callable[[FrameResult], None]] = None) -> PipelineStats:

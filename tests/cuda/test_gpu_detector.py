@@ -18,6 +18,7 @@ from edge_sdk.errors import ConfigError
 from edge_sdk.manifest import Bundle
 from edge_sdk.preprocess import InputSpec
 from edge_sdk.runtime.config import CacheConfig, PipelineConfig, SourceConfig
+from edge_sdk.runtime.frame import Frame
 from edge_sdk.runtime.gpu_detector import GpuFullFrameDetector, make_gpu_detector
 from edge_sdk.runtime.model import Model, load_model
 from edge_sdk.runtime.pipeline import Pipeline
@@ -138,8 +139,11 @@ def test_device_ptr_from_a_pinned_upload_is_read_in_place(gpu_model, cpu_detecti
     for frame, want in zip(frames, expected):
         slot.array[...] = frame
         ptr = memory.upload(slot, model.backend.stream)  # what Capture.upload queues on the stream
-        latency: dict = {}
-        same(detector.detect(slot.array, latency, {}, device_ptr=ptr), want)
+        frame = Frame(slot.array)
+        frame.on_device(ptr, model.backend.stream)
+        found = detector.detect(frame)
+        same(found.detections, want)
+        latency = found.latency
         assert set(latency) == {"preprocess", "infer", "decode", "merge"}
     assert detector.preprocessor.device_frames == 3 and detector.preprocessor.staged_frames == 0
     detector.close()
