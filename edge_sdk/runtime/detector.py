@@ -185,6 +185,9 @@ class Detector:
     # "cpu": preprocessing is host work the pipeline may run on another thread; "gpu": it is
     # enqueued on the inference stream by the detector itself (edge_sdk.cuda's GpuPreprocessor)
     preprocess_device = "cpu"
+    # True: `infer_stage` and `decode_stage` split `detect` in two halves that may run on two
+    # threads (the pipeline's infer thread runs the first one frame ahead)
+    splits = False
 
     @property
     def stage(self) -> str:
@@ -246,6 +249,7 @@ class FullFrameDetector(DecoderDetector):
     """
 
     mode = "full"
+    splits = True
 
     def __init__(self, backend: Any, decoder: DecodeFn, input_spec: InputSpec) -> None:
         self.backend = backend
@@ -257,7 +261,7 @@ class FullFrameDetector(DecoderDetector):
 
     def _infer(self, feed: Dict[str, np.ndarray]) -> List[np.ndarray]:
         if not self._checked:
-            names = getattr(self.backend, "input_names", None)
+            names = self.backend.input_names
             if names and self.input_spec.name not in names:
                 raise ConfigError(
                     f"the bundle's input {self.input_spec.name!r} is not an input of the model (its inputs: {names}); rebuild the bundle"

@@ -38,7 +38,7 @@ def make_detector(mode: str, model: Any, roi: Optional[RoiConfig] = None,
     """
     if mode not in MODES:
         raise ConfigError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
-    if mode == "full" and getattr(model.backend, "cuda", None) is not None and getattr(model.backend, "stream", None) is not None:
+    if mode == "full" and model.backend.capabilities().on_stream:
         # a backend on a CUDA stream (TensorRT): preprocess on the GPU, on that stream
         from edge_sdk.runtime.gpu_detector import make_gpu_detector
 

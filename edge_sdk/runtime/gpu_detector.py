@@ -44,12 +44,12 @@ class GpuFullFrameDetector(DecoderDetector):
                  frame_memory: Optional[str] = None) -> None:
         from edge_sdk.cuda.preprocess import GpuPreprocessor
 
-        api = getattr(backend, "cuda", None)
-        stream = getattr(backend, "stream", None)
-        if api is None or stream is None:
+        caps = backend.capabilities()
+        if not caps.on_stream:
             raise ConfigError(f"the GPU detector needs a backend that runs on a CUDA stream (tensorrt, activated); "
-                              f"{getattr(backend, 'name', type(backend).__name__)} has none: use the CPU detector")
-        names = getattr(backend, "input_names", None)
+                              f"{backend.name} has none: use the CPU detector")
+        api, stream = caps.cuda, caps.stream
+        names = backend.input_names
         if names and input_spec.name not in names:
             raise ConfigError(f"the bundle's input {input_spec.name!r} is not an input of the model (its inputs: {names}); "
                               "rebuild the bundle")
@@ -57,6 +57,7 @@ class GpuFullFrameDetector(DecoderDetector):
         self.decoder = decoder
         self.input_spec = input_spec
         self.cuda = api
+        self.stream = stream
         self.preprocessor = GpuPreprocessor(input_spec, api, batch=1, stream=stream, cache=cache, use_graphs=use_graphs,
                                             frame_memory=frame_memory)
         self._feed = {input_spec.name: self.preprocessor.tensor[:1]}  # one view, bound once by the backend
@@ -70,7 +71,7 @@ class GpuFullFrameDetector(DecoderDetector):
         queued on the backend's stream (the capture ring's `upload(slot, backend.stream)`); else
         the preprocessor copies them from `image`. A `prepared` input is never used: this
         detector prepares on the GPU."""
-        api, stream = self.cuda, self.backend.stream
+        api, stream = self.cuda, self.stream
         self._stage = "preprocess"
         api.record(self._before, stream)
         transform = self.preprocessor.fill(frame.image, 0, device_ptr=frame.device_ptr)
@@ -82,8 +83,8 @@ class GpuFullFrameDetector(DecoderDetector):
         detections = self.decoder(outputs, (transform,))[0]
         latency = {"decode": (clock() - t0) * 1000.0}
         latency["preprocess"] = float(api.elapsed_ms(self._before, self._after))
-        gpu_ms = getattr(self.backend, "gpu_ms", None)
-        latency["infer"] = float(gpu_ms()) if gpu_ms is not None else 0.0
+        gpu_ms = self.backend.gpu_ms()
+        latency["infer"] = float(gpu_ms) if gpu_ms is not None else 0.0
         latency["merge"] = 0.0
         self._stage = ""
         self.frames += 1
@@ -119,6 +120,6 @@ def make_gpu_detector(model: Any, thresholds: Optional[Mapping[str, Any]] = None
 
 def measured_frame_memory(backend: Any) -> Any:
     """What `edge-sdk engine` measured of frame memory on this device, as the backend's device
-    choice carries it (edge_sdk.trt.choice.summary), or None."""
-    choice = getattr(backend, "device_choice", None)
+    choice carries it (edge_sdk.trt.choice.summary), or None (no backend, or no measurement)."""
+    choice = backend.device_choice if backend is not None else None
     return choice.get("frame_memory") if isinstance(choice, dict) else None

@@ -17,6 +17,7 @@ from edge_sdk.cuda.frames import PinnedMemory
 from edge_sdk.errors import ConfigError
 from edge_sdk.manifest import Bundle
 from edge_sdk.preprocess import InputSpec
+from edge_sdk.runtime.backends.base import Backend
 from edge_sdk.runtime.config import CacheConfig, PipelineConfig, SourceConfig
 from edge_sdk.runtime.frame import Frame
 from edge_sdk.runtime.gpu_detector import GpuFullFrameDetector, make_gpu_detector
@@ -158,6 +159,7 @@ def test_thresholds_and_a_backend_without_a_stream(gpu_model) -> None:
     with pytest.raises(ConfigError, match="must be a number in"):
         detector.set_thresholds(score_threshold=2)
     detector.close()
-    cpu_backend = type("Cpu", (), {"name": "onnxruntime", "input_names": ["input.1"]})()
+    cpu_backend = type("Cpu", (Backend,), {"name": "onnxruntime", "cpu_bound": True})()
+    cpu_backend.input_names = ["input.1"]
     with pytest.raises(ConfigError, match="needs a backend that runs on a CUDA stream"):
         GpuFullFrameDetector(cpu_backend, None, SPEC)

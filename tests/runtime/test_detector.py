@@ -9,6 +9,7 @@ import pytest
 from edge_sdk.preprocess import InputSpec
 from edge_sdk.errors import ConfigError
 from edge_sdk.roi.config import RoiConfig
+from edge_sdk.runtime.backends.base import Backend
 from edge_sdk.runtime.detector import FullFrameDetector, StrategyDetector
 from edge_sdk.runtime.factory import make_detector
 from edge_sdk.runtime.frame import Frame
@@ -17,13 +18,13 @@ from edge_sdk.runtime.model import Model
 SPEC = InputSpec(name="input.1", shape=[1, 3, 48, 64])
 
 
-class FakeCenterFaceBackend:
+class FakeCenterFaceBackend(Backend):
     """Returns CenterFace-shaped outputs with one face centre of score `peak` in every image."""
 
-    input_names = ["input.1"]
-    output_names = ["537", "538", "539", "540"]
-
     def __init__(self, peak: float) -> None:
+        super().__init__()
+        self.input_names = ["input.1"]
+        self.output_names = ["537", "538", "539", "540"]
         self.peak = peak
         self.feeds: List[tuple] = []
 

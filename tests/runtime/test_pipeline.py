@@ -13,7 +13,8 @@ from edge_sdk.detections import Detections, match_detections
 from edge_sdk.errors import BundleError, ConfigError
 from edge_sdk.runtime.config import CacheConfig, PipelineConfig, ReconnectConfig, SourceConfig
 from edge_sdk.runtime.pipeline import Detector, Pipeline
-from edge_sdk.runtime.types import STAGES
+from edge_sdk.runtime.frame import Frame
+from edge_sdk.runtime.types import STAGES, FrameDetections
 from astronaut import assert_finds_her_face, astronaut_bgr
 from runtime_factories import FakeCamera, ListSource, scene, write_bundle
 
@@ -112,10 +113,10 @@ class RecordingDetector(Detector):
         self.tag = tag
         self.frames = 0
 
-    def detect(self, frame: np.ndarray, latency: Dict[str, float], info: Dict[str, Any]) -> Detections:
+    def detect(self, frame: Frame) -> FrameDetections:
         self.frames += 1
-        info["detector"] = self.tag
-        return Detections(np.array([[0, 0, 1, 1]]), np.array([0.9]), np.array([self.tag]))
+        return FrameDetections(Detections(np.array([[0, 0, 1, 1]]), np.array([0.9]), np.array([self.tag])),
+                               info={"detector": self.tag})
 
 
 def test_injected_detector_and_hot_swap() -> None:
@@ -236,5 +237,5 @@ def test_capture_is_idle_class_only_beside_cpu_inference(tiny_bundle: Path, back
 
 
 class _EmptyDetector(Detector):
-    def detect(self, frame: np.ndarray, latency: Dict[str, float], info: Dict[str, Any]) -> Detections:
-        return Detections.empty()
+    def detect(self, frame: Frame) -> FrameDetections:
+        return FrameDetections(Detections.empty())
