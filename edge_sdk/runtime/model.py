@@ -1,7 +1,7 @@
 """A loaded model: a bundle, its activated backend, its input spec and its decoder settings.
 
     model = load_model("bundle", backend="auto", precision="auto", threads=1)
-    detector = make_detector("full", model)          # edge_sdk.runtime.factory
+    detector = make_detector("full", model)          # edge_sdk.runtime.detectors.factory
     ...
     model.close()                                     # once no detector uses it any more
 

@@ -45,11 +45,12 @@ import threading
 from typing import Any, Callable, Dict, Generator, Iterator, List, Optional, Tuple
 
 from edge_sdk.errors import ConfigError
+from edge_sdk.runtime.backends.base import Backend
 from edge_sdk.runtime.cache import PredictionCache
 from edge_sdk.runtime.capture import Capture, FrameSlot
 from edge_sdk.runtime.config import PipelineConfig
-from edge_sdk.runtime.detector import Detector, PreparedInput
-from edge_sdk.runtime.factory import make_detector
+from edge_sdk.runtime.detectors.base import Detector, PreparedInput
+from edge_sdk.runtime.detectors.factory import make_detector
 from edge_sdk.runtime.infer_thread import InferThread, Item, Pending
 from edge_sdk.runtime.model import Model, load_model
 from edge_sdk.runtime.plan import DetectorFacts, ExecutionPlan, plan as plan_for
@@ -197,7 +198,7 @@ class Pipeline:
             self._cache = PredictionCache(cfg.cache.threshold, (cfg.cache.width, cfg.cache.height), enabled=cfg.cache_enabled)
             self._prepare = self._make_prepare(self._detector)
             from edge_sdk.cuda.frames import frame_memory
-            from edge_sdk.runtime.gpu_detector import measured_frame_memory
+            from edge_sdk.runtime.detectors.gpu import measured_frame_memory
 
             # the backend's CUDA implementation when it has one, so that its kernels read the ring;
             # on a Jetson, the kind `edge-sdk engine` measured faster there
@@ -241,7 +242,7 @@ class Pipeline:
         return self._model
 
     @property
-    def backend(self) -> Any:
+    def backend(self) -> Optional[Backend]:
         if self._detector is not None and self._detector.backend is not None:
             return self._detector.backend
         return self._model.backend if self._model is not None else None

@@ -20,7 +20,7 @@ from edge_sdk.preprocess import InputSpec
 from edge_sdk.runtime.backends.base import Backend
 from edge_sdk.runtime.config import CacheConfig, PipelineConfig, SourceConfig
 from edge_sdk.runtime.frame import Frame
-from edge_sdk.runtime.gpu_detector import GpuFullFrameDetector, make_gpu_detector
+from edge_sdk.runtime.detectors.gpu import GpuFullFrameDetector, make_gpu_detector
 from edge_sdk.runtime.model import Model, load_model
 from edge_sdk.runtime.pipeline import Pipeline
 from fakes.fake_cuda_host import DISCRETE, XAVIER_NX

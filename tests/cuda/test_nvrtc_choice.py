@@ -15,10 +15,10 @@ from edge_sdk.cuda.compiler import KernelCache
 from edge_sdk.cuda.preprocess import GpuPreprocessor
 from edge_sdk.errors import KernelArchitectureError
 from edge_sdk.preprocess import InputSpec
-from edge_sdk.runtime import factory as factory_mod
+from edge_sdk.runtime.detectors import factory as factory_mod
 from edge_sdk.runtime.backends.base import Backend, Capabilities
-from edge_sdk.runtime.detector import FullFrameDetector
-from edge_sdk.runtime.factory import make_detector
+from edge_sdk.runtime.detectors.full import FullFrameDetector
+from edge_sdk.runtime.detectors.factory import make_detector
 from fakes import fake_cuda_python
 
 WHEEL = NvrtcLibrary("/venv/nvidia/cuda_nvrtc/lib/libnvrtc.so.11.2", (11, 8), "pip wheel")
@@ -100,7 +100,7 @@ def test_the_detector_falls_back_to_the_cpu_preprocessor_with_one_warning(kernel
     model = type("Model", (), {})()
     model.backend, model.input_spec = StreamBackend(), SPEC
     model.decoder_spec = {"type": "centerface", "score_threshold": 0.5, "nms_iou": 0.3}
-    with caplog.at_level(logging.WARNING, logger="edge_sdk.runtime.factory"):
+    with caplog.at_level(logging.WARNING, logger="edge_sdk.runtime.detectors.factory"):
         first = make_detector("full", model)
         second = make_detector("full", model)
     assert isinstance(first, FullFrameDetector) and isinstance(second, FullFrameDetector)

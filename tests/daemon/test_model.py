@@ -16,7 +16,8 @@ from edge_sdk.daemon.model import RunningModel
 from edge_sdk.errors import BundleError, ConfigError
 from edge_sdk.preprocess import InputSpec
 from edge_sdk.runtime.config import PipelineConfig
-from edge_sdk.runtime.detector import FullFrameDetector, StrategyDetector
+from edge_sdk.runtime.detectors.full import FullFrameDetector
+from edge_sdk.runtime.detectors.strategy import StrategyDetector
 from edge_sdk.runtime.frame import Frame
 
 from polling import wait_until

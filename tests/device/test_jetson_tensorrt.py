@@ -71,7 +71,7 @@ def test_engine_io_matches_the_bundle_and_host_input_runs(backend, bundle) -> No
 
 def test_gpu_detector_fps_and_stage_latency(backend, bundle, tmp_path) -> None:
     from edge_sdk.cuda.compiler import KernelCache
-    from edge_sdk.runtime.gpu_detector import make_gpu_detector
+    from edge_sdk.runtime.detectors.gpu import make_gpu_detector
     from edge_sdk.runtime.frame import Frame
     from edge_sdk.runtime.model import Model
 

@@ -9,9 +9,11 @@ import pytest
 from edge_sdk.preprocess import InputSpec
 from edge_sdk.errors import ConfigError
 from edge_sdk.roi.config import RoiConfig
-from edge_sdk.runtime.backends.base import Backend
-from edge_sdk.runtime.detector import FullFrameDetector, StrategyDetector
-from edge_sdk.runtime.factory import make_detector
+from edge_sdk.runtime.backends.base import Backend, Capabilities
+from edge_sdk.runtime.detectors import factory as factory_mod
+from edge_sdk.runtime.detectors.full import FullFrameDetector
+from edge_sdk.runtime.detectors.strategy import StrategyDetector
+from edge_sdk.runtime.detectors.factory import detector_modes, make_detector, register_detector
 from edge_sdk.runtime.frame import Frame
 from edge_sdk.runtime.model import Model
 
@@ -115,3 +117,34 @@ def test_pipeline_thresholds_override_the_bundle_decoder() -> None:
     assert len(det.detect(Frame(np.zeros((96, 128, 3), np.uint8))).detections) >= 1
     with pytest.raises(ConfigError, match="mode must be one of"):
         make_detector("sahi", model(0.3), ROI)
+
+
+class StreamFakeBackend(FakeCenterFaceBackend):
+    """The fake, claiming a CUDA stream: what makes the factory pick a mode's GPU variant."""
+
+    def capabilities(self) -> Capabilities:
+        return Capabilities(device="gpu", cuda=object(), stream=object())
+
+
+def test_a_registered_mode_is_built_with_the_decoder_set_up_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(factory_mod, "_REGISTRY", dict(factory_mod._REGISTRY))
+    built: List[tuple] = []
+
+    def build(m: Model, decoder: object, roi: RoiConfig) -> FullFrameDetector:
+        built.append(("cpu", decoder, roi))
+        return FullFrameDetector(m.backend, decoder, m.input_spec)
+
+    def build_on_stream(m: Model, decoder: object, roi: RoiConfig) -> FullFrameDetector:
+        built.append(("stream", decoder, roi))
+        return FullFrameDetector(m.backend, decoder, m.input_spec)
+
+    register_detector("mine", build, on_stream=build_on_stream)
+    assert "mine" in detector_modes() and {"full", "tiles", "roi"} <= set(detector_modes())
+    det = make_detector("mine", model(0.9), ROI, {"score_threshold": 0.7})
+    assert [b[0] for b in built] == ["cpu"] and built[0][2] is ROI
+    assert built[0][1].score_threshold == 0.7 and det.thresholds["score_threshold"] == 0.7
+    on_stream = Model(StreamFakeBackend(0.9), SPEC, {"type": "centerface", "score_threshold": 0.5})
+    make_detector("mine", on_stream)
+    assert [b[0] for b in built] == ["cpu", "stream"] and built[1][2] == RoiConfig()
+    with pytest.raises(ConfigError, match="mode must be one of full, tiles, roi, mine"):
+        make_detector("sahi", model(0.3))

@@ -12,7 +12,7 @@ import pytest
 from edge_sdk.preprocess import InputSpec
 from edge_sdk.runtime.backends.base import Backend, Capabilities
 from edge_sdk.runtime.config import CacheConfig, PipelineConfig, SourceConfig
-from edge_sdk.runtime.factory import make_detector
+from edge_sdk.runtime.detectors.factory import make_detector
 from edge_sdk.runtime.model import Model
 from edge_sdk.runtime.pipeline import Pipeline
 from runtime_factories import CENTERFACE_DECODER, ListSource, scene

@@ -153,7 +153,7 @@ def test_a_swap_whose_input_buffers_cannot_be_made_raises_to_the_caller_and_the_
 
 
 def test_tiles_mode_plugs_in_the_roi_strategy(tiny_bundle: Path) -> None:
-    from edge_sdk.runtime.detector import FullFrameDetector
+    from edge_sdk.runtime.detectors.full import FullFrameDetector
 
     cfg = config("synthetic://faces?width=256&height=128&count=2&min_size=16&max_size=24", tiny_bundle, mode="tiles", max_frames=2)
     with Pipeline(cfg) as pipeline:

@@ -11,11 +11,11 @@ import pytest
 
 from edge_sdk.detections import Detections
 from edge_sdk.preprocess import InputSpec
-from edge_sdk.runtime import detector as detector_mod
+from edge_sdk.runtime.detectors import base as detector_mod
 from edge_sdk.runtime.backends.base import Backend, Capabilities
 from edge_sdk.runtime.config import CacheConfig, PipelineConfig, SourceConfig
-from edge_sdk.runtime.detector import FullFrameDetector
-from edge_sdk.runtime.factory import make_detector
+from edge_sdk.runtime.detectors.full import FullFrameDetector
+from edge_sdk.runtime.detectors.factory import make_detector
 from edge_sdk.runtime.model import Model
 from edge_sdk.runtime.pipeline import Pipeline
 from runtime_factories import CENTERFACE_DECODER, ListSource, scene

@@ -1,6 +1,6 @@
 """Mode ``full`` with preprocessing on the GPU: frame -> GpuPreprocessor -> backend -> decoder.
 
-    detector = make_gpu_detector(model)                 # model.backend has `cuda` and `stream` (tensorrt)
+    detector = make_gpu_detector(model)   # model.backend.capabilities().on_stream (tensorrt)
     found = detector.detect(frame)    # a Frame; its device_ptr: the capture ring's upload, read in place
 
 The preprocessor (edge_sdk.cuda.preprocess.GpuPreprocessor) queues its kernel on the backend's
@@ -18,12 +18,10 @@ from __future__ import annotations
 
 from typing import Any, Dict, Mapping, Optional
 
-import numpy as np
-
-from edge_sdk.detections import Detections
 from edge_sdk.errors import ConfigError
 from edge_sdk.preprocess import InputSpec
-from edge_sdk.runtime.detector import DecoderDetector, clock, model_decoder
+from edge_sdk.runtime.backends.base import Backend
+from edge_sdk.runtime.detectors.base import DecoderDetector, check_input, clock, model_decoder
 from edge_sdk.runtime.frame import Frame
 from edge_sdk.runtime.types import FrameDetections
 
@@ -31,8 +29,8 @@ from edge_sdk.runtime.types import FrameDetections
 class GpuFullFrameDetector(DecoderDetector):
     """The whole frame, letterboxed on the GPU into the backend's input, one inference, decode.
 
-    `backend` must expose `cuda` (a CudaApi) and `stream` (the stream its `infer` runs on) and
-    accept a device tensor as input: the TensorRT backend does. `cache`: the kernel cache
+    `backend` must run on a CUDA stream (its `capabilities().on_stream`: the CudaApi and the
+    stream its `infer` runs on) and accept a device tensor as input: the TensorRT backend does. `cache`: the kernel cache
     (edge_sdk.cuda.compiler.KernelCache; default location when None).
     """
 
@@ -40,7 +38,7 @@ class GpuFullFrameDetector(DecoderDetector):
     preprocess_device = "gpu"
     prepared_spec: Optional[InputSpec] = None
 
-    def __init__(self, backend: Any, decoder: Any, input_spec: InputSpec, cache: Any = None, use_graphs: bool = True,
+    def __init__(self, backend: Backend, decoder: Any, input_spec: InputSpec, cache: Any = None, use_graphs: bool = True,
                  frame_memory: Optional[str] = None) -> None:
         from edge_sdk.cuda.preprocess import GpuPreprocessor
 
@@ -49,10 +47,7 @@ class GpuFullFrameDetector(DecoderDetector):
             raise ConfigError(f"the GPU detector needs a backend that runs on a CUDA stream (tensorrt, activated); "
                               f"{backend.name} has none: use the CPU detector")
         api, stream = caps.cuda, caps.stream
-        names = backend.input_names
-        if names and input_spec.name not in names:
-            raise ConfigError(f"the bundle's input {input_spec.name!r} is not an input of the model (its inputs: {names}); "
-                              "rebuild the bundle")
+        check_input(backend, input_spec)
         self.backend = backend
         self.decoder = decoder
         self.input_spec = input_spec
@@ -111,14 +106,19 @@ def make_gpu_detector(model: Any, thresholds: Optional[Mapping[str, Any]] = None
                       use_graphs: bool = True) -> GpuFullFrameDetector:
     """The GPU full-frame detector over a loaded Model whose backend runs on a CUDA stream.
     `thresholds` (score_threshold, nms_iou) override the bundle's decoder settings."""
-    decoder = model_decoder(model, thresholds)
+    return build_gpu(model, model_decoder(model, thresholds), cache=cache, use_graphs=use_graphs)
+
+
+def build_gpu(model: Any, decoder: Any, roi: Any = None, cache: Any = None, use_graphs: bool = True) -> GpuFullFrameDetector:
+    """The registry's builder of mode ``full`` on a backend that runs on a CUDA stream (`roi` is
+    not used: one pass over the whole frame)."""
     from edge_sdk.cuda.frames import measured_choice
 
     return GpuFullFrameDetector(model.backend, decoder, model.input_spec, cache=cache, use_graphs=use_graphs,
                                 frame_memory=measured_choice(measured_frame_memory(model.backend)))
 
 
-def measured_frame_memory(backend: Any) -> Any:
+def measured_frame_memory(backend: Optional[Backend]) -> Any:
     """What `edge-sdk engine` measured of frame memory on this device, as the backend's device
     choice carries it (edge_sdk.trt.choice.summary), or None (no backend, or no measurement)."""
     choice = backend.device_choice if backend is not None else None
