@@ -229,6 +229,11 @@ class Detector:
         """Change `score_threshold` and/or `nms_iou`; returns the values now in force."""
         raise NotImplementedError
 
+    def describe(self) -> Dict[str, Any]:
+        """What runs, for logs: the mode, where it preprocesses ("cpu" or "gpu") and the
+        thresholds in force; a detector adds what it knows (the GPU one: its preprocessor)."""
+        return {"mode": self.mode, "preprocess": self.preprocess_device, "thresholds": self.thresholds}
+
     def close(self) -> None:
         """Free what the detector holds on its backend (a GPU preprocessor's buffers); before the
         model is closed. Nothing for the CPU detectors."""

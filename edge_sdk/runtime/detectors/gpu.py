@@ -90,7 +90,7 @@ class GpuFullFrameDetector(DecoderDetector):
         return self._stage or "decode"
 
     def describe(self) -> Dict[str, Any]:
-        return {"mode": self.mode, "preprocess": "gpu", **self.preprocessor.describe()}
+        return dict(super().describe(), **self.preprocessor.describe())
 
     def close(self) -> None:
         """Free the preprocessor's device buffers and the events (before the backend is
