@@ -8,7 +8,7 @@ may run on two threads: the pipeline's infer thread runs the first one frame ahe
 """
 from __future__ import annotations
 
-from typing import Any, Dict, List, Sequence, Tuple
+from typing import Dict, List, Sequence, Tuple
 
 import numpy as np
 
