@@ -36,7 +36,7 @@ import numpy as np
 from edge_sdk.builder.default_model import CENTERFACE
 from edge_sdk.detections import Detections, match_detections
 from edge_sdk.roi.strategies import RoiConfig, make_strategy
-from edge_sdk.runtime.detector import BatchDetector
+from edge_sdk.runtime.detectors.base import BatchDetector
 
 TARGETS = {"recall_vs_tiles": 0.90, "latency_vs_tiles": 0.12, "recall_vs_full": 8.0}
 

@@ -1,7 +1,7 @@
 """Shared test plugins."""
 import pytest
 
-pytest_plugins = ["mqtt_broker"]
+pytest_plugins = ["mqtt_broker", "kernel_shim"]
 
 
 @pytest.fixture(scope="session")

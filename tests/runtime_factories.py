@@ -216,3 +216,25 @@ def drain(capture: Any, events: Optional[List[Dict[str, Any]]] = None, in_flight
         held.append(slot)
         while len(held) > in_flight:
             capture.release(held.pop(0))
+
+
+def fake_tensorrt_model(root: Path, cuda: Any, spec: InputSpec, monkeypatch: Any) -> Any:
+    """A Model on the TensorRT backend over the fake TensorRT runtime (tests/fakes) on the fake
+    CUDA `cuda`, activated: its engine computes what tiny_centerface_model does. The caller
+    deactivates `model.backend`."""
+    import sys
+
+    from edge_sdk.manifest import Bundle
+    from edge_sdk.runtime.backends.tensorrt import TensorRTBackend
+    from edge_sdk.runtime.model import Model
+    from fakes.fake_tensorrt import fake_model
+    from fakes.fake_tensorrt_runtime import FakeTensorRTRuntime85
+
+    monkeypatch.setitem(sys.modules, "tensorrt", FakeTensorRTRuntime85(cuda=cuda))
+    model_file = root / "fake.json"
+    root.mkdir(parents=True, exist_ok=True)
+    model_file.write_bytes(fake_model("model.onnx", "fp32", [{"name": spec.name, "shape": list(spec.shape)}]))
+    bundle = Bundle.load(write_bundle(root / "trt-bundle", model_file, spec, CENTERFACE_DECODER))
+    backend = TensorRTBackend.from_bundle(bundle, "fp32", cuda=cuda, cache_dir=root / "engines")
+    backend.activate()
+    return Model(backend, spec, dict(bundle.decoder), bundle)

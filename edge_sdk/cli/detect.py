@@ -27,7 +27,7 @@ def _summary(pipeline: Any, wall_s: float, console: Any) -> None:
     )
     console.print(head)
     backend = pipeline.backend
-    described = backend.describe() if backend is not None and hasattr(backend, "describe") else {}
+    described = backend.describe() if backend is not None else {}
     if described.get("precision"):
         console.print(f"ran {described['precision']} on {described.get('backend')}: {described.get('precision_reason')}")
     layout = pipeline.describe()

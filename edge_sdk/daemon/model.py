@@ -35,8 +35,8 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 from edge_sdk.errors import ConfigError
 from edge_sdk.runtime.config import PipelineConfig
-from edge_sdk.runtime.detector import THRESHOLDS, Detector
-from edge_sdk.runtime.factory import make_detector
+from edge_sdk.runtime.detectors.base import THRESHOLDS, Detector
+from edge_sdk.runtime.detectors.factory import make_detector
 from edge_sdk.runtime.model import Model, load_model
 
 log = logging.getLogger(__name__)

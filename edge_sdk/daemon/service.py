@@ -43,7 +43,7 @@ from edge_sdk.daemon.reload import HotReloader
 from edge_sdk.drift import DriftMonitor
 from edge_sdk.errors import ConfigError, EdgeSdkError
 from edge_sdk.runtime.config import PipelineConfig
-from edge_sdk.runtime.detector import THRESHOLDS
+from edge_sdk.runtime.detectors.base import THRESHOLDS
 from edge_sdk.runtime.model import Model
 from edge_sdk.runtime.types import PipelineStats
 from edge_sdk.telemetry.health import HealthMonitor

@@ -6,7 +6,7 @@
 - :mod:`edge_sdk.roi.strategies`: `FullFrame`, `Tiles`, `RoiScheduler` around a detector callback.
 
 The package is pure strategy and geometry: it imports nothing from :mod:`edge_sdk.runtime`.
-The runtime plugs a model in (:mod:`edge_sdk.runtime.detector`: `BatchDetector` is the
+The runtime plugs a model in (:mod:`edge_sdk.runtime.detectors.base`: `BatchDetector` is the
 callback, `StrategyDetector` the per-frame detector of modes tiles and roi).
 """
 from __future__ import annotations

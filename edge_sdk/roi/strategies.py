@@ -2,7 +2,7 @@
 
 Each strategy is a callable ``strategy(frame) -> StrategyResult`` built around a detector
 callback ``detect(images: List[np.ndarray]) -> List[Detections]`` (boxes in each image's
-pixels; the runtime's is :class:`edge_sdk.runtime.detector.BatchDetector`). The result carries the frame's detections and a
+pixels; the runtime's is :class:`edge_sdk.runtime.detectors.base.BatchDetector`). The result carries the frame's detections and a
 JSON-ready report of what the strategy did, meant for ``FrameResult.info``.
 
 - :class:`FullFrame`: one pass on the frame shrunk to the model input.

@@ -31,7 +31,10 @@ Buffers come from a :class:`~edge_sdk.cuda.frames.FrameMemory` (`memory`), once 
 frame size: ordinary numpy arrays by default, page-locked memory mapped into the GPU (zero-copy,
 an integrated GPU) or pinned memory with one device copy per slot (a discrete GPU) when a CUDA
 device is used. The source decodes straight into the slot's buffer where it can (OpenCV's
-`read(image=buf)`); other frames (grey, BGRA, another size) are converted into it. The first
+`read(image=buf)`); other frames (grey, BGRA, another size) are converted into it. Each slot
+holds one :class:`~edge_sdk.runtime.frame.Frame` (`slot.view`), made with the slot and refilled
+with each frame (its buffer, index and capture clocks); `upload` records on it where the device
+reads the pixels. The first
 frame sizes every slot. A size change mid-stream resizes the free slots at once and the others
 as they come back (each old buffer released first), and is reported once as a
 `frame_size_changed` event. `stop()` releases every buffer.
@@ -50,21 +53,43 @@ import numpy as np
 from edge_sdk.cuda.frames import FrameBuffer, FrameMemory, HostMemory
 from edge_sdk.errors import SourceError
 from edge_sdk.runtime.config import ReconnectConfig
+from edge_sdk.runtime.frame import Frame
 from edge_sdk.runtime.sources import Source, to_bgr
 from edge_sdk.runtime.types import PipelineStats
 
 logger = logging.getLogger(__name__)
 
 
-class FrameSlot:
-    """One preallocated frame buffer and what is known about the frame in it."""
+class _OnFrame:
+    """A FrameSlot attribute kept in the slot's Frame (one owner for each value)."""
 
-    __slots__ = ("slot_id", "buffer", "device_ptr", "allocation", "index", "timestamp", "t_capture", "events",
-                 "ground_truth")
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __get__(self, slot: Any, owner: Any = None) -> Any:
+        return self if slot is None else getattr(slot.view, self.name)
+
+    def __set__(self, slot: Any, value: Any) -> None:
+        setattr(slot.view, self.name, value)
+
+
+class FrameSlot:
+    """One preallocated frame buffer and what is known about the frame in it.
+
+    `view` is the slot's :class:`~edge_sdk.runtime.frame.Frame`, made once with the slot: what
+    the slot hands to the stages after capture. `buffer`, `index`, `timestamp` and `t_capture`
+    are that Frame's (`buffer` is its `image`)."""
+
+    __slots__ = ("slot_id", "view", "device_ptr", "allocation", "events", "ground_truth")
+
+    buffer = _OnFrame("image")  # BGR uint8 (H, W, 3)
+    index = _OnFrame("index")
+    timestamp = _OnFrame("timestamp")
+    t_capture = _OnFrame("t_capture")
 
     def __init__(self, slot_id: int) -> None:
         self.slot_id = slot_id
-        self.buffer: Optional[np.ndarray] = None  # BGR uint8 (H, W, 3)
+        self.view = Frame()
         # Where a kernel reads the frame: the mapping of `buffer` (mapped memory), the slot's
         # device buffer once Capture.upload has queued the copy (pinned memory), else None.
         self.device_ptr: Optional[int] = None
@@ -266,6 +291,7 @@ class Capture:
         allocation = slot.allocation
         slot.buffer = None
         slot.device_ptr = None
+        slot.view.on_device(None)
         slot.allocation = None
         if allocation is not None:
             self.memory.release(allocation)
@@ -276,7 +302,9 @@ class Capture:
         None for host memory. Release the slot only after that work has completed."""
         if slot.allocation is None:
             raise SourceError(f"slot {slot.slot_id} holds no frame; upload a slot that get() has just returned")
-        return self.memory.upload(slot.allocation, stream)
+        ptr = self.memory.upload(slot.allocation, stream)
+        slot.view.on_device(ptr, stream)  # the slot's Frame: readable on the device from there
+        return ptr
 
     def describe(self) -> Dict[str, Any]:
         """The source, the pool and the frame memory path (`frame_memory.path`: "mapped (zero-copy,
@@ -414,6 +442,9 @@ class Capture:
             self._shape = (h, w)
         slot.t_capture = t_capture
         slot.timestamp = timestamp
+        view = slot.view
+        view.on_device(None)  # until this frame is uploaded
+        view.prepared = None
         slot.ground_truth = getattr(self.source, "ground_truth", None)
         self._failures = 0
         return True

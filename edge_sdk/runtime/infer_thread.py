@@ -179,8 +179,10 @@ class InferThread:
             item.cached = hit
             self._post(item)
             return True
+        frame = slot.view
+        frame.prepared = prepared
         try:
-            outputs, item.transform = detector.infer_stage(slot.frame, item.latency, prepared)
+            outputs, item.transform = detector.infer_stage(frame, item.latency)
             item.outputs = item.keep_outputs(list(outputs))
         except BaseException as exc:
             item.error, item.stage = exc, detector.stage

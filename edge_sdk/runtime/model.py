@@ -1,7 +1,7 @@
 """A loaded model: a bundle, its activated backend, its input spec and its decoder settings.
 
     model = load_model("bundle", backend="auto", precision="auto", threads=1)
-    detector = make_detector("full", model)          # edge_sdk.runtime.factory
+    detector = make_detector("full", model)          # edge_sdk.runtime.detectors.factory
     ...
     model.close()                                     # once no detector uses it any more
 
@@ -20,13 +20,14 @@ import numpy as np
 
 from edge_sdk.errors import BundleError
 from edge_sdk.preprocess import InputSpec
+from edge_sdk.runtime.backends.base import Backend
 
 
 @dataclass
 class Model:
     """An activated backend and what a detector needs around it."""
 
-    backend: Any  # an activated edge_sdk.runtime.backends.Backend
+    backend: Backend  # activated
     input_spec: InputSpec
     decoder_spec: Dict[str, Any] = field(default_factory=dict)  # the bundle's "decoder" entry
     bundle: Any = None  # edge_sdk.manifest.Bundle; None for a backend injected without one
@@ -39,7 +40,7 @@ class Model:
 
     def describe(self) -> Dict[str, Any]:
         """Bundle, backend and variant, for logs, the detect summary and telemetry."""
-        backend = self.backend.describe() if hasattr(self.backend, "describe") else {}
+        backend = self.backend.describe()
         target = (self.bundle.get("target") or {}).get("name") if self.bundle is not None else None
         out = {
             "bundle_hash": self.bundle_hash,
@@ -54,7 +55,7 @@ class Model:
 
     def close(self) -> None:
         """Deactivate the backend (idempotent)."""
-        if getattr(self.backend, "is_active", False):
+        if self.backend.is_active:
             self.backend.deactivate()
 
 
@@ -86,8 +87,7 @@ def load_model(
     runner = select_backend(backend, bundle=bundle, precision=precision, threads=threads)
     runner.activate()
     model = Model(runner, spec, dict(bundle.decoder), bundle,
-                  precision=str(getattr(runner, "precision", precision)),
-                  precision_reason=str(getattr(runner, "precision_reason", "") or ""))
+                  precision=str(runner.precision), precision_reason=str(runner.precision_reason or ""))
     try:
         check_io(model)
         warm(model, decoder, warm_runs)
@@ -104,13 +104,11 @@ def check_io(model: Model) -> None:
 
     backend = model.backend
 
-    def per_input(method: str) -> Optional[Dict[str, Any]]:  # what the backend tells of its inputs
-        of = getattr(backend, method, None)
-        return {name: of(name) for name in backend.input_names} if callable(of) else None
-
+    names = backend.input_names
     where = f"the {model.precision} model of {model.bundle.root}"
-    check_model_io(model.bundle, backend.input_names, backend.output_names, where,
-                   per_input("input_shape"), per_input("input_dtype"))
+    # what the backend tells of its inputs (None where it cannot tell: not checked)
+    check_model_io(model.bundle, names, backend.output_names, where, {name: backend.input_shape(name) for name in names},
+                   {name: backend.input_dtype(name) for name in names})
 
 
 def warm(model: Model, decoder: Any = None, runs: int = 2) -> None:

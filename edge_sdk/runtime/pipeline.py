@@ -16,7 +16,9 @@ The stages and where each runs:
 | decode / merge | the inference thread, after infer (ahead: the iterating thread) | the frame's Detections |
 | sinks | the caller's loop body | — |
 
-Where preprocessing runs is a property of the backend and the preprocessor (`placement()`):
+Where each stage runs is the execution plan's (edge_sdk.runtime.plan: a pure function of the
+detector's facts, the backend's Capabilities, the config and the cores; `plan()` gives it,
+`describe()["plan"]` reports it, and the loops below are chosen from it). Preprocessing:
 a CPU preprocessor runs beside capture whenever the detector takes a prepared input (mode
 `full`), so inference never waits for it; `preprocess = "inline"` in the config keeps it on the
 inference thread. A GPU preprocessor (edge_sdk.cuda) is enqueued on the inference stream
@@ -43,13 +45,15 @@ import threading
 from typing import Any, Callable, Dict, Generator, Iterator, List, Optional, Tuple
 
 from edge_sdk.errors import ConfigError
+from edge_sdk.runtime.backends.base import Backend
 from edge_sdk.runtime.cache import PredictionCache
 from edge_sdk.runtime.capture import Capture, FrameSlot
 from edge_sdk.runtime.config import PipelineConfig
-from edge_sdk.runtime.detector import Detector, PreparedInput
-from edge_sdk.runtime.factory import make_detector
+from edge_sdk.runtime.detectors.base import Detector, PreparedInput
+from edge_sdk.runtime.detectors.factory import make_detector
 from edge_sdk.runtime.infer_thread import InferThread, Item, Pending
 from edge_sdk.runtime.model import Model, load_model
+from edge_sdk.runtime.plan import DetectorFacts, ExecutionPlan, plan as plan_for
 from edge_sdk.runtime.sources import Source, open_source
 from edge_sdk.runtime.timing import LatencyWindow, clock
 from edge_sdk.runtime.types import FrameResult, PipelineStats
@@ -136,7 +140,7 @@ class Pipeline:
         self._closed = False
         self._prepare_failed = False
         self._infer_thread: Any = None  # the InferThread while one runs
-        self._layout_cache: Optional[Tuple[Optional[Detector], Tuple[str, str, bool]]] = None
+        self._plan_cache: Optional[Tuple[Optional[Detector], ExecutionPlan]] = None
         self.failed_stage: Optional[str] = None  # the stage whose exception ended the iteration
 
     # -- assembly ------------------------------------------------------------------------------
@@ -159,43 +163,23 @@ class Pipeline:
         capture thread), "inline" (on the inference thread), "stream" (a GPU preprocessor,
         enqueued on the inference stream) or "strategy" (the tiles and roi strategies
         preprocess their own crops)."""
-        return self._layout(detector)[0]
+        return self.plan(detector).preprocess
 
-    def _layout(self, detector: Optional[Detector] = None) -> Tuple[str, str, bool]:
-        """(placement, why, runs ahead) for `detector` (default: the current one). The current
-        detector's is worked out once, while its backend is live, so that `describe()` after
-        `close()` still says how the frames ran."""
+    def plan(self, detector: Optional[Detector] = None) -> ExecutionPlan:
+        """The execution plan of `detector` (default: the current one), edge_sdk.runtime.plan.
+        The current detector's is worked out once, while its backend is live, so that
+        `describe()` after `close()` still says how the frames ran."""
         if detector is not None and detector is not self._detector:
-            return self._layout_of(detector)
-        if self._layout_cache is None or self._layout_cache[0] is not self._detector:
-            self._layout_cache = (self._detector, self._layout_of(self._detector))
-        return self._layout_cache[1]
+            return self._plan_of(detector)
+        if self._plan_cache is None or self._plan_cache[0] is not self._detector:
+            self._plan_cache = (self._detector, self._plan_of(self._detector))
+        return self._plan_cache[1]
 
-    def _layout_of(self, detector: Optional[Detector]) -> Tuple[str, str, bool]:
-        placement, why = self._placement(detector)
-        ahead = (detector is not None and hasattr(detector, "infer_stage") and placement == "capture"
-                 and bool(getattr(detector.backend, "cpu_bound", False)))
-        return placement, why, ahead
-
-    def _placement(self, detector: Optional[Detector]) -> Tuple[str, str]:
-        """(placement, why)."""
-        if detector is not None and getattr(detector, "preprocess_device", "cpu") == "gpu":
-            return "stream", "a GPU preprocessor queues its kernels before inference"
-        if detector is None or detector.prepared_spec is None:
-            return "strategy", "the strategy preprocesses its own crops"
-        choice = self.config.preprocess
-        if choice != "auto":
-            return choice, f"preprocess = {choice!r} in the config"
-        backend = detector.backend
-        cores = available_cores()
-        if getattr(backend, "cpu_bound", False):
-            threads = int(getattr(backend, "threads", 0) or 0) or cores  # 0: the runtime's default, every core
-            if threads >= cores:
-                # measured (bench/bench_pipeline.py, 2 cores, 2 threads): on the capture thread it
-                # only runs in the gaps inference leaves, and frames wait for it
-                return "inline", f"inference uses all {cores} cores: preprocessing runs between inferences"
-            return "capture", f"inference uses {threads} of {cores} cores: preprocessing runs on a free one"
-        return "capture", "inference runs off the CPU"
+    def _plan_of(self, detector: Optional[Detector]) -> ExecutionPlan:
+        backend = detector.backend if detector is not None and detector.backend is not None else self.backend
+        caps = backend.capabilities() if backend is not None else None
+        facts = DetectorFacts.of(detector) if detector is not None else None
+        return plan_for(facts, caps, self.config, available_cores())
 
     def open(self) -> "Pipeline":
         """Build what was not injected, open the source and start capturing. Idempotent."""
@@ -213,17 +197,18 @@ class Pipeline:
                 self._source = open_source(cfg.source.uri, loop=cfg.source.loop, **cfg.source.options)
             self._cache = PredictionCache(cfg.cache.threshold, (cfg.cache.width, cfg.cache.height), enabled=cfg.cache_enabled)
             self._prepare = self._make_prepare(self._detector)
-            # With inference on the CPU, capture runs only on cores inference leaves idle.
-            idle = cfg.capture_nice > 0 and bool(getattr(self.backend, "cpu_bound", False))
             from edge_sdk.cuda.frames import frame_memory
-            from edge_sdk.runtime.gpu_detector import measured_frame_memory
+            from edge_sdk.runtime.detectors.gpu import measured_frame_memory
 
             # the backend's CUDA implementation when it has one, so that its kernels read the ring;
             # on a Jetson, the kind `edge-sdk engine` measured faster there
-            memory = frame_memory(cfg.frame_memory, cuda=getattr(self.backend, "cuda", None),
-                                  measured=measured_frame_memory(self.backend))
+            backend = self.backend
+            memory = frame_memory(cfg.frame_memory, cuda=backend.capabilities().cuda if backend is not None else None,
+                                  measured=measured_frame_memory(backend))
+            # With inference on the CPU, capture runs only on cores inference leaves idle (the plan).
             capture = Capture(self._source, cfg.pool_size, fps=cfg.source.fps, reconnect=cfg.reconnect, stats=self.stats,
-                              nice=cfg.capture_nice, idle=idle, prepare=self._run_prepare, memory=memory)
+                              nice=cfg.capture_nice, idle=self.plan().capture_idle, prepare=self._run_prepare,
+                              memory=memory)
             capture.start()
             self._capture = capture
         except BaseException:
@@ -257,7 +242,7 @@ class Pipeline:
         return self._model
 
     @property
-    def backend(self) -> Any:
+    def backend(self) -> Optional[Backend]:
         if self._detector is not None and self._detector.backend is not None:
             return self._detector.backend
         return self._model.backend if self._model is not None else None
@@ -273,7 +258,8 @@ class Pipeline:
     def describe(self) -> Dict[str, Any]:
         """The stages and where each runs, the model and the mode, for logs and summaries."""
         detector = self._detector
-        placement, why, ahead = self._layout(detector)
+        execution = self.plan(detector)
+        placement, why, ahead = execution.preprocess, execution.why, execution.ahead
         stages = [
             {"stage": "capture", "runs_on": "capture thread"},
             {"stage": "preprocess", "runs_on": {"capture": "capture thread", "inline": "inference thread",
@@ -286,15 +272,15 @@ class Pipeline:
         ]
         if ahead:
             stages[2] = {"stage": "infer", "runs_on": "infer thread (its own, one frame ahead of decode)",
-                         "why": "a CPU backend leaves a core free: the thread that runs the model does nothing else"}
+                         "why": execution.ahead_why}
             stages[3] = {"stage": "decode/merge", "runs_on": "consumer (the thread iterating the pipeline)"}
-        out: Dict[str, Any] = {"mode": getattr(detector, "mode", self.config.mode), "stages": stages,
-                               "pool_size": self.config.pool_size}
+        out: Dict[str, Any] = {"mode": detector.mode if detector is not None else self.config.mode, "stages": stages,
+                               "pool_size": self.config.pool_size, "plan": execution.to_dict()}
         if self._capture is not None:
             out["frame_memory"] = self._capture.memory.describe()
         if self._model is not None:
             out["model"] = self._model.describe()
-        elif self.backend is not None and hasattr(self.backend, "describe"):
+        elif self.backend is not None:
             out["model"] = {"backend": str(self.backend.describe().get("backend"))}
         if detector is not None:
             out["thresholds"] = detector.thresholds
@@ -339,7 +325,7 @@ class Pipeline:
         """Whether the infer stage runs on a thread of its own, one frame ahead of decode
         (edge_sdk.runtime.infer_thread): a full-frame detector on a CPU backend that leaves a
         core free, whose frames are preprocessed beside capture."""
-        return self._layout(detector)[2]
+        return self.plan(detector).ahead
 
     def __iter__(self) -> Iterator[FrameResult]:
         self.open()
@@ -460,26 +446,26 @@ class Pipeline:
         capture, cache = self._capture, self._cache
         assert capture is not None and cache is not None
         info = self._events(slot)
-        frame = slot.frame
+        frame = slot.view
         prepare = self._prepare
-        prepared, thumbnail = prepare.take(slot) if prepare is not None else (None, None)
-        detections = cache.lookup(frame, thumbnail)
+        frame.prepared, thumbnail = prepare.take(slot) if prepare is not None else (None, None)
+        detections = cache.lookup(frame.image, thumbnail)
         cached = detections is not None
         if detections is None:
             detector = self._detector
             assert detector is not None
             try:
-                if detector.preprocess_device == "gpu":
+                stream = self.plan().upload_stream
+                if stream is not None:
                     # mapped memory: its own device address; pinned: the copy, queued on the stream
-                    ptr = capture.upload(slot, getattr(detector.backend, "stream", None))
-                    detections = detector.detect(frame, latency, info, device_ptr=ptr)
-                elif prepared is None:
-                    detections = detector.detect(frame, latency, info)
-                else:
-                    detections = detector.detect(frame, latency, info, prepared)
+                    capture.upload(slot, stream)
+                found = detector.detect(frame)
             except BaseException:
                 self.failed_stage = detector.stage
                 raise
+            latency.update(found.latency)
+            info.update(found.info)
+            detections = found.detections
             cache.store(detections)
         else:
             self.stats.cache_hits += 1
@@ -500,6 +486,7 @@ class Pipeline:
             cached=cached,
             info=info,
             ground_truth=slot.ground_truth,
+            captured=slot.view,
         )
 
     def run(self, callback: Optional[Callable[[FrameResult], None]] = None) -> PipelineStats:

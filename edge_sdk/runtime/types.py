@@ -1,4 +1,5 @@
-"""What the pipeline hands to its consumers: one FrameResult per processed frame."""
+"""What a detector returns for a frame (FrameDetections) and what the pipeline hands to its
+consumers (one FrameResult per processed frame)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -7,9 +8,24 @@ from typing import Any, Dict, Optional
 import numpy as np
 
 from edge_sdk.detections import Detections
+from edge_sdk.runtime.frame import Frame
 
 # Stage names, in pipeline order. Latencies are milliseconds.
 STAGES = ("capture_wait", "preprocess", "infer", "decode", "merge")
+
+
+class FrameDetections:
+    """What a detector found in one frame: `detections` in frame pixels, `latency` (ms per stage
+    it ran: preprocess, infer, decode, merge) and `info` (its report, e.g. the ROI scheduler's;
+    it ends up in FrameResult.info)."""
+
+    __slots__ = ("detections", "latency", "info")
+
+    def __init__(self, detections: Detections, latency: Optional[Dict[str, float]] = None,
+                 info: Optional[Dict[str, Any]] = None) -> None:
+        self.detections = detections
+        self.latency: Dict[str, float] = latency if latency is not None else {}
+        self.info: Dict[str, Any] = info if info is not None else {}
 
 
 @dataclass
@@ -18,7 +34,9 @@ class FrameResult:
 
     `latency_ms` has one entry per stage that ran plus `total`: capture (the moment the
     source delivered the frame) to result. `frame` is the source's buffer, valid only until
-    the next result is requested unless the consumer copies it.
+    the next result is requested unless the consumer copies it; `captured` is the Frame it is
+    the host view of (stream id, capture clocks, the device pointer where a device held it),
+    equally the capture ring's until the next result.
     """
 
     index: int
@@ -29,6 +47,7 @@ class FrameResult:
     cached: bool = False  # served from the prediction cache
     info: Dict[str, Any] = field(default_factory=dict)  # e.g. ROI scheduler report, source events
     ground_truth: Optional[Detections] = None  # synthetic sources: the true boxes (not serialized)
+    captured: Optional[Frame] = None
 
     def to_json(self) -> Dict[str, Any]:
         """The `--jsonl` line format."""

@@ -6,7 +6,6 @@ behind the CPU preprocessor and FullFrameDetector, on the same frames.
 """
 from __future__ import annotations
 
-import sys
 from typing import Any, List
 
 import numpy as np
@@ -15,16 +14,16 @@ import pytest
 from edge_sdk.cuda.compiler import KernelCache
 from edge_sdk.cuda.frames import PinnedMemory
 from edge_sdk.errors import ConfigError
-from edge_sdk.manifest import Bundle
 from edge_sdk.preprocess import InputSpec
+from edge_sdk.runtime.backends.base import Backend
 from edge_sdk.runtime.config import CacheConfig, PipelineConfig, SourceConfig
-from edge_sdk.runtime.gpu_detector import GpuFullFrameDetector, make_gpu_detector
-from edge_sdk.runtime.model import Model, load_model
+from edge_sdk.runtime.frame import Frame
+from edge_sdk.runtime.detectors.gpu import GpuFullFrameDetector, make_gpu_detector
+from edge_sdk.runtime.model import load_model
 from edge_sdk.runtime.pipeline import Pipeline
 from fakes.fake_cuda_host import DISCRETE, XAVIER_NX
-from fakes.fake_tensorrt import fake_model
-from fakes.fake_tensorrt_runtime import FakeRuntimeCuda, FakeTensorRTRuntime85
-from runtime_factories import CENTERFACE_DECODER, ListSource, tiny_centerface_model, write_bundle
+from fakes.fake_tensorrt_runtime import FakeRuntimeCuda
+from runtime_factories import CENTERFACE_DECODER, ListSource, fake_tensorrt_model, tiny_centerface_model, write_bundle
 
 SPEC = InputSpec(name="input.1", shape=[1, 3, 32, 64], resize="letterbox")
 
@@ -49,16 +48,9 @@ def gpu_model(kernel_shim, monkeypatch, tmp_path):
 
     def make(props=XAVIER_NX):
         cuda = FakeRuntimeCuda(kernel_shim("preprocess.cu").launch, props=props)
-        monkeypatch.setitem(sys.modules, "tensorrt", FakeTensorRTRuntime85(cuda=cuda))
-        model_file = tmp_path / "fake.json"
-        model_file.write_bytes(fake_model("model.onnx", "fp32", [{"name": "input.1", "shape": [1, 3, 32, 64]}]))
-        bundle = Bundle.load(write_bundle(tmp_path / "trt-bundle", model_file, SPEC, CENTERFACE_DECODER))
-        from edge_sdk.runtime.backends.tensorrt import TensorRTBackend
-
-        backend = TensorRTBackend.from_bundle(bundle, "fp32", cuda=cuda, cache_dir=tmp_path / "engines")
-        backend.activate()
-        opened.append(backend)
-        return Model(backend, SPEC, dict(bundle.decoder), bundle), cuda, KernelCache(directory=tmp_path / "kernels")
+        model = fake_tensorrt_model(tmp_path / f"trt{len(opened)}", cuda, SPEC, monkeypatch)
+        opened.append(model.backend)
+        return model, cuda, KernelCache(directory=tmp_path / "kernels")
 
     yield make
     for backend in opened:
@@ -138,8 +130,11 @@ def test_device_ptr_from_a_pinned_upload_is_read_in_place(gpu_model, cpu_detecti
     for frame, want in zip(frames, expected):
         slot.array[...] = frame
         ptr = memory.upload(slot, model.backend.stream)  # what Capture.upload queues on the stream
-        latency: dict = {}
-        same(detector.detect(slot.array, latency, {}, device_ptr=ptr), want)
+        frame = Frame(slot.array)
+        frame.on_device(ptr, model.backend.stream)
+        found = detector.detect(frame)
+        same(found.detections, want)
+        latency = found.latency
         assert set(latency) == {"preprocess", "infer", "decode", "merge"}
     assert detector.preprocessor.device_frames == 3 and detector.preprocessor.staged_frames == 0
     detector.close()
@@ -154,6 +149,7 @@ def test_thresholds_and_a_backend_without_a_stream(gpu_model) -> None:
     with pytest.raises(ConfigError, match="must be a number in"):
         detector.set_thresholds(score_threshold=2)
     detector.close()
-    cpu_backend = type("Cpu", (), {"name": "onnxruntime", "input_names": ["input.1"]})()
+    cpu_backend = type("Cpu", (Backend,), {"name": "onnxruntime", "cpu_bound": True})()
+    cpu_backend.input_names = ["input.1"]
     with pytest.raises(ConfigError, match="needs a backend that runs on a CUDA stream"):
         GpuFullFrameDetector(cpu_backend, None, SPEC)

@@ -15,9 +15,10 @@ from edge_sdk.cuda.compiler import KernelCache
 from edge_sdk.cuda.preprocess import GpuPreprocessor
 from edge_sdk.errors import KernelArchitectureError
 from edge_sdk.preprocess import InputSpec
-from edge_sdk.runtime import factory as factory_mod
-from edge_sdk.runtime.detector import FullFrameDetector
-from edge_sdk.runtime.factory import make_detector
+from edge_sdk.runtime.detectors import factory as factory_mod
+from edge_sdk.runtime.backends.base import Backend, Capabilities
+from edge_sdk.runtime.detectors.full import FullFrameDetector
+from edge_sdk.runtime.detectors.factory import make_detector
 from fakes import fake_cuda_python
 
 WHEEL = NvrtcLibrary("/venv/nvidia/cuda_nvrtc/lib/libnvrtc.so.11.2", (11, 8), "pip wheel")
@@ -81,21 +82,25 @@ def test_the_detector_falls_back_to_the_cpu_preprocessor_with_one_warning(kernel
     monkeypatch.setenv("EDGE_SDK_KERNEL_CACHE", str(tmp_path / "kernels"))
     monkeypatch.setattr(factory_mod, "_WARNED", set())
 
-    class Backend:  # what make_detector looks at: a backend on a CUDA stream
+    class StreamBackend(Backend):  # what make_detector looks at: a backend on a CUDA stream
         name = "tensorrt"
-        input_names = ["input.1"]
 
         def __init__(self) -> None:
+            super().__init__()
+            self.input_names = ["input.1"]
             self.cuda, self.stream = cuda, cuda.create_stream()
+
+        def capabilities(self) -> Capabilities:
+            return Capabilities(device="gpu", cuda=self.cuda, stream=self.stream)
 
         def infer(self, feed):
             x = feed["input.1"]
             return [np.full((x.shape[0], 1, 8, 16), float(x.mean()), np.float32)] * 4
 
     model = type("Model", (), {})()
-    model.backend, model.input_spec = Backend(), SPEC
+    model.backend, model.input_spec = StreamBackend(), SPEC
     model.decoder_spec = {"type": "centerface", "score_threshold": 0.5, "nms_iou": 0.3}
-    with caplog.at_level(logging.WARNING, logger="edge_sdk.runtime.factory"):
+    with caplog.at_level(logging.WARNING, logger="edge_sdk.runtime.detectors.factory"):
         first = make_detector("full", model)
         second = make_detector("full", model)
     assert isinstance(first, FullFrameDetector) and isinstance(second, FullFrameDetector)

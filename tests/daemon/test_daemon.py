@@ -346,7 +346,7 @@ def test_sighup_with_a_new_bundle_while_a_reload_runs_keeps_running(models: Path
 
 
 def test_set_mode_switches_the_detector_between_frames(models: Path, tmp_path: Path, broker, message_log) -> None:
-    from edge_sdk.runtime.detector import StrategyDetector
+    from edge_sdk.runtime.detectors.strategy import StrategyDetector
 
     log = message_log(broker.url, ["edge-sdk/cam-1/cmd/response"])
     daemon = Daemon(config(models, tmp_path, broker.url))

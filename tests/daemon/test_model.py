@@ -16,7 +16,9 @@ from edge_sdk.daemon.model import RunningModel
 from edge_sdk.errors import BundleError, ConfigError
 from edge_sdk.preprocess import InputSpec
 from edge_sdk.runtime.config import PipelineConfig
-from edge_sdk.runtime.detector import FullFrameDetector, StrategyDetector
+from edge_sdk.runtime.detectors.full import FullFrameDetector
+from edge_sdk.runtime.detectors.strategy import StrategyDetector
+from edge_sdk.runtime.frame import Frame
 
 from polling import wait_until
 from runtime_factories import tiny_centerface_model, write_bundle
@@ -71,7 +73,7 @@ class SwapRecorder:
 
 
 def scores(detector: Any) -> np.ndarray:
-    return detector.detect(halves(), {}, {}).confidence
+    return detector.detect(Frame(halves())).detections.confidence
 
 
 @pytest.fixture

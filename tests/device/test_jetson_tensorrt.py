@@ -71,7 +71,8 @@ def test_engine_io_matches_the_bundle_and_host_input_runs(backend, bundle) -> No
 
 def test_gpu_detector_fps_and_stage_latency(backend, bundle, tmp_path) -> None:
     from edge_sdk.cuda.compiler import KernelCache
-    from edge_sdk.runtime.gpu_detector import make_gpu_detector
+    from edge_sdk.runtime.detectors.gpu import make_gpu_detector
+    from edge_sdk.runtime.frame import Frame
     from edge_sdk.runtime.model import Model
 
     spec = bundle.inputs[0]
@@ -82,11 +83,10 @@ def test_gpu_detector_fps_and_stage_latency(backend, bundle, tmp_path) -> None:
     pre, inf, dec = [], [], []
     try:
         for _ in range(10):  # warm-up: kernel compile, graph captures
-            detector.detect(frame_buf.array, {}, {})
+            detector.detect(Frame(frame_buf.array))
         t0 = time.perf_counter()
         for _ in range(FRAMES):
-            latency: dict = {}
-            detector.detect(frame_buf.array, latency, {})
+            latency = detector.detect(Frame(frame_buf.array)).latency
             pre.append(latency["preprocess"])
             inf.append(latency["infer"])
             dec.append(latency["decode"])

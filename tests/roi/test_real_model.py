@@ -6,7 +6,7 @@ from typing import Dict
 import pytest
 
 from edge_sdk.detections import match_detections
-from edge_sdk.runtime.detector import BatchDetector
+from edge_sdk.runtime.detectors.base import BatchDetector
 from edge_sdk.roi.strategies import RoiConfig, make_strategy
 
 # ROI mode on 4 frames of the seed-2 colour 4K scene finds at least this share of the faces.
@@ -61,7 +61,7 @@ def test_pipeline_in_roi_mode_reports_per_frame(centerface_384x640_path) -> None
     from edge_sdk.builder.default_model import CENTERFACE
     from edge_sdk.runtime.backends.onnxruntime import OnnxRuntimeBackend
     from edge_sdk.runtime.config import CacheConfig, PipelineConfig, SourceConfig
-    from edge_sdk.runtime.factory import make_detector
+    from edge_sdk.runtime.detectors.factory import make_detector
     from edge_sdk.runtime.model import Model
     from edge_sdk.runtime.pipeline import Pipeline
 

@@ -22,7 +22,7 @@ from edge_sdk.detections import Detections
 from edge_sdk.preprocess import InputSpec, Transform
 from edge_sdk.runtime.backends.onnxruntime import OnnxRuntimeBackend
 from edge_sdk.runtime.config import CacheConfig, PipelineConfig, SourceConfig
-from edge_sdk.runtime.detector import FullFrameDetector
+from edge_sdk.runtime.detectors.full import FullFrameDetector
 from edge_sdk.runtime.pipeline import Pipeline
 from runtime_factories import CENTERFACE_DECODER, tiny_centerface_model
 

@@ -10,8 +10,9 @@ import numpy as np
 import pytest
 
 from edge_sdk.preprocess import InputSpec
+from edge_sdk.runtime.backends.base import Backend, Capabilities
 from edge_sdk.runtime.config import CacheConfig, PipelineConfig, SourceConfig
-from edge_sdk.runtime.factory import make_detector
+from edge_sdk.runtime.detectors.factory import make_detector
 from edge_sdk.runtime.model import Model
 from edge_sdk.runtime.pipeline import Pipeline
 from runtime_factories import CENTERFACE_DECODER, ListSource, scene
@@ -26,16 +27,17 @@ def config(**kw: Any) -> PipelineConfig:
     return PipelineConfig(source=SourceConfig(""), **kw)
 
 
-class CellBackend:
+class CellBackend(Backend):
     """A CPU backend whose 'face' sits in a cell that depends on the frame's mean, so that each
     frame's result is its own; records which thread ran each inference."""
 
-    input_names = ["input.1"]
-    is_active = True
     cpu_bound = True
     threads = 1
 
     def __init__(self, gate: Any = None) -> None:
+        super().__init__()
+        self.input_names = ["input.1"]
+        self.is_active = True
         self.threads_seen: List[str] = []
         self.gate = gate  # called before each inference (tests that need a rendezvous)
         self.runs = 0
@@ -52,6 +54,9 @@ class CellBackend:
         heat[:, 0, 4, cell] = 0.9
         return [heat, np.zeros((n, 2, h, w), np.float32), np.zeros((n, 2, h, w), np.float32),
                 np.zeros((n, 10, h, w), np.float32)]
+
+    def capabilities(self) -> Capabilities:
+        return Capabilities(device="cpu", threads=self.threads)
 
 
 def frames(n: int) -> List[np.ndarray]:

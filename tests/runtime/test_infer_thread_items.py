@@ -31,12 +31,12 @@ class NumberDetector:
         self.stage = ""
         self._out = np.zeros((1, 4), np.float32)
 
-    def infer_stage(self, frame: np.ndarray, latency: Dict[str, float], prepared: Any) -> Any:
+    def infer_stage(self, frame: Any, latency: Dict[str, float]) -> Any:
         self.stage = "infer"
         if self.runs == self.fail_at:
             raise RuntimeError("backend failed")
         self.runs += 1
-        self._out[...] = float(frame[0, 0, 0])
+        self._out[...] = float(frame.image[0, 0, 0])
         latency["infer"] = 1.0
         return [self._out], TRANSFORM
 

@@ -13,7 +13,8 @@ from edge_sdk.detections import Detections, match_detections
 from edge_sdk.errors import BundleError, ConfigError
 from edge_sdk.runtime.config import CacheConfig, PipelineConfig, ReconnectConfig, SourceConfig
 from edge_sdk.runtime.pipeline import Detector, Pipeline
-from edge_sdk.runtime.types import STAGES
+from edge_sdk.runtime.frame import Frame
+from edge_sdk.runtime.types import STAGES, FrameDetections
 from astronaut import assert_finds_her_face, astronaut_bgr
 from runtime_factories import FakeCamera, ListSource, scene, write_bundle
 
@@ -112,10 +113,10 @@ class RecordingDetector(Detector):
         self.tag = tag
         self.frames = 0
 
-    def detect(self, frame: np.ndarray, latency: Dict[str, float], info: Dict[str, Any]) -> Detections:
+    def detect(self, frame: Frame) -> FrameDetections:
         self.frames += 1
-        info["detector"] = self.tag
-        return Detections(np.array([[0, 0, 1, 1]]), np.array([0.9]), np.array([self.tag]))
+        return FrameDetections(Detections(np.array([[0, 0, 1, 1]]), np.array([0.9]), np.array([self.tag])),
+                               info={"detector": self.tag})
 
 
 def test_injected_detector_and_hot_swap() -> None:
@@ -152,7 +153,7 @@ def test_a_swap_whose_input_buffers_cannot_be_made_raises_to_the_caller_and_the_
 
 
 def test_tiles_mode_plugs_in_the_roi_strategy(tiny_bundle: Path) -> None:
-    from edge_sdk.runtime.detector import FullFrameDetector
+    from edge_sdk.runtime.detectors.full import FullFrameDetector
 
     cfg = config("synthetic://faces?width=256&height=128&count=2&min_size=16&max_size=24", tiny_bundle, mode="tiles", max_frames=2)
     with Pipeline(cfg) as pipeline:
@@ -236,5 +237,5 @@ def test_capture_is_idle_class_only_beside_cpu_inference(tiny_bundle: Path, back
 
 
 class _EmptyDetector(Detector):
-    def detect(self, frame: np.ndarray, latency: Dict[str, float], info: Dict[str, Any]) -> Detections:
-        return Detections.empty()
+    def detect(self, frame: Frame) -> FrameDetections:
+        return FrameDetections(Detections.empty())

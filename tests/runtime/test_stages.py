@@ -11,10 +11,11 @@ import pytest
 
 from edge_sdk.detections import Detections
 from edge_sdk.preprocess import InputSpec
-from edge_sdk.runtime import detector as detector_mod
+from edge_sdk.runtime.detectors import base as detector_mod
+from edge_sdk.runtime.backends.base import Backend, Capabilities
 from edge_sdk.runtime.config import CacheConfig, PipelineConfig, SourceConfig
-from edge_sdk.runtime.detector import FullFrameDetector
-from edge_sdk.runtime.factory import make_detector
+from edge_sdk.runtime.detectors.full import FullFrameDetector
+from edge_sdk.runtime.detectors.factory import make_detector
 from edge_sdk.runtime.model import Model
 from edge_sdk.runtime.pipeline import Pipeline
 from runtime_factories import CENTERFACE_DECODER, ListSource, scene
@@ -83,14 +84,16 @@ def test_prepared_inputs_are_filled_on_the_capture_thread(tiny_bundle: Path, mon
     assert all(name.startswith("edge-sdk-capture") for name in inline_threads), inline_threads
 
 
-class ShapeCheckingBackend:
+class ShapeCheckingBackend(Backend):
     """Runs like the tiny CenterFace (one 'face' cell per image) and records the shapes it is fed."""
 
-    input_names = ["input.1"]
-    is_active = True
     cpu_bound = True
+    threads = 0
 
     def __init__(self, height: int, width: int) -> None:
+        super().__init__()
+        self.input_names = ["input.1"]
+        self.is_active = True
         self.shape = (1, 3, height, width)
         self.fed: List[tuple] = []
 
@@ -102,6 +105,9 @@ class ShapeCheckingBackend:
         heat = np.zeros((n, 1, h, w), np.float32)
         heat[:, 0, 2, 2] = 0.9
         return [heat, np.zeros((n, 2, h, w), np.float32), np.zeros((n, 2, h, w), np.float32), np.zeros((n, 10, h, w), np.float32)]
+
+    def capabilities(self) -> Capabilities:
+        return Capabilities(device="cpu" if self.cpu_bound else "gpu", threads=self.threads)
 
 
 def test_a_swap_to_another_input_size_never_feeds_a_stale_tensor() -> None:

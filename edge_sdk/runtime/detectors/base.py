@@ -1,19 +1,24 @@
-"""Detectors: preprocess -> infer -> decode, for a batch of images or one frame per call.
+"""What every detector is made of: the Detector interface, its thresholds, the batch runner and
+the prepared input.
 
-    detector = make_detector("roi", model, RoiConfig(sweep_tiles=2))
-    detections = detector.detect(frame, latency, info)     # BGR frame -> boxes in frame pixels
+    found = detector.detect(Frame(image))                 # BGR frame -> FrameDetections in frame pixels
     detector.set_thresholds(score_threshold=0.4)           # in every mode
 
+- :class:`Detector` is the interface the pipeline calls, the same way for every detector:
+  ``detect(frame) -> FrameDetections``. What the pipeline made for the frame ahead of it (a
+  prepared network input, the device address of its pixels) travels with the Frame.
 - :class:`BatchDetector` is the one place that runs a model: it fills the preprocessor's batch
   slots, runs the backend once per batch and decodes. As a callable
   ``detect(images) -> List[Detections]`` it is the callback the strategies of
   :mod:`edge_sdk.roi.strategies` take (supervision's callback style).
-- :class:`FullFrameDetector` is mode ``full``: a batch of one, the whole frame. Its input can
-  be prepared elsewhere (:class:`PreparedInput`, filled by the pipeline's preprocess stage on
-  another thread) so that inference never waits for preprocessing.
-- :class:`StrategyDetector` is modes ``tiles`` and ``roi``: a strategy around a BatchDetector.
-- :func:`~edge_sdk.runtime.factory.make_detector` builds the one for a mode from a loaded
-  :class:`~edge_sdk.runtime.model.Model`; every detector's decoder is set up by :func:`model_decoder`.
+- :class:`PreparedInput` is one network input filled ahead of `detect` (by the pipeline's
+  preprocess stage, on another thread), so that inference never waits for preprocessing.
+- :func:`model_decoder` is the one decoder set-up of every detector: the bundle's decoder
+  settings with the thresholds given in their place.
+
+The detectors are :mod:`.full` (mode ``full``), :mod:`.gpu` (mode ``full`` preprocessed on the
+inference stream) and :mod:`.strategy` (modes ``tiles`` and ``roi``); :mod:`.factory` builds the
+one for a mode from its registry.
 
 The output score threshold and the NMS IoU have one owner, the detector: it starts from the
 bundle's decoder settings (or the pipeline's top-level ``score_threshold`` / ``nms_iou``) and
@@ -30,7 +35,9 @@ import numpy as np
 from edge_sdk.detections import Detections
 from edge_sdk.errors import ConfigError
 from edge_sdk.preprocess import InputSpec, Preprocessor, Transform
-from edge_sdk.roi.config import RoiConfig
+from edge_sdk.runtime.backends.base import Backend
+from edge_sdk.runtime.frame import Frame
+from edge_sdk.runtime.types import FrameDetections
 
 InferFn = Callable[[Dict[str, np.ndarray]], List[np.ndarray]]
 DecodeFn = Callable[[Sequence[np.ndarray], Sequence[Transform]], List[Detections]]
@@ -44,6 +51,15 @@ def check_threshold(key: str, value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= float(value) <= 1.0:
         raise ConfigError(f"{key} must be a number in [0, 1], got {value!r}")
     return float(value)
+
+
+def check_input(backend: Backend, spec: InputSpec) -> None:
+    """The bundle's input `spec` is an input of the model `backend` opened (when it tells its
+    inputs): ConfigError otherwise."""
+    names = backend.input_names
+    if names and spec.name not in names:
+        raise ConfigError(f"the bundle's input {spec.name!r} is not an input of the model (its inputs: {names}); "
+                          "rebuild the bundle")
 
 
 def model_decoder(model: Any, thresholds: Optional[Mapping[str, Any]] = None) -> Any:
@@ -166,21 +182,26 @@ class PreparedInput:
 
 
 class Detector:
-    """A per-frame detection strategy: BGR frame -> Detections in frame pixels.
+    """A per-frame detection strategy: a Frame -> FrameDetections in frame pixels.
 
-    `detect` adds its stage latencies (ms) to `latency` (keys from
-    edge_sdk.runtime.types.STAGES: preprocess, infer, decode, merge) and may add a report to
-    `info` (it ends up in FrameResult.info). `prepared_spec` is the network input a frame can
-    be prepared into ahead of `detect` on the CPU (None: the detector preprocesses its own
-    inputs, on the GPU or per crop).
+    `detect` returns the detections with its stage latencies (ms, keys from
+    edge_sdk.runtime.types.STAGES: preprocess, infer, decode, merge) and its report (`info`, it
+    ends up in FrameResult.info). Every detector is called the same way: what the pipeline made
+    for the frame ahead (a prepared network input, the device address of its pixels) travels
+    with the Frame, and a detector uses what fits it. `prepared_spec` is the network input a
+    frame can be prepared into ahead of `detect` on the CPU (None: the detector preprocesses its
+    own inputs, on the GPU or per crop).
     """
 
     mode = ""
-    backend: Any = None
+    backend: Optional[Backend] = None
     prepared_spec: Optional[InputSpec] = None
     # "cpu": preprocessing is host work the pipeline may run on another thread; "gpu": it is
     # enqueued on the inference stream by the detector itself (edge_sdk.cuda's GpuPreprocessor)
     preprocess_device = "cpu"
+    # True: `infer_stage` and `decode_stage` split `detect` in two halves that may run on two
+    # threads (the pipeline's infer thread runs the first one frame ahead)
+    splits = False
 
     @property
     def stage(self) -> str:
@@ -188,8 +209,7 @@ class Detector:
         `detect`, the one that raised it."""
         return "detect"
 
-    def detect(self, frame: np.ndarray, latency: Dict[str, float], info: Dict[str, Any],
-               prepared: Optional[PreparedInput] = None) -> Detections:
+    def detect(self, frame: Frame) -> FrameDetections:
         raise NotImplementedError
 
     @property
@@ -208,6 +228,11 @@ class Detector:
     def set_thresholds(self, **changes: Any) -> Dict[str, float]:
         """Change `score_threshold` and/or `nms_iou`; returns the values now in force."""
         raise NotImplementedError
+
+    def describe(self) -> Dict[str, Any]:
+        """What runs, for logs: the mode, where it preprocesses ("cpu" or "gpu") and the
+        thresholds in force; a detector adds what it knows (the GPU one: its preprocessor)."""
+        return {"mode": self.mode, "preprocess": self.preprocess_device, "thresholds": self.thresholds}
 
     def close(self) -> None:
         """Free what the detector holds on its backend (a GPU preprocessor's buffers); before the
@@ -230,144 +255,4 @@ class DecoderDetector(Detector):
             raise ConfigError(f"this model's decoder has no {', '.join(missing)} to set")
         for key, value in values.items():
             setattr(self.decoder, key, value)
-        return self.thresholds
-
-
-class FullFrameDetector(DecoderDetector):
-    """Mode ``full``: the whole frame, letterboxed into the network input, one inference, decode,
-    no merge. A batch of one of :class:`BatchDetector`.
-
-    A frame prepared elsewhere (a :class:`PreparedInput` of the same input spec) is inferred as
-    it is; otherwise it is preprocessed here into the detector's own tensor. Either way the
-    steady state allocates no frame-sized array.
-    """
-
-    mode = "full"
-
-    def __init__(self, backend: Any, decoder: DecodeFn, input_spec: InputSpec) -> None:
-        self.backend = backend
-        self.decoder = decoder
-        self.input_spec = input_spec
-        self.prepared_spec = input_spec
-        self.batch = BatchDetector(self._infer, input_spec, decoder, batch=1)
-        self._checked = False
-
-    def _infer(self, feed: Dict[str, np.ndarray]) -> List[np.ndarray]:
-        if not self._checked:
-            names = getattr(self.backend, "input_names", None)
-            if names and self.input_spec.name not in names:
-                raise ConfigError(
-                    f"the bundle's input {self.input_spec.name!r} is not an input of the model (its inputs: {names}); rebuild the bundle"
-                )
-            self._checked = True
-        return self.backend.infer(feed)  # type: ignore[no-any-return]
-
-    def detect(self, frame: np.ndarray, latency: Dict[str, float], info: Dict[str, Any],
-               prepared: Optional[PreparedInput] = None) -> Detections:
-        outputs, transform = self.infer_stage(frame, latency, prepared)
-        self.batch.stage = "decode"
-        detections = self.decode_stage(outputs, transform, latency)
-        self.batch.stage = ""
-        return detections
-
-    def infer_stage(self, frame: np.ndarray, latency: Dict[str, float],
-                    prepared: Optional[PreparedInput] = None) -> Tuple[List[np.ndarray], Transform]:
-        """The first half of `detect`: preprocess (unless `prepared` holds this frame's input)
-        and infer. Returns the backend's outputs (its buffers: valid until its next run) and
-        the frame's Transform, for :meth:`decode_stage`, which may run on another thread."""
-        batch = self.batch
-        if prepared is not None and prepared.ready and prepared.spec == self.input_spec:
-            tensor, transform = prepared.tensor, prepared.transform
-            preprocess_ms = prepared.ms
-        else:
-            batch.stage = "preprocess"
-            t0 = clock()
-            transform = batch.preprocessor.fill(frame, 0)
-            preprocess_ms = (clock() - t0) * 1000.0
-            tensor = batch.preprocessor.tensor
-        assert transform is not None
-        batch.reset_timings()
-        outputs = batch.infer_tensor(tensor)
-        latency["preprocess"] = preprocess_ms
-        latency["infer"] = batch.timings["infer"]
-        batch.stage = ""
-        return outputs, transform
-
-    def decode_stage(self, outputs: Sequence[np.ndarray], transform: Transform, latency: Dict[str, float]) -> Detections:
-        """The second half of `detect`: decode `outputs` of one frame into frame pixels. It
-        touches no state of the infer half, so it may run beside the next frame's inference."""
-        t2 = clock()
-        detections = self.batch.decoder(outputs, (transform,))[0]
-        latency["decode"] = (clock() - t2) * 1000.0
-        # A single full-frame pass has nothing to merge; the stage is kept so every mode
-        # reports the same stages.
-        latency["merge"] = 0.0
-        return detections
-
-    @property
-    def stage(self) -> str:
-        return self.batch.stage or "decode"
-
-
-class StrategyDetector(Detector):
-    """Modes ``tiles`` and ``roi``: a strategy of :mod:`edge_sdk.roi.strategies` around a
-    BatchDetector.
-
-    Stage latencies: preprocess, infer and decode summed over every model input of the frame;
-    merge is the rest (region planning, packing, mapping back, merging, tracking). The
-    strategy's report goes into FrameResult.info.
-    """
-
-    def __init__(self, mode: str, backend: Any, decoder: Any, input_spec: InputSpec,
-                 config: RoiConfig, score_threshold: float) -> None:
-        from edge_sdk.roi.strategies import make_strategy
-
-        self.mode = mode
-        self.backend = backend
-        self.decoder = decoder
-        self.input_spec = input_spec
-        self.proposal_limit = config.proposal_threshold  # the configured proposal threshold
-        self.config = RoiConfig.from_dict(config.to_dict())  # this detector's own copy
-        self.batch_detector = BatchDetector(backend.infer, input_spec, decoder)
-        self._apply_score(check_threshold("score_threshold", score_threshold))
-        self.strategy = make_strategy(mode, self.batch_detector, config=self.config)
-
-    def _apply_score(self, score: float) -> None:
-        cfg = self.config
-        cfg.score_threshold = score
-        cfg.proposal_threshold = min(self.proposal_limit, score)
-        # the roi coarse pass needs candidates below the output threshold
-        self.decoder.score_threshold = cfg.proposal_threshold if self.mode == "roi" else score
-
-    def detect(self, frame: np.ndarray, latency: Dict[str, float], info: Dict[str, Any],
-               prepared: Optional[PreparedInput] = None) -> Detections:
-        self.batch_detector.reset_timings()
-        t0 = clock()
-        result = self.strategy(frame)
-        total = (clock() - t0) * 1000.0
-        stages = self.batch_detector.timings
-        latency.update(stages)
-        latency["merge"] = max(0.0, total - sum(stages.values()))
-        info.update(result.info)
-        return result.detections
-
-    @property
-    def stage(self) -> str:
-        return self.batch_detector.stage or "merge"
-
-    @property
-    def thresholds(self) -> Dict[str, float]:
-        out = {"score_threshold": float(self.config.score_threshold)}
-        if hasattr(self.decoder, "nms_iou"):
-            out["nms_iou"] = float(self.decoder.nms_iou)
-        return out
-
-    def set_thresholds(self, **changes: Any) -> Dict[str, float]:
-        values = self.check_thresholds(changes)
-        if "nms_iou" in values and not hasattr(self.decoder, "nms_iou"):
-            raise ConfigError("this model's decoder has no nms_iou to set")
-        if "score_threshold" in values:
-            self._apply_score(values["score_threshold"])
-        if "nms_iou" in values:
-            self.decoder.nms_iou = values["nms_iou"]
         return self.thresholds
