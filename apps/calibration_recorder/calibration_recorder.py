@@ -169,7 +169,7 @@ class AlertTrigger:
 
     def __init__(self, broker_url: str, device_id: str) -> None:
         from edge_sdk.telemetry import schemas
-        from edge_sdk.telemetry.mqtt import BrokerConfig, make_client
+        from edge_sdk.telemetry.broker import BrokerConfig, make_client
 
         self.fired = threading.Event()
         self.message: Optional[str] = None

@@ -46,8 +46,9 @@ from edge_sdk.runtime.config import PipelineConfig
 from edge_sdk.runtime.detector import THRESHOLDS
 from edge_sdk.runtime.model import Model
 from edge_sdk.runtime.types import PipelineStats
+from edge_sdk.telemetry.disk_queue import default_queue_path
 from edge_sdk.telemetry.health import HealthMonitor
-from edge_sdk.telemetry.mqtt import LinePublisher, MqttPublisher, Publisher, default_queue_path
+from edge_sdk.telemetry.publisher import LinePublisher, MqttPublisher, Publisher
 from edge_sdk.telemetry.reporter import Reporter
 
 log = logging.getLogger("edge_sdk.daemon")

@@ -8,9 +8,10 @@ import time
 from typing import Any, Callable, Dict, List, Optional
 
 from edge_sdk.runtime.types import FrameResult, PipelineStats
+from edge_sdk.telemetry.disk_queue import PublisherError
 from edge_sdk.telemetry.health import HealthMonitor
 from edge_sdk.telemetry.metrics import IntervalCounters, RollingMetrics, frames_block
-from edge_sdk.telemetry.mqtt import Publisher, PublisherError
+from edge_sdk.telemetry.publisher import Publisher
 
 log = logging.getLogger(__name__)
 
