@@ -63,6 +63,7 @@ GROUPS: Dict[str, Group] = {
     "engine-cache": Group(("edge_sdk/trt/cache.py",), ("tests/trt/test_trt_cache.py", "tests/trt/test_trt_engine.py")),
     "backends": Group(("edge_sdk/runtime/backends/onnxruntime.py",), ("tests/runtime/test_backends.py",)),
     "disk-queue": Group(("edge_sdk/telemetry/disk_queue.py",), ("tests/telemetry/test_disk_queue.py",)),
+    "snapshots": Group(("edge_sdk/daemon/snapshots.py",), ("tests/daemon/test_snapshots.py",)),
     # the CUDA preprocessing and the TensorRT backend join here as they land
     # signing, commands, validation, manifest, atomic writes, builder steps, CUDA launch plan, decoders
     "signing": Group(("edge_sdk/telemetry/signing.py",), ("tests/test_validate_bounds.py", "tests/daemon/test_command_promises.py",
@@ -198,6 +199,7 @@ def M(id: str, group: str, file: str, find: str, replace: str, why: str) -> Muta
 PRE, CF, BASE = "edge_sdk/preprocess.py", "edge_sdk/decoders/centerface.py", "edge_sdk/decoders/_base.py"
 NMS, GEO, CAL = "edge_sdk/decoders/nms.py", "edge_sdk/roi/geometry.py", "edge_sdk/builder/calibration.py"
 CC, TC, Q = "edge_sdk/builder/calib_cache.py", "edge_sdk/trt/cache.py", "edge_sdk/telemetry/disk_queue.py"
+SNAP = "edge_sdk/daemon/snapshots.py"
 
 MUTANTS: List[Mutant] = [
     # --- preprocess -----------------------------------------------------------------------------
@@ -318,6 +320,12 @@ MUTANTS: List[Mutant] = [
     M("Q3", "disk-queue", Q, '            db.execute("DELETE FROM q WHERE qos = 0")', "            pass",
       "QoS-0 rows of older versions are kept"),
     M("Q4", "disk-queue", Q, "                self._rollback()\n", "                pass\n", "no ROLLBACK when a write fails"),
+    # --- the snapshot folder's caps -------------------------------------------------------------
+    M("S1", "snapshots", SNAP, "    shots.sort()\n", "    shots.sort(reverse=True)\n", "the newest snapshots are pruned first"),
+    M("S2", "snapshots", SNAP, "in shots[:-1]:", "in shots:", "the snapshot just written may be pruned"),
+    M("S3", "snapshots", SNAP, "size = st.st_size + (meta.stat().st_size if meta.exists() else 0)", "size = st.st_size",
+      "the byte cap leaves out the .json files"),
+    M("S4", "snapshots", SNAP, 'folder.glob("*.jpg")', 'folder.glob("*")', "pruning takes files that are not snapshots"),
 ]
 
 
