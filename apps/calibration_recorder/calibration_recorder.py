@@ -45,7 +45,7 @@ from edge_sdk.errors import EdgeSdkError
 
 BRIGHTNESS_BINS = 8
 THUMB = (32, 18)
-NO_CONTENT_STD = 3.0  # as edge_sdk.drift: a frame this flat holds nothing to calibrate on
+NO_CONTENT_STD = 3.0  # as edge_sdk.frame_stats: a frame this flat holds nothing to calibrate on
 
 
 class DiskFullError(EdgeSdkError):

@@ -38,10 +38,10 @@ from typing import IO, Any, Callable, Deque, Dict, List, Mapping, Optional, Tupl
 from edge_sdk import __version__
 from edge_sdk.daemon.commands import MAX_PAYLOAD as MAX_COMMAND, CommandProcessor
 from edge_sdk.daemon.config import DaemonConfig, load_daemon_config
+from edge_sdk.daemon.drift import DriftMonitor
 from edge_sdk.daemon.handlers import CommandHandlers
 from edge_sdk.daemon.model import RunningModel
 from edge_sdk.daemon.reload import HotReloader
-from edge_sdk.drift import DriftMonitor
 from edge_sdk.errors import ConfigError, EdgeSdkError
 from edge_sdk.runtime.config import PipelineConfig
 from edge_sdk.runtime.model import Model

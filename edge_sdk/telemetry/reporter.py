@@ -52,7 +52,7 @@ class Reporter:
         self._commands = commands
         self.system = system
         self.detections = detections
-        self.drift = drift  # an edge_sdk.drift.DriftMonitor: fed frames here, its figures in `drift`
+        self.drift = drift  # an edge_sdk.daemon.drift.DriftMonitor: fed frames here, its figures in `drift`
         self._clock = clock
         self._wake = threading.Event()
         self._stop = threading.Event()
