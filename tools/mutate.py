@@ -340,8 +340,6 @@ _EQUIVALENT_LINES: Dict[Tuple[str, str, str], str] = {
         "read chunk size: the digest is the same",
     ("edge_sdk/fsutil.py", "if sys.version_info >= (3, 11):", "sys.version_info >= (3, 11) -> (sys.version_info > (3, 11))"):
         "(3, 11, x, ...) > (3, 11) too: the same interpreters take tomllib",
-    ("edge_sdk/daemon/commands.py", "n = 1", "1 -> 2"):
-        "only the number in the name of a second corrupt file moved aside within one second changes",
     ("edge_sdk/validate.py", "if digits > 19 or not -INT_LIMIT <= int(text) < INT_LIMIT:", "19 -> 20"):
         "JSON has no leading zeros: a 20-digit integer is beyond int64, and the range check refuses it",
     ("edge_sdk/validate.py", 'if raw.count(b"[") + raw.count(b"{") > max_depth and json_depth(raw) > max_depth:',
@@ -392,10 +390,6 @@ _EQUIVALENT_LINES: Dict[Tuple[str, str, str], str] = {
         "a fourth mean or scale is never read: for_color takes channels 0 to 2",
     ("edge_sdk/manifest.py", "raw = f.read(MANIFEST_MAX_BYTES + 1)", "1 -> 2"):
         "reading one byte or two beyond the bound: the size check refuses either",
-    ("edge_sdk/daemon/commands.py", "n += 1", "1 -> 2"):
-        "only the number in the name of a second corrupt file moved aside within one second changes",
-    ("edge_sdk/daemon/commands.py", "os.replace(stale, Path(str(aside) + suffix))", "str(aside) + suffix -> (str(aside) - suffix)"):
-        "SQLite deletes the -wal and -shm of a file it cannot read when the failed connection closes: none is left to move",
     ("edge_sdk/daemon/commands.py", "self.not_before_ms = 0", "0 -> 1"):
         "a ts below 1 ms (1970) is outside any clock window anyway",
     ("edge_sdk/daemon/commands.py", "self._writes = 0", "0 -> 1"):
