@@ -119,7 +119,8 @@ def run_loop(model: Any, seconds: float, telemetry: Optional[Dict[str, Any]]) ->
     reporter = None
     if telemetry is not None:
         from edge_sdk.telemetry.health import HealthConfig, HealthMonitor
-        from edge_sdk.telemetry.mqtt import BrokerConfig, MqttPublisher
+        from edge_sdk.telemetry.broker import BrokerConfig
+        from edge_sdk.telemetry.publisher import MqttPublisher
         from edge_sdk.telemetry.reporter import Reporter
         from edge_sdk.telemetry.system import SystemStats
 

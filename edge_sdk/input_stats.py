@@ -3,8 +3,8 @@ standard deviation, brightness and saturation histograms, the spread of the set 
 :data:`MAX_PROTOTYPES` of its images' histograms), read from a manifest trusting nothing and
 compared with live statistics by Hellinger distance.
 
-The builder measures it and the daemon watches live frames against it (edge_sdk.drift); the
-manifest reads and checks it here, without either's code.
+The builder measures it (edge_sdk.builder.input_stats) and the daemon watches live frames against
+it (edge_sdk.daemon.drift); the manifest reads and checks it here, without either's code.
 """
 from __future__ import annotations
 

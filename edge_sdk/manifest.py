@@ -9,7 +9,7 @@ Nothing in a bundle is trusted until :meth:`Bundle.load` has checked it:
   relative path that stays inside the bundle folder, symbolic links included;
 * with `verify` (the default) each listed file is there, has its size and its sha256, and no
   model or calibration file lies in the folder unlisted;
-* `input_stats`, where present (statistics of the calibration images, :mod:`edge_sdk.drift`), has
+* `input_stats`, where present (statistics of the calibration images, :mod:`edge_sdk.input_stats`), has
   the layout and ranges the drift monitor needs;
 * every other field the runtime reads has its type, range and size, and agrees with the others
   (the decoder built for the input, its output names among the outputs):

@@ -293,7 +293,7 @@ class MessageLog:
                  ca: Optional[Path] = None, cert: Optional[Path] = None, key: Optional[Path] = None) -> None:
         import paho.mqtt.client as mqtt
 
-        from edge_sdk.telemetry.mqtt import BrokerConfig
+        from edge_sdk.telemetry.broker import BrokerConfig
 
         self.cfg = BrokerConfig(url=url)
         self.messages: List[Dict[str, Any]] = []

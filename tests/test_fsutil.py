@@ -4,6 +4,7 @@ nothing, and an interrupted swap gets the previous folder back. A SQLite file go
 aside whole, under a name of its own."""
 from __future__ import annotations
 
+import ast
 import errno
 import os
 import signal
@@ -191,6 +192,41 @@ def test_a_corrupt_file_goes_aside_with_its_log_and_index_under_its_utc_time(tmp
         assert Path(f"{aside}-shm").read_bytes() == b"index" + bytes([n])
         assert not any(Path(f"{path}{suffix}").exists() for suffix in ("", "-wal", "-shm"))
     assert names == [f"q.sqlite3.corrupt-{stamp}", f"q.sqlite3.corrupt-{stamp}-2", f"q.sqlite3.corrupt-{stamp}-3"]
+
+
+def corrupt_names_outside_fsutil(package: Path) -> List[str]:
+    """`file:line` of every string in code (docstrings left out) that spells a `.corrupt` name,
+    in every module of `package` but fsutil.py: a file moved aside by code of its own."""
+    found = []
+    for path in sorted(package.rglob("*.py")):
+        if path.name == "fsutil.py" and path.parent == package:
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        docstrings = {id(node.body[0].value) for node in ast.walk(tree)
+                      if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+                      and node.body and isinstance(node.body[0], ast.Expr)}
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings
+                    and ".corrupt" in node.value):
+                found.append(f"{path.relative_to(package.parent).as_posix()}:{node.lineno}")
+    return found
+
+
+def test_only_the_helper_names_a_corrupt_file() -> None:
+    # the telemetry queue and the command replay file each had a copy of this, and the copies drifted
+    assert corrupt_names_outside_fsutil(Path(fsutil.__file__).resolve().parent) == []
+
+
+def test_the_scan_finds_a_copy_of_the_helper(tmp_path: Path) -> None:
+    pkg = tmp_path / "edge_sdk"
+    (pkg / "daemon").mkdir(parents=True)
+    (pkg / "fsutil.py").write_text('aside = f"{name}.corrupt-{stamp}"\n')
+    (pkg / "daemon" / "commands.py").write_text(
+        '"""Moved aside as `<name>.corrupt-<time>`."""\n'
+        "def move(path, now):\n"
+        '    """A docstring may say `.corrupt`."""\n'
+        '    return path.with_name(f"{path.name}.corrupt-{int(now)}")\n')
+    assert corrupt_names_outside_fsutil(pkg) == ["edge_sdk/daemon/commands.py:4"]
 
 
 def test_a_corrupt_file_that_cannot_move_stays_where_it_was(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

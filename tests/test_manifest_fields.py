@@ -17,8 +17,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from edge_sdk.builder.input_stats import stats_of_frames
 from edge_sdk.decoders import make_decoder
-from edge_sdk.drift import stats_of_frames
 from edge_sdk.errors import BundleError, EdgeSdkError
 from edge_sdk.manifest import Bundle
 from edge_sdk.preprocess import Preprocessor

@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from edge_sdk.telemetry.mqtt import LinePublisher
+from edge_sdk.telemetry.publisher import LinePublisher
 from edge_sdk.validate import dumps_outgoing
 
 

@@ -47,8 +47,8 @@ def sections() -> List[Tuple[str, Any, str]]:
     from edge_sdk.daemon.config import DeviceConfig, TelemetryConfig
     from edge_sdk.roi.config import RoiConfig
     from edge_sdk.runtime.config import CacheConfig, PipelineConfig, ReconnectConfig, SourceConfig
+    from edge_sdk.telemetry.broker import BrokerConfig
     from edge_sdk.telemetry.health import HealthConfig, Rule
-    from edge_sdk.telemetry.mqtt import BrokerConfig
 
     return [
         ("top level", PipelineConfig, "edge_sdk/runtime/config.py"),
@@ -57,7 +57,7 @@ def sections() -> List[Tuple[str, Any, str]]:
         ("[reconnect]", ReconnectConfig, "edge_sdk/runtime/config.py"),
         ("[roi]", RoiConfig, "edge_sdk/roi/config.py"),
         ("[device]", DeviceConfig, "edge_sdk/daemon/config.py"),
-        ("[mqtt]", BrokerConfig, "edge_sdk/telemetry/mqtt.py"),
+        ("[mqtt]", BrokerConfig, "edge_sdk/telemetry/broker.py"),
         ("[telemetry]", TelemetryConfig, "edge_sdk/daemon/config.py"),
         ("[health]", HealthConfig, "edge_sdk/telemetry/health.py"),
         ("[[health.extra]]", Rule, "edge_sdk/telemetry/health.py"),

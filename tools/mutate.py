@@ -62,7 +62,8 @@ GROUPS: Dict[str, Group] = {
     "engine-contract": Group(("edge_sdk/builder/pipeline.py",), ("tests/builder/test_engine_contract.py",)),
     "engine-cache": Group(("edge_sdk/trt/cache.py",), ("tests/trt/test_trt_cache.py", "tests/trt/test_trt_engine.py")),
     "backends": Group(("edge_sdk/runtime/backends/onnxruntime.py",), ("tests/runtime/test_backends.py",)),
-    "disk-queue": Group(("edge_sdk/telemetry/mqtt.py",), ("tests/telemetry/test_disk_queue.py",)),
+    "disk-queue": Group(("edge_sdk/telemetry/disk_queue.py",), ("tests/telemetry/test_disk_queue.py",)),
+    "snapshots": Group(("edge_sdk/daemon/snapshots.py",), ("tests/daemon/test_snapshots.py",)),
     # the CUDA preprocessing and the TensorRT backend join here as they land
     # signing, commands, validation, manifest, atomic writes, builder steps, CUDA launch plan, decoders
     "signing": Group(("edge_sdk/telemetry/signing.py",), ("tests/test_validate_bounds.py", "tests/daemon/test_command_promises.py",
@@ -197,7 +198,8 @@ def M(id: str, group: str, file: str, find: str, replace: str, why: str) -> Muta
 
 PRE, CF, BASE = "edge_sdk/preprocess.py", "edge_sdk/decoders/centerface.py", "edge_sdk/decoders/_base.py"
 NMS, GEO, CAL = "edge_sdk/decoders/nms.py", "edge_sdk/roi/geometry.py", "edge_sdk/builder/calibration.py"
-CC, TC, Q = "edge_sdk/builder/calib_cache.py", "edge_sdk/trt/cache.py", "edge_sdk/telemetry/mqtt.py"
+CC, TC, Q = "edge_sdk/builder/calib_cache.py", "edge_sdk/trt/cache.py", "edge_sdk/telemetry/disk_queue.py"
+SNAP = "edge_sdk/daemon/snapshots.py"
 
 MUTANTS: List[Mutant] = [
     # --- preprocess -----------------------------------------------------------------------------
@@ -318,6 +320,12 @@ MUTANTS: List[Mutant] = [
     M("Q3", "disk-queue", Q, '            db.execute("DELETE FROM q WHERE qos = 0")', "            pass",
       "QoS-0 rows of older versions are kept"),
     M("Q4", "disk-queue", Q, "                self._rollback()\n", "                pass\n", "no ROLLBACK when a write fails"),
+    # --- the snapshot folder's caps -------------------------------------------------------------
+    M("S1", "snapshots", SNAP, "    shots.sort()\n", "    shots.sort(reverse=True)\n", "the newest snapshots are pruned first"),
+    M("S2", "snapshots", SNAP, "in shots[:-1]:", "in shots:", "the snapshot just written may be pruned"),
+    M("S3", "snapshots", SNAP, "size = st.st_size + (meta.stat().st_size if meta.exists() else 0)", "size = st.st_size",
+      "the byte cap leaves out the .json files"),
+    M("S4", "snapshots", SNAP, 'folder.glob("*.jpg")', 'folder.glob("*")', "pruning takes files that are not snapshots"),
 ]
 
 
@@ -332,8 +340,6 @@ _EQUIVALENT_LINES: Dict[Tuple[str, str, str], str] = {
         "read chunk size: the digest is the same",
     ("edge_sdk/fsutil.py", "if sys.version_info >= (3, 11):", "sys.version_info >= (3, 11) -> (sys.version_info > (3, 11))"):
         "(3, 11, x, ...) > (3, 11) too: the same interpreters take tomllib",
-    ("edge_sdk/daemon/commands.py", "n = 1", "1 -> 2"):
-        "only the number in the name of a second corrupt file moved aside within one second changes",
     ("edge_sdk/validate.py", "if digits > 19 or not -INT_LIMIT <= int(text) < INT_LIMIT:", "19 -> 20"):
         "JSON has no leading zeros: a 20-digit integer is beyond int64, and the range check refuses it",
     ("edge_sdk/validate.py", 'if raw.count(b"[") + raw.count(b"{") > max_depth and json_depth(raw) > max_depth:',
@@ -384,10 +390,6 @@ _EQUIVALENT_LINES: Dict[Tuple[str, str, str], str] = {
         "a fourth mean or scale is never read: for_color takes channels 0 to 2",
     ("edge_sdk/manifest.py", "raw = f.read(MANIFEST_MAX_BYTES + 1)", "1 -> 2"):
         "reading one byte or two beyond the bound: the size check refuses either",
-    ("edge_sdk/daemon/commands.py", "n += 1", "1 -> 2"):
-        "only the number in the name of a second corrupt file moved aside within one second changes",
-    ("edge_sdk/daemon/commands.py", "os.replace(stale, Path(str(aside) + suffix))", "str(aside) + suffix -> (str(aside) - suffix)"):
-        "SQLite deletes the -wal and -shm of a file it cannot read when the failed connection closes: none is left to move",
     ("edge_sdk/daemon/commands.py", "self.not_before_ms = 0", "0 -> 1"):
         "a ts below 1 ms (1970) is outside any clock window anyway",
     ("edge_sdk/daemon/commands.py", "self._writes = 0", "0 -> 1"):

@@ -45,7 +45,7 @@ from edge_sdk.errors import EdgeSdkError
 
 BRIGHTNESS_BINS = 8
 THUMB = (32, 18)
-NO_CONTENT_STD = 3.0  # as edge_sdk.drift: a frame this flat holds nothing to calibrate on
+NO_CONTENT_STD = 3.0  # as edge_sdk.frame_stats: a frame this flat holds nothing to calibrate on
 
 
 class DiskFullError(EdgeSdkError):
@@ -169,7 +169,7 @@ class AlertTrigger:
 
     def __init__(self, broker_url: str, device_id: str) -> None:
         from edge_sdk.telemetry import schemas
-        from edge_sdk.telemetry.mqtt import BrokerConfig, make_client
+        from edge_sdk.telemetry.broker import BrokerConfig, make_client
 
         self.fired = threading.Event()
         self.message: Optional[str] = None

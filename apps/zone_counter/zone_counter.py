@@ -132,7 +132,7 @@ def run(args: argparse.Namespace, publish: Optional[Callable[[str, bytes], Any]]
     }, "zone counter")
     client = None
     if publish is None:
-        from edge_sdk.telemetry.mqtt import BrokerConfig, make_client
+        from edge_sdk.telemetry.broker import BrokerConfig, make_client
 
         broker = BrokerConfig(url=args.broker)
         client = make_client(broker, f"zone-counter-{args.device}")

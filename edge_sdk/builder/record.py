@@ -95,7 +95,7 @@ def assemble(config: BuildConfig, target: Target, inputs: ModelInputs, graph: Di
         kept = _subset(images.calibration, config.calib_tensors_kept)
         manifest["calibration"]["tensors"] = bundle_mod.calib_tensor_format(kept, inputs.spec)
     if images is not None:  # the calibration folder's statistics: the daemon's calibration-drift reference
-        from edge_sdk.drift import input_stats
+        from edge_sdk.builder.input_stats import input_stats
 
         manifest["input_stats"] = input_stats(images.split.calibration + images.split.search + images.split.gate)
     manifest["builder"]["seconds"] = round(time.perf_counter() - started, 1)

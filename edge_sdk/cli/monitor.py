@@ -100,7 +100,7 @@ def monitor(
     from edge_sdk.telemetry.fleet import Fleet, prometheus_collector
     from edge_sdk.telemetry.guard import CallbackGuard
     from edge_sdk.telemetry.intake import Intake
-    from edge_sdk.telemetry.mqtt import BrokerConfig, make_client
+    from edge_sdk.telemetry.broker import BrokerConfig, make_client
     from edge_sdk.telemetry import fastcheck
     from edge_sdk.validate import UntrustedInput, dumps
 

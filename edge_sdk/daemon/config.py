@@ -47,8 +47,8 @@ from edge_sdk.config_schema import ENV_VAR, NAME_CHARS, check_fields, from_table
 from edge_sdk.errors import ConfigError
 from edge_sdk.fsutil import read_toml
 from edge_sdk.runtime.config import PipelineConfig, config_from_dict, merge_tables
+from edge_sdk.telemetry.broker import BrokerConfig
 from edge_sdk.telemetry.health import HealthConfig
-from edge_sdk.telemetry.mqtt import BrokerConfig
 from edge_sdk.telemetry.reporter import DETECTIONS_MODES
 
 

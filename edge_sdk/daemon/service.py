@@ -36,18 +36,19 @@ from pathlib import Path
 from typing import IO, Any, Callable, Deque, Dict, List, Mapping, Optional, Tuple
 
 from edge_sdk import __version__
-from edge_sdk.daemon.commands import MAX_PAYLOAD as MAX_COMMAND, CommandProcessor, CommandRejected
+from edge_sdk.daemon.commands import MAX_PAYLOAD as MAX_COMMAND, CommandProcessor
 from edge_sdk.daemon.config import DaemonConfig, load_daemon_config
+from edge_sdk.daemon.drift import DriftMonitor
+from edge_sdk.daemon.handlers import CommandHandlers
 from edge_sdk.daemon.model import RunningModel
 from edge_sdk.daemon.reload import HotReloader
-from edge_sdk.drift import DriftMonitor
 from edge_sdk.errors import ConfigError, EdgeSdkError
 from edge_sdk.runtime.config import PipelineConfig
-from edge_sdk.runtime.detectors.base import THRESHOLDS
 from edge_sdk.runtime.model import Model
 from edge_sdk.runtime.types import PipelineStats
+from edge_sdk.telemetry.disk_queue import default_queue_path
 from edge_sdk.telemetry.health import HealthMonitor
-from edge_sdk.telemetry.mqtt import LinePublisher, MqttPublisher, Publisher, default_queue_path
+from edge_sdk.telemetry.publisher import LinePublisher, MqttPublisher, Publisher
 from edge_sdk.telemetry.reporter import Reporter
 
 log = logging.getLogger("edge_sdk.daemon")
@@ -110,8 +111,9 @@ class Daemon:
         replay = None
         if config.mqtt is not None:
             replay = default_queue_path(config.device.id, config.mqtt.queue_dir).with_suffix(".commands.sqlite3")
+        self.handlers = CommandHandlers(self)
         self.commands = CommandProcessor(
-            {"ping": self._cmd_ping, "set": self._cmd_set, "snapshot": self._cmd_snapshot, "reload": self._cmd_reload},
+            self.handlers.table(),
             secret=config.secret(), max_skew_s=config.device.max_skew_s, device_id=config.device.id, replay_path=replay)
         self.model = RunningModel(config.pipeline)
         self.reloader = HotReloader(Path(config.device.models_dir) if config.device.models_dir else None,
@@ -170,6 +172,11 @@ class Daemon:
         bundle = getattr(self.model.model, "bundle", None)
         return bundle.input_stats if bundle is not None else None
 
+    @property
+    def last_result(self) -> Any:
+        """The frame loop's last FrameResult (what a snapshot writes), or None before the first."""
+        return self._last_result
+
     def _pipeline_stats(self) -> PipelineStats:
         return self.pipeline.stats if self.pipeline is not None else PipelineStats()
 
@@ -208,67 +215,6 @@ class Daemon:
         return counters
 
     # -- commands (frame loop) -------------------------------------------------------------------
-    def _cmd_ping(self, args: Dict[str, Any]) -> Dict[str, Any]:
-        return {"pong": True, "frames": self.frames, "uptime_s": round(time.time() - self.started_ms / 1000, 3)}
-
-    def _cmd_set(self, args: Dict[str, Any]) -> Dict[str, Any]:
-        """The model's settings first: they are checked in full before any is applied (a
-        ConfigError changes nothing); the telemetry settings, valid by the command's schema,
-        cannot fail after them."""
-        applied: Dict[str, Any] = {}
-        thresholds = {key: args[key] for key in THRESHOLDS if key in args}
-        if "mode" in args and args["mode"] != self.model.mode:
-            applied.update(self.model.set_mode(args["mode"], **thresholds))
-        elif thresholds:
-            applied.update(self.model.set_thresholds(**thresholds))
-        if "mode" in args:
-            applied["mode"] = args["mode"]
-        if "telemetry_interval" in args:
-            self.reporter.set_interval(float(args["telemetry_interval"]))
-            applied["telemetry_interval"] = self.reporter.interval_s
-        if "detections" in args:
-            self.reporter.detections = args["detections"]
-            applied["detections"] = args["detections"]
-        if "target_fps" in args:
-            self.reporter.target_fps = float(args["target_fps"])
-            applied["target_fps"] = self.reporter.target_fps
-        if {"mode", "telemetry_interval"} & set(args) or thresholds:
-            self.publisher.set_status(self.status())
-        return {"applied": applied}
-
-    def _cmd_snapshot(self, args: Dict[str, Any]) -> Dict[str, Any]:
-        result = self._last_result
-        folder = self.config.device.snapshot_dir
-        if folder is None:
-            raise CommandRejected("snapshots need device.snapshot_dir in the config")
-        if result is None or result.frame is None:
-            raise CommandRejected("no frame processed yet")
-        from edge_sdk import _imports
-        from edge_sdk.fsutil import atomic_write_bytes, atomic_write_json
-
-        cv2 = _imports.cv2()
-        name = args.get("name") or f"{self.config.device.id}-{int(time.time() * 1000)}-{result.index}"
-        ok, jpg = cv2.imencode(".jpg", result.frame)
-        if not ok:
-            raise CommandRejected("the frame could not be encoded as JPEG")
-        base = Path(folder)
-        try:
-            atomic_write_bytes(base / f"{name}.jpg", jpg.tobytes())
-            atomic_write_json(base / f"{name}.json",
-                              dict(result.to_json(), bundle_hash=self.model.describe()["bundle_hash"]))
-        except OSError as exc:
-            raise CommandRejected(f"snapshot not written to {base}: {exc.strerror or exc}; free disk space "
-                                  "or lower device.snapshot_max_mb") from exc
-        removed = prune_snapshots(base, self.config.device.snapshot_max_files,
-                                  int(self.config.device.snapshot_max_mb * 1024 * 1024))
-        return {"image": str(base / f"{name}.jpg"), "detections": str(base / f"{name}.json"),
-                "frame": int(result.index), "count": len(result.detections), "removed": removed}
-
-    def _cmd_reload(self, args: Dict[str, Any]) -> Dict[str, Any]:
-        current = self.commands.current or {}
-        path = self.reloader.request(args["bundle"], args.get("precision"), tag=current.get("id"))
-        return {"loading": str(path)}
-
     def _drain_commands(self, limit: int = 8) -> None:
         """Answer up to `limit` queued commands (a flood cannot hold the frame loop)."""
         for _ in range(min(limit, len(self._inbox))):
@@ -511,34 +457,6 @@ class Daemon:
         log.info("stopped (%s)", reason)
         self.heartbeat.stopped(reason, code)
         return code
-
-
-def prune_snapshots(folder: Path, max_files: int, max_bytes: int) -> int:
-    """Remove the oldest snapshots (a `.jpg` and its `.json`) until at most `max_files` remain
-    and they hold at most `max_bytes`; returns how many were removed. Other files are left alone."""
-    shots = []
-    for jpg in folder.glob("*.jpg"):
-        meta = jpg.with_suffix(".json")
-        try:
-            st = jpg.stat()
-            size = st.st_size + (meta.stat().st_size if meta.exists() else 0)
-        except OSError:
-            continue  # removed meanwhile
-        shots.append((st.st_mtime, jpg.name, jpg, meta, size))
-    shots.sort()
-    total = sum(shot[4] for shot in shots)
-    removed = 0
-    for _mtime, _name, jpg, meta, size in shots[:-1]:  # the newest (just written) stays
-        if len(shots) - removed <= max_files and total <= max_bytes:
-            break
-        for path in (jpg, meta):
-            try:
-                path.unlink()
-            except FileNotFoundError:
-                pass
-        total -= size
-        removed += 1
-    return removed
 
 
 def _default_pipeline(config: PipelineConfig, model: Any = None, detector: Any = None) -> Any:

@@ -46,7 +46,7 @@ class HealthConfig:
     batch_efficiency: float = key(0.75, low=0, high=1)  # batch_efficiency (info): batches less full than this
     temperature_c: float = key(85.0, low=0, high=200)  # temperature (critical): a sensor at or above this, from jetson-stats
     extra: List[Dict[str, Any]] = key(factory=list, max_len=64, table=Rule)  # [[health.extra]] name/metric/op/threshold
-    # calibration drift (edge_sdk.drift): Hellinger distance 0..1 of the live brightness/saturation
+    # calibration drift (edge_sdk.daemon.drift): Hellinger distance 0..1 of the live brightness/saturation
     # histograms from the nearest calibration image's; needs a bundle that records input_stats
     drift_distance: float = key(0.4, low=0, high=1)
     drift_sample_s: float = key(1.0, low=0, low_open=True, high=3600)  # one live frame measured per this many seconds (downscaled copy)

@@ -19,7 +19,7 @@ from typing import Any, Dict, Optional
 
 from edge_sdk.telemetry.signing import sign
 from edge_sdk.telemetry.guard import CallbackGuard
-from edge_sdk.telemetry.mqtt import BrokerConfig, make_client
+from edge_sdk.telemetry.broker import BrokerConfig, make_client
 from edge_sdk.telemetry.schemas import topic
 from edge_sdk.validate import UntrustedInput, dumps, loads_untrusted
 

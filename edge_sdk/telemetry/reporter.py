@@ -8,9 +8,10 @@ import time
 from typing import Any, Callable, Dict, List, Optional
 
 from edge_sdk.runtime.types import FrameResult, PipelineStats
+from edge_sdk.telemetry.disk_queue import PublisherError
 from edge_sdk.telemetry.health import HealthMonitor
 from edge_sdk.telemetry.metrics import IntervalCounters, RollingMetrics, frames_block
-from edge_sdk.telemetry.mqtt import Publisher, PublisherError
+from edge_sdk.telemetry.publisher import Publisher
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +52,7 @@ class Reporter:
         self._commands = commands
         self.system = system
         self.detections = detections
-        self.drift = drift  # an edge_sdk.drift.DriftMonitor: fed frames here, its figures in `drift`
+        self.drift = drift  # an edge_sdk.daemon.drift.DriftMonitor: fed frames here, its figures in `drift`
         self._clock = clock
         self._wake = threading.Event()
         self._stop = threading.Event()

@@ -31,7 +31,7 @@ def exprs() -> list:
 def exported(tmp_path_factory) -> Dict[str, Set[Tuple[str, str]]]:
     """{metric: {(label, value)}} scraped from the monitor's collector after a real daemon run."""
     from edge_sdk.daemon import Daemon, daemon_config_from_dict
-    from edge_sdk.drift import input_stats
+    from edge_sdk.builder.input_stats import input_stats
     from edge_sdk.telemetry.fleet import Fleet, prometheus_collector
     from tiny_bundle import make_tiny_bundle
 

@@ -1,4 +1,4 @@
-"""The build records `input_stats` (edge_sdk.drift) of its calibration folder: colour photos in,
+"""The build records `input_stats` (edge_sdk.builder.input_stats) of its calibration folder: colour photos in,
 the manifest's per-channel means against numpy's, read back by the runtime's Bundle."""
 from __future__ import annotations
 

@@ -10,8 +10,8 @@ from typing import Any, Dict, List
 
 import pytest
 
+from edge_sdk.builder.input_stats import input_stats
 from edge_sdk.daemon import Daemon, daemon_config_from_dict
-from edge_sdk.drift import input_stats
 from edge_sdk.telemetry import schemas
 
 from tiny_bundle import make_tiny_bundle

@@ -111,7 +111,8 @@ def test_a_retained_command_is_ignored_and_cleared(models: Path, tmp_path: Path,
 
 
 def test_monitor_survives_hostile_telemetry(broker, tmp_path: Path) -> None:
-    from edge_sdk.telemetry.mqtt import BrokerConfig, MqttPublisher
+    from edge_sdk.telemetry.broker import BrokerConfig
+    from edge_sdk.telemetry.publisher import MqttPublisher
 
     record = tmp_path / "fleet.jsonl"
     code = "import sys; from edge_sdk.cli import main; sys.argv[0] = 'edge-sdk'; main()"

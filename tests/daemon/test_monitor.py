@@ -13,8 +13,9 @@ import pytest
 from typer.testing import CliRunner
 
 from edge_sdk.cli import app
+from edge_sdk.telemetry.broker import BrokerConfig
 from edge_sdk.telemetry.fleet import Fleet, prometheus_collector
-from edge_sdk.telemetry.mqtt import BrokerConfig, MqttPublisher
+from edge_sdk.telemetry.publisher import MqttPublisher
 from edge_sdk.telemetry.schemas import TOPICS
 
 pytest.importorskip("paho.mqtt.client")

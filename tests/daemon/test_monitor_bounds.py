@@ -347,7 +347,8 @@ def test_a_flood_of_device_ids_leaves_room_for_a_real_device(broker, tmp_path: P
 DEVICE = """
 import sys
 from pathlib import Path
-from edge_sdk.telemetry.mqtt import BrokerConfig, MqttPublisher
+from edge_sdk.telemetry.broker import BrokerConfig
+from edge_sdk.telemetry.publisher import MqttPublisher
 url, device, queue, instance = sys.argv[1:5]
 pub = MqttPublisher(BrokerConfig(url=url), device, Path(queue))
 pub.set_status({"started_ts": 1, "versions": {"edge_sdk": "t"}, "instance_id": instance})

@@ -13,7 +13,8 @@ from typing import List, Tuple
 
 import pytest
 
-from edge_sdk.telemetry.mqtt import DiskQueue, PublisherError, QueueError, SeqCounter
+from edge_sdk.telemetry.disk_queue import DiskQueue, PublisherError, QueueError
+from edge_sdk.telemetry.sequence import SeqCounter
 
 from full_disk import FullDisk, page_count
 
@@ -195,7 +196,7 @@ def test_a_corrupt_file_is_moved_aside_and_a_new_queue_started(tmp_path: Path, k
         data[:100] = bytes(100)
         path.write_bytes(bytes(data))
     corrupt = path.read_bytes()
-    with caplog.at_level(logging.WARNING, logger="edge_sdk.telemetry.mqtt"):
+    with caplog.at_level(logging.WARNING, logger="edge_sdk.telemetry.disk_queue"):
         q = DiskQueue(path, 100)
     aside = sorted(tmp_path.glob("q.sqlite3.corrupt-*"))
     assert [a.name for a in aside] == [q.moved_aside.name if q.moved_aside else None]

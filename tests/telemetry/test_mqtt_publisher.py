@@ -16,7 +16,8 @@ import pytest
 
 from edge_sdk.errors import ConfigError
 from edge_sdk.telemetry import schemas
-from edge_sdk.telemetry.mqtt import BrokerConfig, MqttPublisher
+from edge_sdk.telemetry.broker import BrokerConfig
+from edge_sdk.telemetry.publisher import MqttPublisher
 
 from full_disk import FullDisk, page_count
 from mqtt_broker import SlowLink, free_port, make_password_file, make_tls_material
@@ -144,7 +145,7 @@ def test_tls_with_password(secure_broker, message_log, tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("creds", [(None, None), ("device", "wrong")])
 def test_a_refused_login_is_a_typed_error_an_alert_and_a_status(secure_broker, tmp_path: Path, creds) -> None:
-    from edge_sdk.telemetry.mqtt import BrokerRefusedError
+    from edge_sdk.telemetry.publisher import BrokerRefusedError
 
     broker, tls = secure_broker
     cfg = BrokerConfig(url=broker.url, username=creds[0], password=creds[1], ca_file=str(tls["ca"]),

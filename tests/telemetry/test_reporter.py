@@ -8,7 +8,7 @@ import pytest
 from edge_sdk.detections import Detections
 from edge_sdk.runtime.types import FrameResult, PipelineStats
 from edge_sdk.telemetry.health import HealthMonitor
-from edge_sdk.telemetry.mqtt import LinePublisher
+from edge_sdk.telemetry.publisher import LinePublisher
 from edge_sdk.telemetry.reporter import Reporter
 
 

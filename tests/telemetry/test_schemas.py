@@ -11,7 +11,7 @@ from edge_sdk.detections import Detections
 from edge_sdk.runtime.types import FrameResult, PipelineStats
 from edge_sdk.telemetry import schemas
 from edge_sdk.telemetry.health import HealthConfig, HealthMonitor
-from edge_sdk.telemetry.mqtt import LinePublisher
+from edge_sdk.telemetry.publisher import LinePublisher
 from edge_sdk.telemetry.reporter import Reporter
 from edge_sdk.telemetry.system import SystemStats, jtop_fields
 

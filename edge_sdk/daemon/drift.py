@@ -2,27 +2,23 @@
 
 INT8 ranges hold for inputs like the calibration set; a camera at night, a colour cast or a new
 scene moves activations outside them and accuracy falls without any error. The builder records
-statistics of its calibration images in the manifest (`input_stats`, :func:`input_stats`; the
-record itself, :class:`~edge_sdk.input_stats.InputStats`, lives beside the manifest); the
-daemon keeps the same statistics over live frames (:class:`DriftMonitor`) and raises the
-`calibration_drift` alert when they leave the calibrated range.
-
-What is measured, on a copy downscaled to :data:`SAMPLE_WIDTH` pixels wide (area interpolation):
-per-channel mean and standard deviation (B, G, R on 0..255) and two histograms of
-:data:`BINS` bins, brightness (HSV value, max(B, G, R)) and saturation (HSV saturation). The
-calibration statistics average the images' normalized histograms (each image counts once, whatever
-its size); the live ones average the last `window` samples.
+statistics of its calibration images in the manifest (`input_stats`,
+:func:`edge_sdk.builder.input_stats.input_stats`; the record itself,
+:class:`~edge_sdk.input_stats.InputStats`, lives beside the manifest); the daemon keeps the same
+statistics over live frames (:class:`DriftMonitor`, measured by
+:class:`~edge_sdk.frame_stats.FrameStats`) and raises the `calibration_drift` alert when they
+leave the calibrated range. The live statistics average the last `window` samples.
 
 Distances are Hellinger distances between histograms, ``sqrt(1 - sum(sqrt(p * q)))`` (0: the
 same, 1: no bin in common); the distance between two inputs is the larger of the brightness and
 the saturation distance. A diverse calibration set (a moon photo, grass, an office) has an
 average histogram that no single scene matches (one scene of the default set is 0.3 to 0.6 from
 it), so the live input is compared with the calibration *images* too: the drift distance is its
-distance to the nearest of the average and up to :data:`MAX_PROTOTYPES` calibration images
-(chosen farthest-first, so they span the set). A camera watching one of the calibrated scenes is
-close to that scene's images; the same scene at night, or under a strong colour cast, is close
-to none. Measured on the default set (`tests/test_drift.py`): in-range scenes 0.02 to 0.23,
-the same scenes at a quarter of their brightness 0.48 to 0.75.
+distance to the nearest of the average and up to :data:`~edge_sdk.input_stats.MAX_PROTOTYPES`
+calibration images (chosen farthest-first, so they span the set). A camera watching one of the
+calibrated scenes is close to that scene's images; the same scene at night, or under a strong
+colour cast, is close to none. Measured on the default set (`tests/test_drift.py`): in-range
+scenes 0.02 to 0.23, the same scenes at a quarter of their brightness 0.48 to 0.75.
 
     monitor = DriftMonitor(lambda: bundle.input_stats, threshold=0.35, sample_s=1.0, window=60)
     event = monitor.observe(frame)      # every frame; samples one frame per `sample_s`
@@ -39,144 +35,24 @@ limit). The window is the sustain: a shift must persist for a good part of it to
 
 A paused or black source raises nothing, by design: no frames means no samples (and no decision),
 and a near-constant frame — a black, grey or blue "no signal" picture, brightness standard
-deviation below :data:`NO_CONTENT_STD` — is skipped as "no content" (counted in `skipped`),
-since it says nothing of the scene the model will see when the picture returns. After a gap of
-more than :data:`STALL_S` (or three sample periods) without a sample — a source that stalled or
-was paused — the old samples are dropped and a new window starts.
+deviation below :data:`~edge_sdk.frame_stats.NO_CONTENT_STD` — is skipped as "no content"
+(counted in `skipped`), since it says nothing of the scene the model will see when the picture
+returns. After a gap of more than :data:`STALL_S` (or three sample periods) without a sample — a
+source that stalled or was paused — the old samples are dropped and a new window starts.
 """
 from __future__ import annotations
 
 import math
 import time
-from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, NamedTuple, Optional
 
 import numpy as np
 
-from edge_sdk import _imports
-from edge_sdk.input_stats import BINS, MAX_PROTOTYPES, SAMPLE_WIDTH, InputStats
+from edge_sdk.frame_stats import FrameStats
+from edge_sdk.input_stats import BINS, InputStats
 
-NO_CONTENT_STD = 3.0  # brightness std (0..255) below which a frame is "no content"
 CLEAR_RATIO = 0.9  # an open alert clears at or below this share of the threshold
 STALL_S = 60.0  # seconds without a sample after which the window starts again
-CHANNELS = ("b", "g", "r")
-
-
-class FrameStats:
-    """Statistics of one frame, into buffers reused from call to call (sized on the first frame
-    and again only when the frame size changes)."""
-
-    def __init__(self, bins: int = BINS, width: int = SAMPLE_WIDTH) -> None:
-        self.bins = int(bins)
-        self.width = int(width)
-        self.brightness = np.zeros(self.bins, np.float64)  # normalized histogram
-        self.saturation = np.zeros(self.bins, np.float64)
-        self.mean = np.zeros(3, np.float64)  # B, G, R
-        self.std = np.zeros(3, np.float64)
-        self.brightness_mean = 0.0
-        self.brightness_std = 0.0
-        self.saturation_mean = 0.0
-        self._shape: Optional[Tuple[int, ...]] = None
-        self._small: Optional[np.ndarray] = None
-        self._hsv: Optional[np.ndarray] = None
-
-    def compute(self, frame: np.ndarray) -> bool:
-        """Measure `frame` (BGR uint8, H×W×3); False when it is not such a frame or carries no
-        content (brightness std below NO_CONTENT_STD), and the statistics are then not updated."""
-        if not isinstance(frame, np.ndarray) or frame.ndim != 3 or frame.shape[2] != 3 or frame.dtype != np.uint8 \
-                or frame.shape[0] < 1 or frame.shape[1] < 1:
-            return False
-        cv2 = _imports.cv2()
-        if frame.shape != self._shape:
-            h, w = frame.shape[:2]
-            sw = min(self.width, w)
-            sh = max(1, int(round(h * sw / w)))
-            self._small = np.empty((sh, sw, 3), np.uint8)
-            self._hsv = np.empty((sh, sw, 3), np.uint8)
-            self._shape = frame.shape
-        small = cv2.resize(frame, (self._small.shape[1], self._small.shape[0]), dst=self._small,
-                           interpolation=cv2.INTER_AREA)
-        hsv = cv2.cvtColor(small, cv2.COLOR_BGR2HSV, dst=self._hsv)
-        hsv_mean, hsv_std = cv2.meanStdDev(hsv)
-        if float(hsv_std[2, 0]) < NO_CONTENT_STD:
-            return False
-        mean, std = cv2.meanStdDev(small)
-        self.mean[:] = mean[:, 0]
-        self.std[:] = std[:, 0]
-        self.brightness_mean = float(hsv_mean[2, 0])
-        self.brightness_std = float(hsv_std[2, 0])
-        self.saturation_mean = float(hsv_mean[1, 0])
-        for out, channel in ((self.saturation, 1), (self.brightness, 2)):
-            hist = cv2.calcHist([hsv], [channel], None, [self.bins], [0, 256])
-            out[:] = hist[:, 0]
-            out /= max(float(out.sum()), 1.0)
-        return True
-
-
-def stats_of_frames(frames: Iterable[np.ndarray]) -> Optional[InputStats]:
-    """The statistics of a set of BGR frames (each counts once); None when no frame has content."""
-    fs = FrameStats()
-    bright: List[np.ndarray] = []
-    sat: List[np.ndarray] = []
-    means: List[np.ndarray] = []
-    squares: List[np.ndarray] = []
-    vmeans: List[float] = []
-    smeans: List[float] = []
-    for frame in frames:
-        if not fs.compute(frame):
-            continue
-        bright.append(fs.brightness.copy())
-        sat.append(fs.saturation.copy())
-        means.append(fs.mean.copy())
-        squares.append(fs.std ** 2 + fs.mean ** 2)
-        vmeans.append(fs.brightness_mean)
-        smeans.append(fs.saturation_mean)
-    if not bright:
-        return None
-    mean = np.mean(means, axis=0)
-    std = np.sqrt(np.maximum(np.mean(squares, axis=0) - mean ** 2, 0.0))
-    hists = np.stack([np.stack(bright), np.stack(sat)], axis=1)  # (N, 2, BINS)
-    pair = _pair_distances(hists)
-    np.fill_diagonal(pair, np.inf)
-    nearest = pair.min(axis=1) if len(hists) > 1 else np.zeros(1)
-    spread = {"p50": float(np.percentile(nearest, 50)), "p95": float(np.percentile(nearest, 95)),
-              "max": float(nearest.max())}
-    np.fill_diagonal(pair, 0.0)
-    chosen = _farthest_first(pair, MAX_PROTOTYPES)
-    return InputStats(len(hists), tuple(float(v) for v in mean), tuple(float(v) for v in std),  # type: ignore[arg-type]
-                      hists[:, 0].mean(axis=0), hists[:, 1].mean(axis=0), float(np.mean(vmeans)),
-                      float(np.mean(smeans)), spread, hists[chosen])
-
-
-def _pair_distances(hists: np.ndarray) -> np.ndarray:
-    """(N, N) distances (larger of brightness and saturation) between N (2, BINS) histograms."""
-    roots = np.sqrt(hists)
-    bc = np.einsum("icb,jcb->ijc", roots, roots)
-    return np.sqrt(np.maximum(0.0, 1.0 - np.minimum(bc, 1.0))).max(axis=2)
-
-
-def _farthest_first(pair: np.ndarray, k: int) -> List[int]:
-    """Up to `k` indices spanning the set: start with the first image, then repeatedly the one
-    farthest from all chosen (deterministic)."""
-    n = pair.shape[0]
-    chosen = [0]
-    nearest = pair[0].copy()
-    while len(chosen) < min(k, n):
-        i = int(np.argmax(nearest))
-        if nearest[i] <= 0:
-            break  # the rest are duplicates of chosen images
-        chosen.append(i)
-        nearest = np.minimum(nearest, pair[i])
-    return chosen
-
-
-def input_stats(paths: Sequence[Path]) -> Optional[Dict[str, Any]]:
-    """The manifest's `input_stats` for the calibration images at `paths` (read as the runtime
-    reads image files); None when none of them has content."""
-    from edge_sdk.preprocess import load_image
-
-    stats = stats_of_frames(load_image(str(p)) for p in paths)
-    return stats.to_dict() if stats is not None else None
 
 
 class DriftEvent(NamedTuple):
