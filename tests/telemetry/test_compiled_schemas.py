@@ -21,7 +21,8 @@ pytest.importorskip("jsonschema")
 pytest.importorskip("fastjsonschema")
 
 EDGES = st.sampled_from([0, -1, 1.0, 1.5, -0.5, 2 ** 63 - 1, -2 ** 63, 1e308, -1e-308, True, False, None, "",
-                         "x" * 65, "x" * 129, "x" * 2049, "total\n", "Total", "a b", '"\\', [], {}, [1], {"p50": 1}])
+                         "x" * 65, "x" * 129, "x" * 2049, "total\n", "Total", "a b", '"\\', [], {}, [1], {"p50": 1}]
+                        ).map(copy.deepcopy)  # a fresh [] or {} per draw: mutate() changes what it is given in place
 SCALARS = st.none() | st.booleans() | st.integers(-2 ** 63, 2 ** 63 - 1) | \
     st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=40) | EDGES
 VALUES = st.recursive(SCALARS, lambda inner: st.lists(inner, max_size=4) |
