@@ -51,7 +51,7 @@ class Group:
 
 
 GROUPS: Dict[str, Group] = {
-    "preprocess": Group(("edge_sdk/preprocess.py",),
+    "preprocess": Group(("edge_sdk/preprocess.py", "edge_sdk/geometry.py"),
                         ("tests/runtime/test_preprocess.py", "tests/runtime/test_letterbox.py", "tests/decoders")),
     "decoders": Group(("edge_sdk/decoders/centerface.py", "edge_sdk/decoders/yolo.py", "edge_sdk/decoders/yolox.py",
                        "edge_sdk/decoders/ssd.py", "edge_sdk/decoders/_base.py"), ("tests/decoders", "tests/runtime/test_letterbox.py")),
@@ -101,6 +101,9 @@ SWEEP: Dict[str, Group] = {
     "roi-geometry": Group(("edge_sdk/roi/geometry.py",), ("tests/roi/test_geometry.py", "tests/roi/test_geometry_edges.py",
                                                           "tests/roi/test_geometry_mappings.py", "tests/roi/test_geometry_properties.py",
                                                           "tests/roi/test_merge.py")),
+    "geometry": Group(("edge_sdk/geometry.py",), ("tests/test_placement.py", "tests/roi/test_geometry.py", "tests/roi/test_geometry_edges.py",
+                                                  "tests/roi/test_geometry_mappings.py", "tests/runtime/test_letterbox.py",
+                                                  "tests/decoders/test_decoder_geometry.py")),
     "metrics": Group(("edge_sdk/telemetry/metrics.py",), ("tests/telemetry/test_metrics.py",
                                                          "tests/telemetry/test_metrics_properties.py")),
     "health": Group(("edge_sdk/telemetry/health.py", "edge_sdk/daemon/health.py"),
@@ -159,7 +162,7 @@ EQUIVALENT: List[Equivalent] = [
                "an fps of 0 is already turned away by `fps and`"),
     Equivalent("edge_sdk/roi/geometry.py", "while changed and len(r) > 1:", "1 -> 0",
                "one region has nothing to merge with: the pass finds no pair either way"),
-    Equivalent("edge_sdk/roi/geometry.py", "if view.shape[:2] == crop.shape[:2]:", "2 -> 3",
+    Equivalent("edge_sdk/geometry.py", "if view.shape[:2] == crop.shape[:2]:", "2 -> 3",
                "both are BGR: their third dimension is 3 alike"),
     Equivalent("edge_sdk/roi/strategies.py", "return np.zeros((0, 4), np.int32), np.zeros(0, np.int64), [], left", "4 -> 3",
                "no region at all: _pieces rebuilds the empty array as (0, 4)"),
@@ -196,6 +199,7 @@ def M(id: str, group: str, file: str, find: str, replace: str, why: str) -> Muta
 
 
 PRE, CF, BASE = "edge_sdk/preprocess.py", "edge_sdk/decoders/centerface.py", "edge_sdk/decoders/_base.py"
+PLACE = "edge_sdk/geometry.py"
 NMS, GEO, CAL = "edge_sdk/decoders/nms.py", "edge_sdk/roi/geometry.py", "edge_sdk/builder/calibration.py"
 CC, TC, Q = "edge_sdk/builder/calib_cache.py", "edge_sdk/trt/cache.py", "edge_sdk/telemetry/mqtt.py"
 
@@ -203,12 +207,12 @@ MUTANTS: List[Mutant] = [
     # --- preprocess -----------------------------------------------------------------------------
     M("P1", "preprocess", PRE, 'src.transpose(2, 0, 1) if self.spec.color == "BGR" else src[..., ::-1].transpose(2, 0, 1)',
       "src.transpose(2, 0, 1)", "RGB branch dropped on the non-contiguous fallback"),
-    M("P2", "preprocess", PRE, "    y = (net_h - h) // 2\n", "    y = (net_h - h + 1) // 2\n", "letterbox pad_y rounds up"),
-    M("P3", "preprocess", PRE, "    y = (net_h - h) // 2\n", "    y = (net_h - h) // 2 + 1\n", "letterbox pad_y off by one"),
-    M("P4", "preprocess", PRE, "np.clip(out[:, [0, 2]], 0, self.frame_width)", "np.clip(out[:, [0, 2]], 0, self.frame_width - 1)",
-      "Transform.to_frame clips x to W - 1"),
-    M("P5", "preprocess", PRE, "    x = (net_w - w) // 2\n", "    x = (net_w - w + 1) // 2\n", "letterbox pad_x rounds up"),
-    M("P6", "preprocess", PRE, "return Transform(w / frame_w, h / frame_h,", "return Transform(w / frame_w, w / frame_w,",
+    M("P2", "preprocess", PLACE, "    y = (net_h - h) // 2\n", "    y = (net_h - h + 1) // 2\n", "letterbox pad_y rounds up"),
+    M("P3", "preprocess", PLACE, "    y = (net_h - h) // 2\n", "    y = (net_h - h) // 2 + 1\n", "letterbox pad_y off by one"),
+    M("P4", "preprocess", PLACE, "np.clip(out[:, [0, 2]], self.src[0], self.src[2])", "np.clip(out[:, [0, 2]], self.src[0], self.src[2] - 1)",
+      "Placement.inverse clips x to W - 1"),
+    M("P5", "preprocess", PLACE, "    x = (net_w - w) // 2\n", "    x = (net_w - w + 1) // 2\n", "letterbox pad_x rounds up"),
+    M("P6", "preprocess", PLACE, "x, y, w / frame_w, h / frame_h)", "x, y, w / frame_w, w / frame_w)",
       "letterbox scale_y taken from the width"),
     M("P7", "preprocess", PRE, 'order = (0, 1, 2) if spec.color == "BGR" else (2, 1, 0)', "order = (0, 1, 2)",
       "RGB ignored on the cv2.split path"),
@@ -220,7 +224,7 @@ MUTANTS: List[Mutant] = [
       "normalization skipped when only the mean is zero"),
     M("P10", "preprocess", PRE, "            self._canvas[...] = self.spec.pad_value\n", "",
       "canvas not re-padded when the frame size changes"),
-    M("P11", "preprocess", PRE, "Transform(net_w / frame_w, net_h / frame_h, 0.0, 0.0", "Transform(net_w / frame_w, net_w / frame_w, 0.0, 0.0",
+    M("P11", "preprocess", PLACE, "0, 0, net_w / frame_w, net_h / frame_h)", "0, 0, net_w / frame_w, net_w / frame_w)",
       "stretch scale_y taken from the width"),
     M("P12", "preprocess", PRE, "interp = cv2.INTER_AREA if self._area and rw < w else cv2.INTER_LINEAR", "interp = cv2.INTER_LINEAR",
       "interpolation = \"area\" shrinks without area averaging (aliasing)"),
@@ -239,8 +243,8 @@ MUTANTS: List[Mutant] = [
       "YOLOX grid x and y swapped"),
     M("D10", "decoders", "edge_sdk/decoders/ssd.py", "raw = raw[:, [1, 0, 3, 2]]", "raw = raw[:, [0, 1, 2, 3]]", "SSD yxyx boxes not reordered"),
     M("D11", "decoders", "edge_sdk/decoders/ssd.py", "masked[:, bg] = -np.inf", "masked[:, bg] = masked[:, bg]", "SSD background class not masked"),
-    M("D12", "decoders", BASE, "out[..., 1] = (out[..., 1] - transform.pad_y) / transform.scale_y",
-      "out[..., 1] = (out[..., 1] - transform.pad_x) / transform.scale_y", "landmark y unpadded with pad_x"),
+    M("D12", "decoders", PLACE, "out[..., 1] = (out[..., 1] - self.y) / self.scale_y + self.src[1]",
+      "out[..., 1] = (out[..., 1] - self.x) / self.scale_y + self.src[1]", "landmark y unpadded with pad_x"),
     M("D13", "decoders", BASE, "top = np.argpartition(-scores, self.pre_nms_topk - 1)[: self.pre_nms_topk]",
       "top = np.argpartition(-scores, self.pre_nms_topk - 1)[: self.pre_nms_topk - 1]", "pre-NMS top-k keeps one too few"),
     M("D14", "decoders", BASE, "    y1 = cy - h * 0.5\n", "    y1 = cy - w * 0.5\n", "cxcywh_to_xyxy takes y1 from the width"),
@@ -261,8 +265,8 @@ MUTANTS: List[Mutant] = [
       "regions clipped in y to the frame width"),
     M("G4", "roi-geometry", GEO, "w = (b[:, 2] - b[:, 0]) * (1 + 2 * margin)", "w = (b[:, 2] - b[:, 0]) * (1 + margin)",
       "margin added on one side only"),
-    M("G5", "roi-geometry", GEO, "out[:, [1, 3]] = (out[:, [1, 3]] - self.y) / self.scale + self.src[1]",
-      "out[:, [1, 3]] = (out[:, [1, 3]] - self.y) / self.scale + self.src[0]", "Placement.to_frame adds the x origin to y"),
+    M("G5", "roi-geometry", PLACE, "out[:, [1, 3]] = (out[:, [1, 3]] - self.y) / self.scale_y + self.src[1]",
+      "out[:, [1, 3]] = (out[:, [1, 3]] - self.y) / self.scale_y + self.src[0]", "Placement.inverse adds the x origin to y"),
     M("G6", "roi-geometry", GEO, "y0 = int(min(max(round(cy - h / 2), 0), frame_h - h))", "y0 = int(min(max(round(cy - h / 2), 0), frame_w - h))",
       "window shifted back by the frame width in y"),
     M("G7", "roi-geometry", GEO, "scale = min(w_out / (x1 - x0), h_out / (y1 - y0))", "scale = max(w_out / (x1 - x0), h_out / (y1 - y0))",

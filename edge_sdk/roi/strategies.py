@@ -27,6 +27,7 @@ import numpy as np
 from edge_sdk import _imports
 from edge_sdk.detections import Detections, box_iou
 from edge_sdk.errors import ConfigError, SourceError
+from edge_sdk.geometry import Placement, move_detections, resize_into
 from edge_sdk.roi import geometry as geo
 from edge_sdk.roi.config import RoiConfig
 from edge_sdk.roi.merge import merge
@@ -120,7 +121,7 @@ class Tiles:
         if cfg.full_frame_pass:
             images.append(frame)
         found = self.detect(images)
-        parts = [geo.offset_detections(_above(d, cfg.score_threshold), x0, y0) for d, (x0, y0, _, _) in zip(found, tiles)]
+        parts = [move_detections(_above(d, cfg.score_threshold), Placement.region(tile)) for d, tile in zip(found, tiles)]
         if cfg.full_frame_pass:
             parts.append(_above(found[-1], cfg.score_threshold))
         det = merge(Detections.merge(parts), cfg.merge_method, cfg.merge_metric, cfg.merge_threshold)
@@ -325,13 +326,13 @@ class RoiScheduler:
 
         # 1. coarse pass and sweep tiles, in one batch. The coarse pass sees the frame shrunk once
         # (motion detection reuses the small copy); the sweep visits the tile grid round robin.
-        small, sx, sy = self._shrink(frame)
+        small, enlarge = self._shrink(frame)
         k = min(cfg.sweep_tiles, len(grid))
         sweep = [(self._cursor + i) % len(grid) for i in range(k)]
         self._cursor = (self._cursor + k) % len(grid) if len(grid) else 0
         sweep_regions = grid[sweep] if sweep else np.zeros((0, 4), np.int32)
         # a tile is 2**level inputs a side unless the frame is smaller: each is zoomed out to fit
-        sweep_places = [geo.Placement(tuple(int(v) for v in r), 0, 0, min(1.0, cw / (r[2] - r[0]), ch / (r[3] - r[1]))) for r in sweep_regions]
+        sweep_places = [Placement.region(r, 0, 0, min(1.0, cw / (r[2] - r[0]), ch / (r[3] - r[1]))) for r in sweep_regions]
         sweep_full = all(p.scale == 1.0 for p in sweep_places)  # at full resolution (level 0, or a small frame)
         if sweep_full:
             sweep_images = [frame[y0:y1, x0:x1] for x0, y0, x1, y1 in sweep_regions]
@@ -344,14 +345,14 @@ class RoiScheduler:
         t0 = self.clock()
         found = self.detect([small] + sweep_images)
         detect_ms = (self.clock() - t0) * 1000.0
-        coarse = geo.scale_detections(found[0], sx, sy)
-        swept = [geo.detections_to_frame(d, p) for d, p in zip(found[1:], sweep_places)]
+        coarse = move_detections(found[0], enlarge, forward=True)
+        swept = [move_detections(d, p) for d, p in zip(found[1:], sweep_places)]
         results = [_above(coarse, cfg.score_threshold)] + [_above(d, cfg.score_threshold) for d in swept]
         # what the coarse pass and a zoomed-out sweep only suspect is examined at full resolution
         candidates = _above(Detections.merge([coarse] + ([] if sweep_full else swept)), cfg.proposal_threshold)
 
         # 2. regions of interest, in priority order, each with its zoom level
-        regions, levels, sources, left_to_coarse = self._regions(small, (sx, sy), candidates, w, h, index)
+        regions, levels, sources, left_to_coarse = self._regions(small, enlarge, candidates, w, h, index)
         regions, levels, sources = self._pieces(regions, levels, sources)
         # a full-resolution sweep tile examines what it holds already
         covered = geo.covered_by(regions, sweep_regions if sweep_full else np.zeros((0, 4), np.int32))
@@ -364,10 +365,10 @@ class RoiScheduler:
         if cfg.max_fine_ms > 0 and self._ms_per_image:
             budget_images = min(budget_images, max(k, int(cfg.max_fine_ms // self._ms_per_image)))
         room = max(0, budget_images - k)
-        unplaced = [geo.Placement(tuple(int(v) for v in r), 0, 0, 0.5 ** int(lv)) for r, lv in zip(regions, levels)]
+        unplaced = [Placement.region(r, 0, 0, 0.5 ** int(lv)) for r, lv in zip(regions, levels)]
         sizes = [p.size for p in unplaced]
         packer = geo.ShelfPacker(cw, ch, cfg.pack_gap, max_canvases=room)
-        placements: List[geo.Placement] = []
+        placements: List[Placement] = []
         used_sources: Dict[str, int] = {s: 0 for s in ROI_SOURCES}
         over_budget = 0
         # tallest first packs tightest; when that does not fit the budget, priority order decides
@@ -385,7 +386,7 @@ class RoiScheduler:
             if spot is None:
                 over_budget += 1
                 continue
-            placements.append(geo.Placement(unplaced[i].src, spot[1], spot[2], unplaced[i].scale, spot[0]))
+            placements.append(Placement.region(unplaced[i].src, spot[1], spot[2], unplaced[i].scale, spot[0]))
             used_sources[sources[i]] += 1
         n_canvases = packer.canvases
         canvases = self._canvases[:n_canvases]
@@ -408,7 +409,7 @@ class RoiScheduler:
             for j, p in enumerate(mine):
                 part = d[owner == j]
                 if len(part):
-                    results.append(geo.detections_to_frame(part, p))
+                    results.append(move_detections(part, p))
 
         # 4. merge, track; what was examined explains the motion in it
         det = merge(Detections.merge(results), cfg.merge_method, cfg.merge_metric, cfg.merge_threshold)
@@ -418,7 +419,7 @@ class RoiScheduler:
             examined = [np.array([p.src for p in placements], np.float64).reshape(-1, 4)]
             if sweep_full:
                 examined.append(sweep_regions.astype(np.float64))
-            self._motion.absorb(np.concatenate(examined) / np.array([sx, sy, sx, sy]))
+            self._motion.absorb(enlarge.inverse(np.concatenate(examined)))
         if sweep:
             self.last_examined[sweep] = index
         self.frame_index += 1
@@ -449,8 +450,9 @@ class RoiScheduler:
         return StrategyResult(det, info)
 
     # -- helpers --------------------------------------------------------------------------------
-    def _shrink(self, frame: np.ndarray) -> Tuple[np.ndarray, float, float]:
-        """The frame shrunk to fit the model input (aspect kept) and the factors back to frame pixels.
+    def _shrink(self, frame: np.ndarray) -> Tuple[np.ndarray, Placement]:
+        """The frame shrunk to fit the model input (aspect kept), and the placement of that copy
+        stretched back to the frame (its forward mapping takes the copy's pixels to the frame's).
 
         The copy lives in a buffer made once per frame size; a frame that already fits is used as is.
         """
@@ -458,15 +460,12 @@ class RoiScheduler:
         cw, ch = self.input_size
         s = min(cw / w, ch / h)
         if s >= 1.0:
-            return frame, 1.0, 1.0
+            return frame, Placement.region((0, 0, w, h))
         sw, sh = min(cw, max(1, int(round(w * s)))), min(ch, max(1, int(round(h * s))))
         if self._small is None or self._small.shape[:2] != (sh, sw):
             self._small = np.zeros((sh, sw, 3), np.uint8)
-        cv2 = _imports.cv2()
-        out = cv2.resize(frame, (sw, sh), dst=self._small, interpolation=cv2.INTER_AREA)
-        if out is not None and not np.shares_memory(out, self._small):
-            self._small[...] = out
-        return self._small, w / sw, h / sh
+        resize_into(frame, Placement.stretch(w, h, sw, sh), self._small, _imports.cv2().INTER_AREA)
+        return self._small, Placement.stretch(sw, sh, w, h)
 
     def _objects(self, boxes: np.ndarray, coarse_scale: float, w: int, h: int) -> Tuple[np.ndarray, np.ndarray, int]:
         """Regions and zoom levels around known objects; those the coarse pass sees at
@@ -482,14 +481,13 @@ class RoiScheduler:
         return regions, geo.scale_levels(size, cfg.fine_object_size), settled
 
     def _regions(
-        self, small: np.ndarray, to_frame: Tuple[float, float], candidates: Detections, w: int, h: int, index: int
+        self, small: np.ndarray, enlarge: Placement, candidates: Detections, w: int, h: int, index: int
     ) -> Tuple[np.ndarray, np.ndarray, List[str], int]:
         """Regions (K, 4), their zoom levels (K,) and sources, in priority order, and how many
         tracks and candidates were left to the coarse pass."""
         cfg = self.config
         cw, ch = self.input_size
-        sx, sy = to_frame
-        coarse_scale = 1.0 / max(sx, sy)
+        coarse_scale = 1.0 / max(enlarge.scale_x, enlarge.scale_y)
         groups: List[Tuple[str, np.ndarray, np.ndarray]] = []
         left = 0
         if self._tracks:
@@ -516,7 +514,7 @@ class RoiScheduler:
                 regions = np.concatenate(parts)
                 groups.append(("zone", regions, np.zeros(len(regions), np.int64)))
         if self._motion is not None:
-            moving = self._motion(small) * np.asarray([sx, sy, sx, sy], np.float32)
+            moving = enlarge.forward(self._motion(small))
             earlier = [g for _, g, _ in groups if len(g)]
             if len(moving) and earlier:
                 # moving pixels at a tracked object or a candidate are examined already

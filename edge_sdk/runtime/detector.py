@@ -29,11 +29,12 @@ import numpy as np
 
 from edge_sdk.detections import Detections
 from edge_sdk.errors import ConfigError
-from edge_sdk.preprocess import InputSpec, Preprocessor, Transform
+from edge_sdk.geometry import Placement
+from edge_sdk.preprocess import InputSpec, Preprocessor
 from edge_sdk.roi.config import RoiConfig
 
 InferFn = Callable[[Dict[str, np.ndarray]], List[np.ndarray]]
-DecodeFn = Callable[[Sequence[np.ndarray], Sequence[Transform]], List[Detections]]
+DecodeFn = Callable[[Sequence[np.ndarray], Sequence[Placement]], List[Detections]]
 THRESHOLDS = ("score_threshold", "nms_iou")
 
 clock = time.perf_counter
@@ -110,7 +111,7 @@ class BatchDetector:
         self.timings["infer"] += (clock() - t1) * 1000.0
         return outputs
 
-    def run(self, tensor: np.ndarray, transforms: Sequence[Transform], n: int) -> List[Detections]:
+    def run(self, tensor: np.ndarray, transforms: Sequence[Placement], n: int) -> List[Detections]:
         """Infer `tensor` (a full batch, or `n` rows of a dynamic one) and decode its first `n` items."""
         outputs = self.infer_tensor(tensor)
         t2 = clock()
@@ -141,7 +142,7 @@ class BatchDetector:
 
 class PreparedInput:
     """One preallocated network input of the preprocess stage: the tensor of one frame, its
-    Transform and the time preprocessing took. The pipeline keeps one per frame buffer and
+    Placement and the time preprocessing took. The pipeline keeps one per frame buffer and
     fills it on the capture thread; `spec` tells a detector whether it fits its model."""
 
     __slots__ = ("spec", "preprocessor", "transform", "ms", "ready")
@@ -149,7 +150,7 @@ class PreparedInput:
     def __init__(self, spec: InputSpec) -> None:
         self.spec = spec
         self.preprocessor = Preprocessor(spec, batch=1)
-        self.transform: Optional[Transform] = None
+        self.transform: Optional[Placement] = None
         self.ms = 0.0
         self.ready = False
 
@@ -271,10 +272,10 @@ class FullFrameDetector(DecoderDetector):
         return detections
 
     def infer_stage(self, frame: np.ndarray, latency: Dict[str, float],
-                    prepared: Optional[PreparedInput] = None) -> Tuple[List[np.ndarray], Transform]:
+                    prepared: Optional[PreparedInput] = None) -> Tuple[List[np.ndarray], Placement]:
         """The first half of `detect`: preprocess (unless `prepared` holds this frame's input)
         and infer. Returns the backend's outputs (its buffers: valid until its next run) and
-        the frame's Transform, for :meth:`decode_stage`, which may run on another thread."""
+        the frame's Placement, for :meth:`decode_stage`, which may run on another thread."""
         batch = self.batch
         if prepared is not None and prepared.ready and prepared.spec == self.input_spec:
             tensor, transform = prepared.tensor, prepared.transform
@@ -293,7 +294,7 @@ class FullFrameDetector(DecoderDetector):
         batch.stage = ""
         return outputs, transform
 
-    def decode_stage(self, outputs: Sequence[np.ndarray], transform: Transform, latency: Dict[str, float]) -> Detections:
+    def decode_stage(self, outputs: Sequence[np.ndarray], transform: Placement, latency: Dict[str, float]) -> Detections:
         """The second half of `detect`: decode `outputs` of one frame into frame pixels. It
         touches no state of the infer half, so it may run beside the next frame's inference."""
         t2 = clock()
