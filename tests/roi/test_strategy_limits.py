@@ -274,3 +274,14 @@ def test_under_a_budget_the_most_confident_candidate_is_examined_first() -> None
     out = sched(np.zeros((240, 320, 3), np.uint8))
     assert out.info["candidates"] == 2 and out.info["rois_over_budget"] == 1
     assert out.info["rois"] == [[200, 150, 240, 190]] and out.info["roi_sources"] == {"candidate": 1}
+
+
+def test_a_new_frame_size_starts_the_frame_count_and_the_sweep_over() -> None:
+    sched = RoiScheduler(lambda images: [Detections.empty() for _ in images], input_size=(64, 48),
+                         config=RoiConfig(sweep_tiles=1, sweep_level=0, tile_overlap=0.0, motion=False))
+    for _ in range(3):
+        sched(np.zeros((96, 128, 3), np.uint8))
+    assert sched.frame_index == 3 and sched.last_examined.tolist() == [0, 1, 2, -1]
+    out = sched(np.zeros((48, 128, 3), np.uint8))  # another camera: two tiles, counted from frame 0
+    assert sched.frame_index == 1 and sched.last_examined.tolist() == [0, -1]
+    assert out.info["sweep_tiles"] == [0]
