@@ -96,10 +96,11 @@ class Placement:
         out[:, [1, 3]] = (out[:, [1, 3]] - self.src[1]) * self.scale_y + self.y
         return out
 
-    def inverse(self, xyxy: np.ndarray, clip: bool = False) -> np.ndarray:
-        """Destination-pixel boxes (N, 4) -> source pixels (float32, new array); with `clip`,
-        kept inside the source rectangle."""
-        out = np.asarray(xyxy, dtype=np.float32).reshape(-1, 4).copy()
+    def inverse(self, xyxy: np.ndarray, clip: bool = False, dtype: type = np.float32) -> np.ndarray:
+        """Destination-pixel boxes (N, 4) -> source pixels (a new array of `dtype`: float32, or
+        float64 where whole-pixel edges must come out exact); with `clip`, kept inside the source
+        rectangle."""
+        out = np.asarray(xyxy, dtype=dtype).reshape(-1, 4).copy()
         out[:, [0, 2]] = (out[:, [0, 2]] - self.x) / self.scale_x + self.src[0]
         out[:, [1, 3]] = (out[:, [1, 3]] - self.y) / self.scale_y + self.src[1]
         if clip:

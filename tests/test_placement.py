@@ -232,3 +232,12 @@ def test_move_detections_forward_scales_a_small_copys_detections_up_to_the_frame
     assert out.xyxy.tolist() == [[30, 60, 90, 120]] and out.data["landmarks"].tolist() == [[[30, 60], [90, 120]]]
     with pytest.raises(ValueError, match="mapping back only"):
         move_detections(det, up, clip=True, forward=True)
+
+
+def test_inverse_in_float64_divides_exactly() -> None:
+    p = Placement.stretch(1366, 771, 640, 361)
+    regions = np.array([[683, 129, 730, 171], [7, 700, 61, 771]], np.float64)
+    got = p.inverse(regions, dtype=np.float64)
+    assert got.dtype == np.float64
+    assert got.tolist() == (regions / np.array([p.scale_x, p.scale_y] * 2)).tolist()
+    assert p.inverse(regions).dtype == np.float32

@@ -265,7 +265,7 @@ class RoiScheduler:
             examined = [np.array([p.src for p in packing.placements], np.float64).reshape(-1, 4)]
             if coarse.sweep_full:
                 examined.append(coarse.sweep_regions.astype(np.float64))
-            self._motion.absorb(coarse.enlarge.inverse(np.concatenate(examined)))
+            self._motion.absorb(coarse.enlarge.inverse(np.concatenate(examined), dtype=np.float64))
         if coarse.sweep:
             self.last_examined[coarse.sweep] = index
         self.frame_index += 1
