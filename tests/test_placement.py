@@ -241,3 +241,10 @@ def test_inverse_in_float64_divides_exactly() -> None:
     assert got.dtype == np.float64
     assert got.tolist() == (regions / np.array([p.scale_x, p.scale_y] * 2)).tolist()
     assert p.inverse(regions).dtype == np.float32
+
+
+def test_affine_is_a_whole_frame_by_scale_and_pad() -> None:
+    p = Placement.affine(0.5, 0.25, 3.0, 4.0, 640, 480)  # net = frame * scale + pad
+    assert (p.src, p.x, p.y, p.scale_x, p.scale_y) == ((0, 0, 640, 480), 3.0, 4.0, 0.5, 0.25)
+    np.testing.assert_allclose(p.forward([[0, 0, 640, 480]]), [[3, 4, 323, 124]])
+    np.testing.assert_allclose(p.inverse([[0, 0, 400, 400]], clip=True), [[0, 0, 640, 480]])

@@ -384,7 +384,7 @@ _EQUIVALENT_LINES: Dict[Tuple[str, str, str], str] = {
         "with exactly `limit` paths the even spread picks each of them once, in order",
     ("edge_sdk/decoders/_base.py",
      "return np.zeros((0, 4), np.float32), np.zeros(0, np.float32), np.zeros(0, np.int32), {}", "4 -> 5"):
-        "no rows either way: Transform.to_frame reshapes the boxes to (-1, 4)",
+        "no rows either way: Detections and Placement.inverse reshape the boxes to (-1, 4)",
     ("edge_sdk/builder/probe.py", 'Normalization("0..1", (0.0,) * 3, (1.0 / 255.0,) * 3),', "3 -> 4"):
         "a fourth mean or scale is never read: for_color takes channels 0 to 2",
     ("edge_sdk/manifest.py", "raw = f.read(MANIFEST_MAX_BYTES + 1)", "1 -> 2"):
