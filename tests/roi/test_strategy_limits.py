@@ -312,3 +312,17 @@ def test_what_was_examined_reaches_the_motion_background_in_exact_coarse_pixels(
     want = np.array(out.info["rois"], np.float64) / np.array([w / sw, h / sh, w / sw, h / sh])
     [got] = sched._motion.absorbed
     assert got.dtype == np.float64 and got.tolist() == want.tolist()
+
+
+def test_a_frame_that_fits_the_model_input_is_looked_at_as_is() -> None:
+    seen = []
+
+    def once(images):  # one face in the coarse pass, nothing in the fine pass
+        seen.append([im.shape for im in images])
+        found = Detections(np.array([[3.5, 7.25, 20, 30]], np.float32), np.array([0.9], np.float32), np.zeros(1))
+        return [found if len(seen) == 1 else Detections.empty() for _ in images]
+
+    sched = RoiScheduler(once, input_size=(64, 48), config=RoiConfig(sweep_tiles=0, motion=False))
+    out = sched(np.zeros((40, 50, 3), np.uint8))
+    assert seen[0] == [(40, 50, 3)]  # neither shrunk nor grown
+    assert out.detections.xyxy.tolist() == [[3.5, 7.25, 20, 30]]
