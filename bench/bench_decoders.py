@@ -15,7 +15,8 @@ from typing import Callable, List
 import numpy as np
 
 from edge_sdk.decoders import CENTERFACE_DEFAULT, make_decoder, nms
-from edge_sdk.preprocess import InputSpec, Transform
+from edge_sdk.geometry import Placement
+from edge_sdk.preprocess import InputSpec
 
 H, W = 384, 640
 
@@ -76,7 +77,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=200)
     repeat = parser.parse_args().repeat
     spec = InputSpec(name="input.1", shape=[1, 3, H, W])
-    identity = [Transform(1.0, 1.0, 0.0, 0.0, W, H)]
+    identity = [Placement.affine(1.0, 1.0, 0.0, 0.0, W, H)]
 
     print(f"{'case':<48} {'median ms':>10}")
     for faces in (1, 10, 50):

@@ -13,6 +13,7 @@ import numpy as np
 
 from edge_sdk import _imports
 from edge_sdk.errors import ConfigError, SourceError
+from edge_sdk.geometry import Placement, resize_into
 from edge_sdk.images import read_image
 
 RESIZE_MODES = ("letterbox", "stretch")
@@ -112,56 +113,22 @@ def _triple(value: Sequence[float], key: str) -> List[float]:
     return value
 
 
-@dataclass(frozen=True)
-class Transform:
-    """How a frame was placed into the network input: `net = frame * scale + pad`."""
-
-    scale_x: float
-    scale_y: float
-    pad_x: float
-    pad_y: float
-    frame_width: int
-    frame_height: int
-
-    def to_frame(self, xyxy: np.ndarray, clip: bool = True) -> np.ndarray:
-        """Map boxes from network-input pixels back to frame pixels (float32, new array)."""
-        out = np.asarray(xyxy, dtype=np.float32).reshape(-1, 4).copy()
-        out[:, [0, 2]] = (out[:, [0, 2]] - self.pad_x) / self.scale_x
-        out[:, [1, 3]] = (out[:, [1, 3]] - self.pad_y) / self.scale_y
-        if clip:
-            out[:, [0, 2]] = np.clip(out[:, [0, 2]], 0, self.frame_width)
-            out[:, [1, 3]] = np.clip(out[:, [1, 3]], 0, self.frame_height)
-        return out
-
-    def to_net(self, xyxy: np.ndarray) -> np.ndarray:
-        """Map boxes from frame pixels to network-input pixels."""
-        out = np.asarray(xyxy, dtype=np.float32).reshape(-1, 4).copy()
-        out[:, [0, 2]] = out[:, [0, 2]] * self.scale_x + self.pad_x
-        out[:, [1, 3]] = out[:, [1, 3]] * self.scale_y + self.pad_y
-        return out
-
-
 def plan_transform(frame_w: int, frame_h: int, net_w: int, net_h: int, resize: str = "letterbox",
-                   placement: str = "center") -> Tuple[Transform, Tuple[int, int, int, int]]:
-    """Return the transform and the (x, y, w, h) region of the network input the frame fills:
-    letterboxed `placement` "center" or "top-left" (see PLACEMENTS), or stretched."""
+                   placement: str = "center") -> Tuple[Placement, Tuple[int, int, int, int]]:
+    """The placement of a (frame_w, frame_h) frame in the network input, letterboxed `placement`
+    "center" or "top-left" (see PLACEMENTS) or stretched, and the (x, y, w, h) region it fills."""
     if resize == "stretch":
-        return Transform(net_w / frame_w, net_h / frame_h, 0.0, 0.0, frame_w, frame_h), (0, 0, net_w, net_h)
-    r = min(net_w / frame_w, net_h / frame_h)
-    if placement == "center":
-        w = max(1, min(net_w, int(round(frame_w * r))))
-        h = max(1, min(net_h, int(round(frame_h * r))))
-    else:  # YOLOX's preproc truncates: (int(iw * r), int(ih * r))
-        w = max(1, min(net_w, int(frame_w * r)))
-        h = max(1, min(net_h, int(frame_h * r)))
-    x, y = ((net_w - w) // 2, (net_h - h) // 2) if placement == "center" else (0, 0)
-    return Transform(w / frame_w, h / frame_h, float(x), float(y), frame_w, frame_h), (x, y, w, h)
+        where = Placement.stretch(frame_w, frame_h, net_w, net_h)
+    else:
+        where = Placement.letterbox(frame_w, frame_h, net_w, net_h, placement)
+    x0, y0, x1, y1 = where.dst
+    return where, (x0, y0, x1 - x0, y1 - y0)
 
 
 class Preprocessor:
     """Converts BGR uint8 frames (H, W, 3) into the network input tensor, reusing its buffers.
 
-    `__call__(frame)` fills `self.tensor[0]` and returns the tensor and the Transform. For
+    `__call__(frame)` fills `self.tensor[0]` and returns the tensor and the frame's Placement. For
     batches, `fill(frame, index)` writes one slot. The returned tensor is owned by the
     preprocessor and overwritten by the next call.
     """
@@ -175,7 +142,7 @@ class Preprocessor:
         self._scale = np.asarray(spec.scale, np.float32).reshape(3, 1, 1)
         self._identity = bool(np.all(self._mean == 0) and np.all(self._scale == 1))
         self._plan_key: Optional[Tuple[int, int]] = None
-        self._plan: Optional[Tuple[Transform, Tuple[int, int, int, int]]] = None
+        self._plan: Optional[Tuple[Placement, Tuple[int, int, int, int]]] = None
         self._cv2 = _imports.cv2()
         # HWC → CHW goes through uint8 planes: cv2.split writes the planes in place, then one
         # contiguous cast fills the tensor (about 2.5x faster than casting a transposed view).
@@ -185,7 +152,7 @@ class Preprocessor:
         self._split_in_place: Optional[bool] = None
         self._area = spec.interpolation == "area"
 
-    def _plan_for(self, w: int, h: int) -> Tuple[Transform, Tuple[int, int, int, int]]:
+    def _plan_for(self, w: int, h: int) -> Tuple[Placement, Tuple[int, int, int, int]]:
         if self._plan_key != (w, h):
             self._plan = plan_transform(w, h, self.spec.width, self.spec.height, self.spec.resize,
                                         self.spec.placement)
@@ -194,25 +161,19 @@ class Preprocessor:
         assert self._plan is not None
         return self._plan
 
-    def fill(self, frame: np.ndarray, index: int = 0) -> Transform:
+    def fill(self, frame: np.ndarray, index: int = 0) -> Placement:
         if not isinstance(frame, np.ndarray) or frame.ndim != 3 or frame.shape[2] != 3 or frame.dtype != np.uint8:
             shape = getattr(frame, "shape", None)
             dtype = getattr(frame, "dtype", None)
             raise SourceError(f"expected a BGR uint8 frame of shape (H, W, 3), got shape {shape} dtype {dtype}")
         h, w = frame.shape[:2]
-        transform, (x, y, rw, rh) = self._plan_for(w, h)
+        placement, (x, y, rw, rh) = self._plan_for(w, h)
         if (rw, rh) == (w, h) and (w, h) == (self.spec.width, self.spec.height):
             src = frame  # already the network size: no canvas copy
         else:
-            region = self._canvas[y : y + rh, x : x + rw]
-            if (rw, rh) == (w, h):
-                region[...] = frame
-            else:
-                cv2 = self._cv2
-                interp = cv2.INTER_AREA if self._area and rw < w else cv2.INTER_LINEAR
-                out = cv2.resize(frame, (rw, rh), dst=region, interpolation=interp)
-                if out is not None and not np.shares_memory(out, region):
-                    region[...] = out
+            cv2 = self._cv2
+            interp = cv2.INTER_AREA if self._area and rw < w else cv2.INTER_LINEAR
+            resize_into(frame, placement, self._canvas, interp)
             src = self._canvas
         dst = self.tensor[index]
         self._to_planes(src)
@@ -220,7 +181,7 @@ class Preprocessor:
         if not self._identity:
             np.subtract(dst, self._mean, out=dst, casting="unsafe")
             np.multiply(dst, self._scale, out=dst, casting="unsafe")
-        return transform
+        return placement
 
     def _to_planes(self, src: np.ndarray) -> None:
         """HWC uint8 `src` → the (3, H, W) uint8 planes in the network's colour order."""
@@ -233,9 +194,9 @@ class Preprocessor:
                 return
         np.copyto(self._planes, src.transpose(2, 0, 1) if self.spec.color == "BGR" else src[..., ::-1].transpose(2, 0, 1))
 
-    def __call__(self, frame: np.ndarray) -> Tuple[np.ndarray, Transform]:
-        transform = self.fill(frame, 0)
-        return self.tensor[:1], transform
+    def __call__(self, frame: np.ndarray) -> Tuple[np.ndarray, Placement]:
+        placement = self.fill(frame, 0)
+        return self.tensor[:1], placement
 
 
 def load_image(path: str) -> np.ndarray:

@@ -28,7 +28,7 @@ import numpy as np
 from edge_sdk.errors import BundleError, ConfigError
 from edge_sdk.manifest import REFERENCE, Bundle
 from edge_sdk.npyfile import ArrayHeader, fits, npz_headers, read_npz
-from edge_sdk.preprocess import Transform
+from edge_sdk.geometry import Placement
 
 REFERENCES = ("auto", "onnxruntime", "bundle")
 DEFAULT_MIN_F1 = 0.97  # the builder's default gate ([build] min_f1), for manifests that record none
@@ -56,7 +56,7 @@ class GateReference:
     """The bundle's gate inputs, their transforms and FP32's stored outputs (float32 here)."""
 
     inputs: List[np.ndarray]  # (1, C, H, W) float32 each
-    transforms: List[Transform]
+    transforms: List[Placement]
     output_names: List[str]
     outputs: List[List[np.ndarray]]  # per image, in output_names order, batch 1
     min_f1: Optional[float] = None  # the build's gate threshold
@@ -106,7 +106,7 @@ def load_reference(bundle: Bundle) -> GateReference:
             raise bad(f"output_{k} ({name}) must be float16/float32 with {n} rows")
         stacked.append(out.astype(np.float32))
     inputs = [x[i : i + 1].astype(np.float32) for i in range(n)]
-    transforms = [Transform(float(r[0]), float(r[1]), float(r[2]), float(r[3]), int(r[4]), int(r[5])) for r in tr]
+    transforms = [Placement.affine(float(r[0]), float(r[1]), float(r[2]), float(r[3]), int(r[4]), int(r[5])) for r in tr]
     outputs = [[o[i : i + 1] for o in stacked] for i in range(n)]
     min_f1 = section.get("min_f1") if isinstance(section, dict) else None
     if not (isinstance(min_f1, (int, float)) and not isinstance(min_f1, bool) and 0.0 <= min_f1 <= 1.0):

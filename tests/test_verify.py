@@ -317,7 +317,7 @@ def test_the_reference_loads_as_stored(tmp_path: Path) -> None:
     assert data.images == 2 and data.output_names == list(OUTPUTS) and data.min_f1 == 0.9
     assert data.stored_dtypes == ["float32"]
     assert [x.shape for x in data.inputs] == [(1, 3, H, W)] * 2
-    assert (data.transforms[1].frame_width, data.transforms[1].frame_height) == (W, H)
+    assert (data.transforms[1].src[2], data.transforms[1].src[3]) == (W, H)
     for i in range(2):
         for k, name in enumerate(OUTPUTS):
             np.testing.assert_array_equal(data.outputs[i][k], ref[i][name])
@@ -459,5 +459,5 @@ def test_one_value_per_image_and_each_transform_field_in_its_place(tmp_path: Pat
     rows = np.array([[2.0, 3.0, 4.0, 5.0, W, H], [0.5, 0.25, 1.5, 2.5, 2 * W, 3 * H]])
     data = load_reference(write_reference_bundle(tmp_path / "b", ref, arrays={"transforms": rows}))
     assert [o[0].tolist() for o in data.outputs] == [[0.25], [0.5]]
-    got = [(t.scale_x, t.scale_y, t.pad_x, t.pad_y, t.frame_width, t.frame_height) for t in data.transforms]
+    got = [(t.scale_x, t.scale_y, t.x, t.y, t.src[2], t.src[3]) for t in data.transforms]
     assert got == [tuple(r) for r in rows.tolist()]

@@ -19,7 +19,7 @@ import numpy as np
 
 from edge_sdk.detections import Detections, match_detections
 from edge_sdk.errors import AccuracyGateError
-from edge_sdk.preprocess import Transform
+from edge_sdk.geometry import Placement
 
 SPURIOUS_SHARE = 0.25  # of its rate on the real images, per control image ...
 SPURIOUS_MIN = 2.0  # ... and at least this many
@@ -33,7 +33,7 @@ def is_spurious(control_per_image: float, per_image: float, filled: bool = False
 
 
 # decoder(outputs with batch dim, transforms) -> one Detections per batch item
-Decoder = Callable[[Sequence[np.ndarray], Sequence[Transform]], List[Detections]]
+Decoder = Callable[[Sequence[np.ndarray], Sequence[Placement]], List[Detections]]
 Progress = Callable[[int], None]
 MATCH_IOU = 0.5
 
@@ -157,7 +157,7 @@ def output_errors(names: Sequence[str], ref: Sequence[Sequence[np.ndarray]], tes
     return report
 
 
-def decode_all(decoder: Decoder, outputs: Sequence[Sequence[np.ndarray]], transforms: Sequence[Transform]) -> List[Detections]:
+def decode_all(decoder: Decoder, outputs: Sequence[Sequence[np.ndarray]], transforms: Sequence[Placement]) -> List[Detections]:
     return [decoder(out, [tr])[0] for out, tr in zip(outputs, transforms)]
 
 
@@ -176,7 +176,7 @@ def agreement(pred: Sequence[Detections], ref: Sequence[Detections], iou: float 
 class Reference:
     """FP32's outputs and detections on the held-back images: what every variant is compared to."""
 
-    def __init__(self, model: Any, input_name: str, tensors: Sequence[np.ndarray], transforms: Sequence[Transform],
+    def __init__(self, model: Any, input_name: str, tensors: Sequence[np.ndarray], transforms: Sequence[Placement],
                  decoder: Optional[Decoder], progress: Optional[Progress] = None) -> None:
         self.input_name = input_name
         self.tensors = tensors

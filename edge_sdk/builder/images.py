@@ -17,7 +17,8 @@ import numpy as np
 from edge_sdk.builder.progress import BuildProgress
 from edge_sdk.builder.project import BuildConfig
 from edge_sdk.errors import CalibrationError, SourceError
-from edge_sdk.preprocess import InputSpec, Preprocessor, Transform, load_image
+from edge_sdk.geometry import Placement
+from edge_sdk.preprocess import InputSpec, Preprocessor, load_image
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff")
 
@@ -96,7 +97,7 @@ def _too_few(n: int, calib: int, holdout: int, search: bool) -> str:
     return f"too few calibration images: {n}; need at least {need} ({parts}). Add images to the --calib folder"
 
 
-def preprocess_images(paths: Sequence[Path], spec: InputSpec, advance: Callable[[int], None]) -> Tuple[List[np.ndarray], List[Transform]]:
+def preprocess_images(paths: Sequence[Path], spec: InputSpec, advance: Callable[[int], None]) -> Tuple[List[np.ndarray], List[Placement]]:
     """Each image through the runtime's own Preprocessor; returns owned (1,3,H,W) copies."""
     pre = Preprocessor(spec, batch=1)
     tensors, transforms = [], []
@@ -119,11 +120,11 @@ class BuildImages:
     folder: Path
     split: ImageSplit
     gate: List[np.ndarray]
-    gate_transforms: List[Transform]
+    gate_transforms: List[Placement]
     # Only an INT8 build preprocesses these; without a search the search part is empty.
     calibration: List[np.ndarray] = field(default_factory=list)
     search: List[np.ndarray] = field(default_factory=list)
-    search_transforms: List[Transform] = field(default_factory=list)
+    search_transforms: List[Placement] = field(default_factory=list)
 
 
 def load_images(config: BuildConfig, spec: InputSpec, progress: BuildProgress) -> Optional[BuildImages]:

@@ -28,15 +28,16 @@ import numpy as np
 
 from edge_sdk.builder.bundle import encode_calib_tensor
 from edge_sdk.manifest import REFERENCE
-from edge_sdk.preprocess import Transform
+from edge_sdk.geometry import Placement
 
 MAX_IMAGES = 8  # gate images kept: enough to compare an engine with FP32, small enough to ship (the default build holds back 14)
 FLOAT16_MAX = float(np.finfo(np.float16).max)
 
 
-def transform_rows(transforms: Sequence[Transform]) -> np.ndarray:
-    """(N, 6) float64: each Transform's scale_x, scale_y, pad_x, pad_y, frame width and height."""
-    return np.array([[t.scale_x, t.scale_y, t.pad_x, t.pad_y, t.frame_width, t.frame_height] for t in transforms],
+def transform_rows(transforms: Sequence[Placement]) -> np.ndarray:
+    """(N, 6) float64: each frame's placement in the network input as scale_x, scale_y, pad_x,
+    pad_y, frame width and height (:meth:`Placement.affine` reads them back)."""
+    return np.array([[t.scale_x, t.scale_y, t.x, t.y, t.src[2] - t.src[0], t.src[3] - t.src[1]] for t in transforms],
                     dtype=np.float64).reshape(-1, 6)
 
 
@@ -47,7 +48,7 @@ def output_dtype(values: np.ndarray) -> np.dtype:
     return np.dtype(np.float16 if big < FLOAT16_MAX else np.float32)
 
 
-def reference_npz(inputs: Sequence[np.ndarray], transforms: Sequence[Transform], output_names: Sequence[str],
+def reference_npz(inputs: Sequence[np.ndarray], transforms: Sequence[Placement], output_names: Sequence[str],
                   outputs: Sequence[Sequence[np.ndarray]], decoder: Any = None) -> Tuple[bytes, Dict[str, Any]]:
     """(the file's bytes, what the manifest says of it) for per-image inputs (1, C, H, W), their
     transforms and the FP32 outputs of each image (model output order, batch 1). `decoder`: the
@@ -80,7 +81,7 @@ def reference_npz(inputs: Sequence[np.ndarray], transforms: Sequence[Transform],
 
 
 def _same_detections(decoder: Any, exact: Sequence[np.ndarray], rounded: Sequence[np.ndarray],
-                     transforms: Sequence[Transform]) -> bool:
+                     transforms: Sequence[Placement]) -> bool:
     from edge_sdk.builder.evaluate import agreement, decode_all
 
     def per_image(stacked: Sequence[np.ndarray]) -> List[List[np.ndarray]]:

@@ -1,6 +1,6 @@
 """The preprocess stage on the GPU: :class:`GpuPreprocessor` keeps the contract of
-:class:`edge_sdk.preprocess.Preprocessor` (`fill(frame, index) -> Transform`,
-`__call__(frame) -> (tensor, Transform)`, `tensor` holding the batch), with the tensor in
+:class:`edge_sdk.preprocess.Preprocessor` (`fill(frame, index) -> Placement`,
+`__call__(frame) -> (tensor, Placement)`, `tensor` holding the batch), with the tensor in
 device memory, on the stream the backend runs on.
 
 The kernels (`kernels/preprocess.cu`) resample as the CPU Preprocessor's cv2.resize does,
@@ -26,7 +26,8 @@ from edge_sdk.cuda.api import MAPPED, PINNED, CudaApi, DeviceTensor, HostBuffer,
 from edge_sdk.cuda.compiler import KernelCache
 from edge_sdk.cuda.graph import FrameGraph
 from edge_sdk.errors import ConfigError, SourceError
-from edge_sdk.preprocess import InputSpec, Transform, plan_transform
+from edge_sdk.geometry import Placement
+from edge_sdk.preprocess import InputSpec, plan_transform
 
 KERNEL_FILE = "preprocess.cu"
 
@@ -56,8 +57,8 @@ def resize_mode(src_w: int, src_h: int, dst_w: int, dst_h: int, interpolation: s
     return RESIZE_LINEAR
 
 
-def plan_slot(crop: Tuple[int, int, int, int], spec: InputSpec) -> Tuple[Transform, Tuple[int, ...]]:
-    """Transform and Slot values for one crop (x, y, w, h) of a frame, as Preprocessor.fill
+def plan_slot(crop: Tuple[int, int, int, int], spec: InputSpec) -> Tuple[Placement, Tuple[int, ...]]:
+    """Placement and Slot values for one crop (x, y, w, h) of a frame, as Preprocessor.fill
     would place `frame[y:y + h, x:x + w]`."""
     x, y, w, h = crop
     transform, (rx, ry, rw, rh) = plan_transform(w, h, spec.width, spec.height, spec.resize, spec.placement)
@@ -87,7 +88,7 @@ def _kernel_ready(frame: np.ndarray) -> bool:
 class _Plan:
     """Everything one launch needs, built once per (frame geometry, source, slot) and reused."""
 
-    def __init__(self, transforms: List[Transform], args: KernelArgs, grid: Tuple[int, int, int], kernel: Any,
+    def __init__(self, transforms: List[Placement], args: KernelArgs, grid: Tuple[int, int, int], kernel: Any,
                  copy_bytes: int, slot_bytes: int) -> None:
         self.transforms = transforms
         self.args = args
@@ -157,12 +158,12 @@ class GpuPreprocessor:
         self.device_frames = 0  # read from a device copy the caller made (device_ptr= of a pinned slot)
 
     # -- the Preprocessor contract -----------------------------------------------------------
-    def __call__(self, frame: np.ndarray) -> Tuple[DeviceTensor, Transform]:
+    def __call__(self, frame: np.ndarray) -> Tuple[DeviceTensor, Placement]:
         transform = self.fill(frame, 0)
         return self.tensor[:1], transform
 
-    def fill(self, frame: np.ndarray, index: int = 0, device_ptr: Optional[int] = None) -> Transform:
-        """Queue `frame` -> slot `index`; returns the Transform (known before the GPU runs).
+    def fill(self, frame: np.ndarray, index: int = 0, device_ptr: Optional[int] = None) -> Placement:
+        """Queue `frame` -> slot `index`; returns the Placement (known before the GPU runs).
         `device_ptr`: the frame's pixels are at this device address already (same layout as
         `frame`), written by work queued earlier on this preprocessor's stream."""
         check_frame(frame)
@@ -185,7 +186,7 @@ class GpuPreprocessor:
         return plan.transforms[0]
 
     def fill_rois(self, frame: np.ndarray, regions: Sequence[Sequence[int]], first: int = 0,
-                  device_ptr: Optional[int] = None) -> List[Transform]:
+                  device_ptr: Optional[int] = None) -> List[Placement]:
         """Queue crops `frame[y0:y1, x0:x1]` for each (x0, y0, x1, y1) -> slots first, first + 1, ...
         in one launch; each slot as `fill(frame[y0:y1, x0:x1], slot)` would make it. `device_ptr`
         as for :meth:`fill`."""

@@ -3,7 +3,7 @@
     decoder = make_decoder({"type": "centerface", "score_threshold": 0.5, "nms_iou": 0.3}, input_spec)
     detections = decoder(outputs, transforms)   # outputs in model order, batch first
 
-Every decoder returns boxes in FRAME pixels (each batch item's Transform maps them back) and
+Every decoder returns boxes in FRAME pixels (each batch item's Placement in the network input maps them back) and
 shares the spec keys `score_threshold`, `nms_iou`, `class_agnostic`, `max_detections`,
 `pre_nms_topk`, `num_classes`, `output_names` and `labels` (class names, index = class id: each
 detection gets `data["label"]`); each type documents its own extra keys. Models that end in

@@ -9,7 +9,8 @@ from edge_sdk.decoders.nms import nms
 from edge_sdk.detections import LABEL, Detections
 from edge_sdk.errors import BackendError, ConfigError
 from edge_sdk.labels import check_labels
-from edge_sdk.preprocess import InputSpec, Transform
+from edge_sdk.geometry import Placement, move_detections
+from edge_sdk.preprocess import InputSpec
 
 COMMON_KEYS = (
     "type",
@@ -83,18 +84,17 @@ class Decoder:
         """Boxes (K,4) xyxy in network-input pixels, scores (K,), class ids (K,), extra data.
 
         Only candidates above the score threshold are returned. Extra data arrays may hold
-        points in network-input pixels under keys listed in `point_keys` (shape (K, P, 2)).
+        points in network-input pixels under the keys of POINT_KEYS (shape (K, P, 2)), which
+        are mapped to frame pixels with the boxes.
         """
         raise NotImplementedError
-
-    point_keys: Tuple[str, ...] = ()
 
     # -- the shared part -------------------------------------------------------------------------
     def batched(self, outputs: List[np.ndarray]) -> List[int]:
         """The outputs whose first dimension is the batch (all, unless a decoder says otherwise)."""
         return list(range(len(outputs)))
 
-    def __call__(self, outputs: Sequence[np.ndarray], transforms: Sequence[Transform]) -> List[Detections]:
+    def __call__(self, outputs: Sequence[np.ndarray], transforms: Sequence[Placement]) -> List[Detections]:
         arrays = [np.asarray(o) for o in outputs]
         self.check_outputs(arrays)
         batched = self.batched(arrays)
@@ -109,11 +109,11 @@ class Decoder:
         if len(transforms) != n:
             raise BackendError(
                 f"{self.type_name} decoder: got {len(transforms)} transform(s) for a batch of {n}; "
-                "pass one Transform per batch item"
+                "pass one Placement per batch item"
             )
         return [self._decode_item(arrays, i, transforms[i]) for i in range(n)]
 
-    def _decode_item(self, outputs: List[np.ndarray], i: int, transform: Transform) -> Detections:
+    def _decode_item(self, outputs: List[np.ndarray], i: int, transform: Placement) -> Detections:
         boxes, scores, class_id, data = self.candidates(outputs, i)
         if self.pre_nms_topk is not None and len(scores) > self.pre_nms_topk:
             top = np.argpartition(-scores, self.pre_nms_topk - 1)[: self.pre_nms_topk]
@@ -121,13 +121,10 @@ class Decoder:
             data = {k: v[top] for k, v in data.items()}
         keep = nms(boxes, scores, self.nms_iou, None if self.class_agnostic else class_id, self.max_detections)
         out = {k: v[keep] for k, v in data.items()}
-        for key in self.point_keys:
-            if key in out:
-                out[key] = points_to_frame(out[key], transform)
         if self.labels is not None:
             ids = class_id[keep]
             out[LABEL] = self._label_of[np.where((ids >= 0) & (ids < len(self.labels)), ids, len(self.labels))]
-        return Detections(transform.to_frame(boxes[keep]), scores[keep], class_id[keep], out)
+        return move_detections(Detections(boxes[keep], scores[keep], class_id[keep], out), transform, clip=True)
 
     def _name(self, k: int) -> str:
         if self.output_names is not None and k < len(self.output_names):
@@ -139,17 +136,6 @@ class Decoder:
 
 
 # -- helpers shared by the decoders --------------------------------------------------------------
-def points_to_frame(points: np.ndarray, transform: Transform, clip: bool = True) -> np.ndarray:
-    """Map points (..., 2) as (x, y) from network-input pixels to frame pixels (new float32 array)."""
-    out = np.asarray(points, dtype=np.float32).copy()
-    out[..., 0] = (out[..., 0] - transform.pad_x) / transform.scale_x
-    out[..., 1] = (out[..., 1] - transform.pad_y) / transform.scale_y
-    if clip:
-        np.clip(out[..., 0], 0, transform.frame_width, out=out[..., 0])
-        np.clip(out[..., 1], 0, transform.frame_height, out=out[..., 1])
-    return out
-
-
 def cxcywh_to_xyxy(cx: np.ndarray, cy: np.ndarray, w: np.ndarray, h: np.ndarray) -> np.ndarray:
     x1 = cx - w * 0.5
     y1 = cy - h * 0.5

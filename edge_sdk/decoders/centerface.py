@@ -44,7 +44,6 @@ class CenterFaceDecoder(Decoder):
     default_score_threshold = 0.5
     default_nms_iou = 0.3
     default_class_agnostic = True
-    point_keys = ("landmarks",)
 
     def __init__(self, spec: Mapping[str, Any], input_spec: InputSpec) -> None:
         super().__init__(spec, input_spec)

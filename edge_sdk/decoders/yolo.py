@@ -97,7 +97,6 @@ class YOLOv8Decoder(Decoder):
             self.keypoints = (int(kpt[0]), int(kpt[1]))
             if self.num_classes is None:
                 self.num_classes = 1  # YOLOv8/11-pose: one class (person)
-        self.point_keys = ("keypoints",) if self.head == "pose" else ()
         self.extra = self.mask_channels + self.keypoints[0] * self.keypoints[1]
 
     def _channels_first(self, shape: Tuple[int, ...]) -> bool:

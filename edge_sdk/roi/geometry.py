@@ -2,21 +2,20 @@
 
 Every region is an integer box ``(x0, y0, x1, y1)`` in frame pixels, half-open: it covers the
 columns ``x0 .. x1 - 1`` and the rows ``y0 .. y1 - 1``, exactly what ``frame[y0:y1, x0:x1]``
-selects. Detection boxes are float32 ``xyxy`` as everywhere else in edge-sdk. Nothing here
-runs a model or allocates per-frame images except :func:`crop_scale_pad`, which writes into a
-buffer the caller owns.
+selects. Detection boxes are float32 ``xyxy`` as everywhere else in edge-sdk. A crop's place in
+a canvas is an :class:`edge_sdk.geometry.Placement`; :func:`edge_sdk.geometry.move_detections`
+maps what was found there back. Nothing here runs a model or allocates per-frame images:
+:func:`crop_scale_pad` and :func:`paste` draw into buffers the caller owns.
 """
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from edge_sdk.detections import POINT_KEYS, Detections
+from edge_sdk.geometry import Placement, Region, resize_into
 
-Region = Tuple[int, int, int, int]
 
 
 def _positions(length: int, size: int, overlap_ratio: float) -> List[int]:
@@ -185,52 +184,6 @@ def covered_by(regions: np.ndarray, covers: np.ndarray) -> np.ndarray:
     return inside(regions, covers).any(axis=1)
 
 
-@dataclass(frozen=True)
-class Placement:
-    """Frame region `src` drawn into canvas number `canvas` with its top-left at (x, y), scaled by `scale`.
-
-    ``canvas_px = (frame_px - src_origin) * scale + (x, y)``; :meth:`to_frame` inverts it.
-    """
-
-    src: Region
-    x: int
-    y: int
-    scale: float = 1.0
-    canvas: int = 0
-
-    @property
-    def size(self) -> Tuple[int, int]:
-        """(w, h) the region occupies in the canvas."""
-        w = self.src[2] - self.src[0]
-        h = self.src[3] - self.src[1]
-        return (max(1, int(round(w * self.scale))), max(1, int(round(h * self.scale))))
-
-    @property
-    def dst(self) -> Region:
-        w, h = self.size
-        return (self.x, self.y, self.x + w, self.y + h)
-
-    def to_frame(self, xyxy: np.ndarray) -> np.ndarray:
-        """Canvas-pixel boxes (N, 4) -> frame-pixel boxes (float32, new array)."""
-        out = np.asarray(xyxy, dtype=np.float32).reshape(-1, 4).copy()
-        out[:, [0, 2]] = (out[:, [0, 2]] - self.x) / self.scale + self.src[0]
-        out[:, [1, 3]] = (out[:, [1, 3]] - self.y) / self.scale + self.src[1]
-        return out
-
-    def to_canvas(self, xyxy: np.ndarray) -> np.ndarray:
-        out = np.asarray(xyxy, dtype=np.float32).reshape(-1, 4).copy()
-        out[:, [0, 2]] = (out[:, [0, 2]] - self.src[0]) * self.scale + self.x
-        out[:, [1, 3]] = (out[:, [1, 3]] - self.src[1]) * self.scale + self.y
-        return out
-
-    def points_to_frame(self, points: np.ndarray) -> np.ndarray:
-        """Canvas-pixel points (..., 2) -> frame pixels."""
-        out = np.asarray(points, dtype=np.float32).copy()
-        out[..., 0] = (out[..., 0] - self.x) / self.scale + self.src[0]
-        out[..., 1] = (out[..., 1] - self.y) / self.scale + self.src[1]
-        return out
-
-
 def crop_scale_pad(
     frame: np.ndarray,
     region: Region,
@@ -242,49 +195,28 @@ def crop_scale_pad(
 
     Without `scale`, the region is scaled to fit `out` keeping its aspect ratio (never up
     unless it is smaller than `out` in both directions, in which case it is scaled up to fit).
-    Returns the placement whose :meth:`Placement.to_frame` maps boxes found in `out` back.
+    Returns the placement whose :meth:`Placement.inverse` maps boxes found in `out` back.
     """
     x0, y0, x1, y1 = (int(v) for v in region)
     h_out, w_out = out.shape[:2]
     if scale is None:
         scale = min(w_out / (x1 - x0), h_out / (y1 - y0))
-    placement = Placement((x0, y0, x1, y1), 0, 0, float(scale))
+    placement = Placement.region((x0, y0, x1, y1), 0, 0, float(scale))
     w, h = placement.size
     if w > w_out or h > h_out:
         raise ValueError(f"region {region} at scale {scale} needs {w}x{h}, more than the {w_out}x{h_out} canvas")
-    out[...] = pad_value
-    crop = frame[y0:y1, x0:x1]
-    if (w, h) == (x1 - x0, y1 - y0):
-        out[:h, :w] = crop
-    else:
-        from edge_sdk import _imports
-
-        cv2 = _imports.cv2()
-        interp = cv2.INTER_AREA if scale < 1 else cv2.INTER_LINEAR
-        out[:h, :w] = cv2.resize(crop, (w, h), interpolation=interp)
+    paste(frame, placement, out, pad_value)
     return placement
 
 
-def paste(frame: np.ndarray, placement: Placement, canvas: np.ndarray) -> None:
-    """Draw ``frame[placement.src]`` into `canvas` at ``placement.dst``, resized by its scale.
-
-    Scaled crops are resized straight into the canvas (area averaging when shrinking), so
-    nothing frame-sized is allocated.
-    """
-    x0, y0, x1, y1 = placement.src
-    dx0, dy0, dx1, dy1 = placement.dst
-    view = canvas[dy0:dy1, dx0:dx1]
-    crop = frame[y0:y1, x0:x1]
-    if view.shape[:2] == crop.shape[:2]:
-        view[...] = crop
-        return
+def paste(frame: np.ndarray, placement: Placement, canvas: np.ndarray, pad_value: Optional[int] = None) -> None:
+    """Draw ``frame[placement.src]`` into `canvas` at ``placement.dst``, resized by its scale
+    (area averaging when shrinking), straight into the canvas; with `pad_value`, the rest of
+    the canvas is filled with it."""
     from edge_sdk import _imports
 
     cv2 = _imports.cv2()
-    interp = cv2.INTER_AREA if placement.scale < 1 else cv2.INTER_LINEAR
-    out = cv2.resize(crop, (dx1 - dx0, dy1 - dy0), dst=view, interpolation=interp)
-    if out is not None and not np.shares_memory(out, view):
-        view[...] = out
+    resize_into(frame, placement, canvas, cv2.INTER_AREA if placement.scale < 1 else cv2.INTER_LINEAR, pad_value)
 
 
 def scale_levels(sizes: np.ndarray, target: int) -> np.ndarray:
@@ -363,32 +295,6 @@ def pack_shelves(sizes: Sequence[Tuple[int, int]], canvas_w: int, canvas_h: int,
 def canvases_needed(sizes: Sequence[Tuple[int, int]], canvas_w: int, canvas_h: int, gap: int = 0) -> int:
     placed = pack_shelves(sizes, canvas_w, canvas_h, gap)
     return 1 + max((c for c, _, _ in placed), default=-1)
-
-
-def detections_to_frame(det: Detections, placement: Placement) -> Detections:
-    """Map detections found in a canvas back to frame pixels (boxes and any points: POINT_KEYS)."""
-    data = dict(det.data)
-    for key in POINT_KEYS:
-        if key in data and len(det):
-            data[key] = placement.points_to_frame(data[key])
-    return Detections(placement.to_frame(det.xyxy), det.confidence, det.class_id, data, dict(det.metadata))
-
-
-def scale_detections(det: Detections, sx: float, sy: float) -> Detections:
-    """Detections found in a resized copy of a frame, back in frame pixels (x times `sx`, y times `sy`)."""
-    if sx == 1.0 and sy == 1.0:
-        return det
-    xyxy = np.asarray(det.xyxy, dtype=np.float32) * np.asarray([sx, sy, sx, sy], np.float32)
-    data = dict(det.data)
-    for key in POINT_KEYS:
-        if key in data and len(det):
-            data[key] = np.asarray(data[key], dtype=np.float32) * np.asarray([sx, sy], np.float32)
-    return Detections(xyxy, det.confidence, det.class_id, data, dict(det.metadata))
-
-
-def offset_detections(det: Detections, dx: float, dy: float) -> Detections:
-    """Shift detections found in a crop at (dx, dy) back into frame pixels."""
-    return detections_to_frame(det, Placement((int(dx), int(dy), int(dx) + 1, int(dy) + 1), 0, 0, 1.0))
 
 
 def assign_to_placements(xyxy: np.ndarray, placements: Sequence[Placement]) -> np.ndarray:

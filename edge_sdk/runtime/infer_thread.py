@@ -22,7 +22,7 @@ from typing import Any, Dict, List, Optional
 
 import numpy as np
 
-from edge_sdk.preprocess import Transform
+from edge_sdk.geometry import Placement
 from edge_sdk.runtime.capture import Capture, FrameSlot
 from edge_sdk.runtime.timing import clock
 
@@ -53,7 +53,7 @@ class Item:
         self.slot: Optional[FrameSlot] = None
         self.latency: Dict[str, float] = {}
         self.outputs: Optional[List[np.ndarray]] = None
-        self.transform: Optional[Transform] = None
+        self.transform: Optional[Placement] = None
         self.cached: Any = None  # the cache's value on a hit (Detections or a Pending)
         self.pending: Optional[Pending] = None
         self.error: Optional[BaseException] = None

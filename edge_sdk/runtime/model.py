@@ -115,12 +115,12 @@ def warm(model: Model, decoder: Any = None, runs: int = 2) -> None:
     """Run the model on a blank input and decode it, so the first real frame pays no set-up
     cost and a model whose outputs do not fit its decoder fails now, before it is used."""
     from edge_sdk.decoders import make_decoder
-    from edge_sdk.preprocess import Transform
+    from edge_sdk.geometry import Placement
 
     spec = model.input_spec
     decoder = decoder if decoder is not None else make_decoder(model.decoder_spec, spec)
     tensor = np.zeros(spec.shape, dtype=np.dtype(spec.dtype))
-    transform = Transform(1.0, 1.0, 0.0, 0.0, spec.width, spec.height)
+    transform = Placement.affine(1.0, 1.0, 0.0, 0.0, spec.width, spec.height)
     for _ in range(runs):
         outputs = model.backend.infer({spec.name: tensor})
         decoder(outputs, [transform] * spec.batch)

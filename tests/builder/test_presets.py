@@ -210,13 +210,13 @@ def test_top_left_placement_matches_yolox_preproc(frame_hw: Sequence[int]) -> No
     spec = InputSpec(name="images", shape=[1, 3, 416, 416], color="BGR", placement="top-left", pad_value=114)
     tensor, transform = Preprocessor(spec)(frame)
     np.testing.assert_array_equal(tensor, _upstream_yolox_preproc(frame, (416, 416)))
-    assert (transform.pad_x, transform.pad_y) == (0.0, 0.0)
+    assert (transform.x, transform.y) == (0.0, 0.0)
 
 
 def test_center_placement_pads_both_sides_with_the_pad_value() -> None:
     frame = np.full((100, 200, 3), 7, np.uint8)
     tensor, transform = Preprocessor(InputSpec(shape=[1, 3, 64, 64], pad_value=114))(frame)
-    assert transform.pad_y == 16.0
+    assert transform.y == 16.0
     assert np.all(tensor[0, :, :16] == 114) and np.all(tensor[0, :, 48:] == 114) and np.all(tensor[0, :, 16:48] == 7)
 
 

@@ -8,11 +8,12 @@ import pytest
 
 from edge_sdk.decoders import CENTERFACE_DEFAULT, make_decoder
 from edge_sdk.errors import BackendError
-from edge_sdk.preprocess import InputSpec, Transform, plan_transform
+from edge_sdk.geometry import Placement
+from edge_sdk.preprocess import InputSpec, plan_transform
 
 H, W, S = 384, 640, 4
 SPEC = InputSpec(name="input.1", shape=[1, 3, H, W])
-IDENTITY = Transform(1.0, 1.0, 0.0, 0.0, W, H)
+IDENTITY = Placement.affine(1.0, 1.0, 0.0, 0.0, W, H)
 
 
 def encode(
@@ -74,8 +75,8 @@ def test_boxes_come_back_in_frame_pixels(frame_w: int, frame_h: int, resize: str
     sx, sy = frame_w / W, frame_h / H
     frame_boxes = np.array([[0.1 * frame_w, 0.2 * frame_h, 0.3 * frame_w, 0.45 * frame_h], [0.6 * frame_w, 0.5 * frame_h, 0.7 * frame_w, 0.62 * frame_h]], np.float32)
     frame_lms = np.stack([face_landmarks(b) for b in frame_boxes])
-    net_boxes = transform.to_net(frame_boxes)
-    net_lms = np.stack([frame_lms[..., 0] * transform.scale_x + transform.pad_x, frame_lms[..., 1] * transform.scale_y + transform.pad_y], axis=2)
+    net_boxes = transform.forward(frame_boxes)
+    net_lms = np.stack([frame_lms[..., 0] * transform.scale_x + transform.x, frame_lms[..., 1] * transform.scale_y + transform.y], axis=2)
     outs = encode(net_boxes, [0.95, 0.85], net_lms)
     [det] = make_decoder(CENTERFACE_DEFAULT, SPEC)(outs, [transform])
     tol = 1e-3 * max(sx, sy, 1.0)
@@ -97,21 +98,21 @@ def test_a_stride_8_model_decodes_with_its_own_stride() -> None:
     scale[0, :, 3, 5] = np.log(2.0), np.log(3.0)
     offset[0, :, 3, 5] = 0.25, 0.5
     lms[0, :2, 3, 5] = 0.5, 0.25
-    [det] = make_decoder(dict(CENTERFACE_DEFAULT, stride=8), spec)([heat, scale, offset, lms], [Transform(1.0, 1.0, 0.0, 0.0, 96, 64)])
+    [det] = make_decoder(dict(CENTERFACE_DEFAULT, stride=8), spec)([heat, scale, offset, lms], [Placement.affine(1.0, 1.0, 0.0, 0.0, 96, 64)])
     np.testing.assert_allclose(det.xyxy, [[36.0, 22.0, 60.0, 38.0]], atol=1e-4)
     np.testing.assert_allclose(det.data["landmarks"][0, 0], [42.0, 30.0], atol=1e-4)
     with pytest.raises(BackendError, match=r"\[N, 1, 16, 24\] for a 64x96 input"):  # stride 4 wants 16 x 24 maps
-        make_decoder(CENTERFACE_DEFAULT, spec)([heat, scale, offset, lms], [Transform(1.0, 1.0, 0.0, 0.0, 96, 64)])
+        make_decoder(CENTERFACE_DEFAULT, spec)([heat, scale, offset, lms], [Placement.affine(1.0, 1.0, 0.0, 0.0, 96, 64)])
 
 
 def test_batch_items_are_decoded_independently() -> None:
     outs = encode(BOXES[:2], [0.9, 0.8], batch=3, item=0)
     encode(BOXES[2:], [0.6], outs=outs, item=2)
-    t0, t2 = IDENTITY, Transform(0.5, 0.5, 0.0, 12.0, 1280, 720)
+    t0, t2 = IDENTITY, Placement.affine(0.5, 0.5, 0.0, 12.0, 1280, 720)
     dets = make_decoder(CENTERFACE_DEFAULT, SPEC)(outs, [t0, IDENTITY, t2])
     assert [len(d) for d in dets] == [2, 0, 1]
     np.testing.assert_allclose(dets[0].xyxy, BOXES[:2], atol=1e-3)
-    np.testing.assert_allclose(dets[2].xyxy, t2.to_frame(BOXES[2:]), atol=2e-3)
+    np.testing.assert_allclose(dets[2].xyxy, t2.inverse(BOXES[2:], clip=True), atol=2e-3)
     assert dets[1].data["landmarks"].shape == (0, 5, 2)
 
 

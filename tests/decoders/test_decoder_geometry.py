@@ -216,10 +216,10 @@ def test_plan_transform_is_the_documented_placement(frame: Tuple[int, int], net:
                                                     where: str) -> None:
     transform, region = plan_transform(*frame, *net, resize, where)
     sx, sy, px, py = placement(*frame, *net, resize, where)
-    assert (transform.scale_x, transform.scale_y, transform.pad_x, transform.pad_y) == pytest.approx((sx, sy, px, py))
+    assert (transform.scale_x, transform.scale_y, transform.x, transform.y) == pytest.approx((sx, sy, px, py))
     assert region == (int(px), int(py), round(frame[0] * sx), round(frame[1] * sy))
     # boxes outside the frame are clipped to its edges, [0, W] x [0, H]
-    out = transform.to_frame(np.array([[-50.0, -50.0, net[0] + 50.0, net[1] + 50.0]]))
+    out = transform.inverse(np.array([[-50.0, -50.0, net[0] + 50.0, net[1] + 50.0]]), clip=True)
     np.testing.assert_allclose(out[0], [0, 0, frame[0], frame[1]])
 
 

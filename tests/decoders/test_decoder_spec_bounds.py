@@ -10,10 +10,11 @@ import pytest
 from edge_sdk.decoders import make_decoder
 from edge_sdk.detections import LABEL
 from edge_sdk.errors import ConfigError
-from edge_sdk.preprocess import InputSpec, Transform
+from edge_sdk.geometry import Placement
+from edge_sdk.preprocess import InputSpec
 
 SPEC = InputSpec(shape=[1, 3, 64, 96])
-IDENTITY = Transform(1.0, 1.0, 0.0, 0.0, 96, 64)
+IDENTITY = Placement.affine(1.0, 1.0, 0.0, 0.0, 96, 64)
 
 
 @pytest.mark.parametrize("key,value,ok", [

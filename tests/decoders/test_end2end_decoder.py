@@ -7,10 +7,11 @@ import pytest
 
 from edge_sdk.decoders import make_decoder
 from edge_sdk.errors import BackendError, ConfigError
-from edge_sdk.preprocess import InputSpec, Transform
+from edge_sdk.geometry import Placement
+from edge_sdk.preprocess import InputSpec
 
 SPEC = InputSpec(name="images", shape=[1, 3, 320, 320])
-IDENTITY = Transform(1.0, 1.0, 0.0, 0.0, 320, 320)
+IDENTITY = Placement.affine(1.0, 1.0, 0.0, 0.0, 320, 320)
 
 
 def rows_batch() -> np.ndarray:
@@ -65,7 +66,7 @@ def test_box_formats(box_format: str, raw: list) -> None:
 def test_normalized_boxes_scale_to_the_input_then_map_to_the_frame() -> None:
     out = np.zeros((1, 1, 6), np.float32)
     out[0, 0] = [0.25, 0.5, 0.5, 0.75, 0.9, 0]
-    half = Transform(0.5, 0.5, 0.0, 0.0, 640, 640)
+    half = Placement.affine(0.5, 0.5, 0.0, 0.0, 640, 640)
     det = make_decoder({"type": "end2end", "normalized": True}, SPEC)([out], [half])[0]
     np.testing.assert_allclose(det.xyxy, [[160, 320, 320, 480]])
 

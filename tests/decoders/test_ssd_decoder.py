@@ -6,11 +6,12 @@ import pytest
 
 from edge_sdk.decoders import make_decoder
 from edge_sdk.errors import BackendError, ConfigError
-from edge_sdk.preprocess import InputSpec, Transform, plan_transform
+from edge_sdk.geometry import Placement
+from edge_sdk.preprocess import InputSpec, plan_transform
 
 H, W, B, C = 300, 300, 200, 6
 SPEC = InputSpec(shape=[1, 3, H, W], color="RGB")
-IDENTITY = Transform(1.0, 1.0, 0.0, 0.0, W, H)
+IDENTITY = Placement.affine(1.0, 1.0, 0.0, 0.0, W, H)
 BOXES = np.array([[30.0, 45.0, 120.0, 150.0], [150.0, 10.0, 290.0, 100.0]], np.float32)
 CLASSES = [3, 1]
 SCORES = [0.9, 0.7]
@@ -76,7 +77,7 @@ def test_logits_go_through_the_activation(activation: str) -> None:
 def test_letterboxed_frame_pixels() -> None:
     transform, _ = plan_transform(1280, 720, W, H, "letterbox")
     frame_boxes = np.array([[100, 100, 400, 300], [700, 200, 1200, 700]], np.float32)
-    raw, probs = encode(transform.to_net(frame_boxes), CLASSES, SCORES)
+    raw, probs = encode(transform.forward(frame_boxes), CLASSES, SCORES)
     [det] = make_decoder({"type": "ssd", "score_threshold": 0.5}, SPEC)([raw, probs], [transform])
     np.testing.assert_allclose(det.xyxy, frame_boxes, atol=1e-3 * 1280 / W)
 

@@ -8,11 +8,12 @@ import pytest
 
 from edge_sdk.decoders import make_decoder
 from edge_sdk.errors import BackendError, ConfigError
-from edge_sdk.preprocess import InputSpec, Transform, plan_transform
+from edge_sdk.geometry import Placement
+from edge_sdk.preprocess import InputSpec, plan_transform
 
 H, W, C = 384, 640, 3
 SPEC = InputSpec(shape=[1, 3, H, W], color="RGB")
-IDENTITY = Transform(1.0, 1.0, 0.0, 0.0, W, H)
+IDENTITY = Placement.affine(1.0, 1.0, 0.0, 0.0, W, H)
 STRIDES = (8, 16, 32)
 ROWS = sum((H // s) * (W // s) for s in STRIDES)  # 5040
 
@@ -95,7 +96,7 @@ def test_boxes_come_back_in_frame_pixels(case: str, frame_w: int, frame_h: int) 
     frame_boxes = np.array([[0.1 * frame_w, 0.2 * frame_h, 0.3 * frame_w, 0.4 * frame_h], [0.5 * frame_w, 0.6 * frame_h, 0.9 * frame_w, 0.95 * frame_h], [0.0, 0.0, 0.05 * frame_w, 0.05 * frame_h]], np.float32)
     spec, _ = CASES[case]
     kind = spec["type"]
-    net = transform.to_net(frame_boxes)
+    net = transform.forward(frame_boxes)
     if kind == "yolox" and not spec.get("decoded"):
         outputs = [encode_yolox_raw(net, CLASSES, SCORES)]
     elif kind == "yolov5" or kind == "yolox":
@@ -156,7 +157,7 @@ def test_pre_nms_topk_and_max_detections() -> None:
 def test_batches_decode_item_by_item() -> None:
     a = encode_v8(BOXES, CLASSES, SCORES)
     b = encode_v8(BOXES[:1], [1], [0.7])
-    t2 = Transform(0.5, 0.5, 0.0, 0.0, 1280, 768)
+    t2 = Placement.affine(0.5, 0.5, 0.0, 0.0, 1280, 768)
     dets = decode({"type": "yolov8", "score_threshold": 0.5}, [np.concatenate([a, b])], [IDENTITY, t2])
     assert [len(d) for d in dets] == [3, 1]
     np.testing.assert_allclose(dets[1].xyxy, BOXES[:1] * 2, atol=1e-3)

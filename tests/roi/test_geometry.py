@@ -7,6 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from edge_sdk.detections import Detections
+from edge_sdk.geometry import Placement, move_detections
 from edge_sdk.roi import geometry as g
 
 
@@ -145,9 +146,9 @@ def test_crop_scale_pad_round_trip_exact(region, out_wh, fixed_scale, scale, blo
     assert _extent(out) == block_in_out
     w, h = placement.size
     assert (out[h:] == 0).all() and (out[:, w:] == 0).all()  # padding, old content gone
-    back = placement.to_frame(np.array([block_in_out], np.float32))[0]
+    back = placement.inverse(np.array([block_in_out], np.float32))[0]
     assert back.tolist() == list(block)
-    assert placement.to_canvas(back[None])[0].tolist() == list(block_in_out)
+    assert placement.forward(back[None])[0].tolist() == list(block_in_out)
 
 
 def test_crop_scale_pad_refuses_overflow() -> None:
@@ -164,21 +165,21 @@ def test_crop_scale_pad_refuses_overflow() -> None:
     box=st.tuples(st.floats(0, 600), st.floats(0, 300), st.floats(1, 40), st.floats(1, 40)),
 )
 def test_placement_round_trip(src, pos, scale, box) -> None:
-    p = g.Placement((src[0], src[1], src[0] + src[2], src[1] + src[3]), pos[0], pos[1], scale)
+    p = Placement.region((src[0], src[1], src[0] + src[2], src[1] + src[3]), pos[0], pos[1], scale)
     xyxy = np.array([[box[0], box[1], box[0] + box[2], box[1] + box[3]]], np.float32)
-    np.testing.assert_allclose(p.to_canvas(p.to_frame(xyxy)), xyxy, atol=1e-2)
+    np.testing.assert_allclose(p.forward(p.inverse(xyxy)), xyxy, atol=1e-2)
 
 
-def test_detections_to_frame_maps_boxes_and_landmarks() -> None:
-    p = g.Placement((1000, 500, 1100, 600), 200, 100, 2.0)
+def test_move_detections_maps_boxes_and_landmarks() -> None:
+    p = Placement.region((1000, 500, 1100, 600), 200, 100, 2.0)
     det = Detections(
         np.array([[200, 100, 240, 140]]), np.array([0.9]), np.array([0]),
         {"landmarks": np.array([[[200, 100], [220, 120], [240, 140], [210, 110], [230, 130]]], np.float32)},
     )
-    out = g.detections_to_frame(det, p)
+    out = move_detections(det, p)
     assert out.xyxy.tolist() == [[1000, 500, 1020, 520]]
     assert out.data["landmarks"][0, :3].tolist() == [[1000, 500], [1010, 510], [1020, 520]]
-    assert g.offset_detections(det, 10, 20).xyxy.tolist() == [[210, 120, 250, 160]]
+    assert move_detections(det, Placement.region((10, 20, 11, 21))).xyxy.tolist() == [[210, 120, 250, 160]]
 
 
 def test_pack_shelves_hand_built() -> None:
@@ -207,7 +208,7 @@ def test_pack_shelves_never_overlaps(sizes, gap) -> None:
 
 
 def test_assign_to_placements() -> None:
-    ps = [g.Placement((0, 0, 100, 100), 0, 0), g.Placement((0, 0, 100, 100), 110, 0)]
+    ps = [Placement.region((0, 0, 100, 100), 0, 0), Placement.region((0, 0, 100, 100), 110, 0)]
     boxes = np.array([[10, 10, 20, 20], [100, 10, 120, 20], [90, 10, 130, 20], [300, 300, 310, 310]], np.float32)
     # centres at x=15 (first), x=110 (second), x=110 (second), outside both
     assert g.assign_to_placements(boxes, ps).tolist() == [0, 1, 1, -1]
@@ -236,7 +237,7 @@ def test_paste_draws_the_region_at_its_scale_into_the_canvas(scale) -> None:
     # of the zoom step, and nothing outside the placement is touched
     frame = np.zeros((300, 400, 3), np.uint8)
     frame[100:140, 120:164] = (30, 200, 90)
-    p = g.Placement((100, 80, 196, 176), 21, 13, scale, 0)
+    p = Placement.region((100, 80, 196, 176), 21, 13, scale, 0)
     canvas = np.full((120, 160, 3), 5, np.uint8)
     g.paste(frame, p, canvas)
     x0, y0, x1, y1 = p.dst
@@ -245,13 +246,13 @@ def test_paste_draws_the_region_at_its_scale_into_the_canvas(scale) -> None:
     assert (outside == 5).all()
     ys, xs = np.nonzero(canvas[..., 1] > 100)
     found = np.array([[xs.min(), ys.min(), xs.max() + 1, ys.max() + 1]], np.float32)
-    np.testing.assert_allclose(p.to_frame(found)[0], [120, 100, 164, 140], atol=1.0 / scale)
+    np.testing.assert_allclose(p.inverse(found)[0], [120, 100, 164, 140], atol=1.0 / scale)
     assert tuple(canvas[(y0 + y1) // 2, (x0 + x1) // 2]) == (30, 200, 90)  # colour order kept
 
 
-def test_scale_detections_maps_boxes_and_landmarks_per_axis() -> None:
+def test_move_detections_through_a_stretch_maps_boxes_and_landmarks_per_axis() -> None:
     det = Detections(np.array([[10, 10, 20, 30]]), np.array([0.9]), np.array([0]), {"landmarks": np.array([[[15, 20]] * 5], np.float32)})
-    out = g.scale_detections(det, 6.0, 5.0)
+    out = move_detections(det, Placement.stretch(1, 1, 6, 5), forward=True)
     assert out.xyxy.tolist() == [[60, 50, 120, 150]]
     assert out.data["landmarks"][0, 0].tolist() == [90, 100]
     assert det.xyxy.tolist() == [[10, 10, 20, 30]]  # the input is left alone
@@ -283,7 +284,7 @@ def test_thrifty_merge_joins_only_where_the_union_saves_pixels(regions, expected
 def test_pose_keypoints_move_with_their_boxes() -> None:
     det = Detections(np.array([[200, 100, 240, 140]]), np.array([0.9]), np.array([0]),
                      {"keypoints": np.array([[[200, 100], [240, 140]]], np.float32), "label": np.array(["person"])})
-    out = g.detections_to_frame(det, g.Placement((1000, 500, 1100, 600), 200, 100, 2.0))
+    out = move_detections(det, Placement.region((1000, 500, 1100, 600), 200, 100, 2.0))
     assert out.data["keypoints"][0].tolist() == [[1000, 500], [1020, 520]]
     assert out.data["label"].tolist() == ["person"]
-    assert g.scale_detections(det, 6.0, 5.0).data["keypoints"][0].tolist() == [[1200, 500], [1440, 700]]
+    assert move_detections(det, Placement.stretch(1, 1, 6, 5), forward=True).data["keypoints"][0].tolist() == [[1200, 500], [1440, 700]]

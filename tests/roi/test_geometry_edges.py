@@ -33,7 +33,7 @@ def test_crop_scale_pad_fits_the_region_and_pads_the_rest() -> None:
     placement = g.crop_scale_pad(frame, (10, 20, 110, 70), out, pad_value=9)
     assert placement.scale == pytest.approx(0.64) and placement.size == (64, 32)
     assert (out[:32] == 200).all() and (out[32:] == 9).all()
-    np.testing.assert_allclose(placement.to_frame(np.array([[0, 0, 64, 32]], np.float32)), [[10, 20, 110, 70]], atol=1e-4)
+    np.testing.assert_allclose(placement.inverse(np.array([[0, 0, 64, 32]], np.float32)), [[10, 20, 110, 70]], atol=1e-4)
 
 
 @pytest.mark.parametrize(

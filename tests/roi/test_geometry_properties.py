@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from edge_sdk.geometry import Placement
 from edge_sdk.roi import geometry as g
 
 frames = st.tuples(st.integers(16, 1920), st.integers(16, 1080))
@@ -162,7 +163,7 @@ def test_a_rectangle_taller_than_a_shelf_starts_a_new_shelf() -> None:
 def test_no_placements_own_no_box_and_no_box_is_owned() -> None:
     boxes = np.array([[1, 1, 5, 5], [10, 10, 20, 20]], np.float32)
     assert g.assign_to_placements(boxes, []).tolist() == [-1, -1]
-    assert g.assign_to_placements(np.zeros((0, 4), np.float32), [g.Placement((0, 0, 64, 48), 0, 0)]).tolist() == []
+    assert g.assign_to_placements(np.zeros((0, 4), np.float32), [Placement.region((0, 0, 64, 48), 0, 0)]).tolist() == []
 
 
 @pytest.mark.parametrize("args", [(0, 10, 4, 4), (10, 0, 4, 4), (10, 10, 0, 4), (10, 10, 4, 0), (-1, 10, 4, 4)])

@@ -9,7 +9,8 @@ import pytest
 from edge_sdk.detections import Detections, match_detections
 from edge_sdk.errors import ConfigError, SourceError
 from edge_sdk.roi import geometry as g
-from edge_sdk.roi.strategies import FullFrame, MotionDetector, RoiConfig, RoiScheduler, Tiles, make_strategy
+from edge_sdk.roi import strategies
+from edge_sdk.roi.strategies import FullFrame, MotionDetector, RoiConfig, RoiScheduler, Tiles, make_strategy, register_strategy
 
 INPUT = (64, 48)  # a small "model input" keeps these tests fast
 
@@ -272,6 +273,38 @@ def test_make_strategy(mode, cls) -> None:
 def test_make_strategy_rejects_unknown_mode() -> None:
     with pytest.raises(ConfigError, match="mode"):
         make_strategy("pyramid", FakeBlobDetector())
+
+
+class EveryOtherFrame:
+    """A strategy of the registry's contract: cls(detect, input_size=..., config=...)."""
+
+    mode = "every-other"
+
+    def __init__(self, detect, input_size=None, config=None) -> None:
+        self.detect, self.input_size, self.config = detect, input_size, config
+
+    def __call__(self, frame):
+        raise NotImplementedError
+
+    def reset(self) -> None:
+        pass
+
+
+def test_make_strategy_builds_what_the_registry_holds(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(strategies, "STRATEGIES", dict(strategies.STRATEGIES))
+    detect = FakeBlobDetector()
+    config = RoiConfig(sweep_tiles=2)
+    strategies.STRATEGIES["every-other"] = EveryOtherFrame  # as a plugin that edits the table would
+    made = make_strategy("every-other", detect, input_size=(32, 16), config=config)
+    assert isinstance(made, EveryOtherFrame) and (made.detect, made.input_size, made.config) == (detect, (32, 16), config)
+    del strategies.STRATEGIES["every-other"]
+    register_strategy("every-other", EveryOtherFrame)
+    register_strategy("every-other", EveryOtherFrame)  # the same class again: nothing changes
+    assert isinstance(make_strategy("every-other", detect), EveryOtherFrame)
+    with pytest.raises(ConfigError, match="every-other.*registered already"):
+        register_strategy("every-other", Tiles)
+    with pytest.raises(ConfigError, match="full, tiles, roi, every-other"):
+        make_strategy("pyramid", detect)
 
 
 def test_strategies_reject_non_frames() -> None:

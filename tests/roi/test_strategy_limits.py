@@ -274,3 +274,55 @@ def test_under_a_budget_the_most_confident_candidate_is_examined_first() -> None
     out = sched(np.zeros((240, 320, 3), np.uint8))
     assert out.info["candidates"] == 2 and out.info["rois_over_budget"] == 1
     assert out.info["rois"] == [[200, 150, 240, 190]] and out.info["roi_sources"] == {"candidate": 1}
+
+
+def test_a_new_frame_size_starts_the_frame_count_and_the_sweep_over() -> None:
+    sched = RoiScheduler(lambda images: [Detections.empty() for _ in images], input_size=(64, 48),
+                         config=RoiConfig(sweep_tiles=1, sweep_level=0, tile_overlap=0.0, motion=False))
+    for _ in range(3):
+        sched(np.zeros((96, 128, 3), np.uint8))
+    assert sched.frame_index == 3 and sched.last_examined.tolist() == [0, 1, 2, -1]
+    out = sched(np.zeros((48, 128, 3), np.uint8))  # another camera: two tiles, counted from frame 0
+    assert sched.frame_index == 1 and sched.last_examined.tolist() == [0, -1]
+    assert out.info["sweep_tiles"] == [0]
+
+
+def test_what_was_examined_reaches_the_motion_background_in_exact_coarse_pixels() -> None:
+    class Recorder:
+        saturated = False
+
+        def __init__(self) -> None:
+            self.absorbed: List[np.ndarray] = []
+
+        def __call__(self, small: np.ndarray) -> np.ndarray:
+            return np.zeros((0, 4), np.float32)
+
+        def absorb(self, regions: np.ndarray) -> None:
+            self.absorbed.append(regions)
+
+        def reset(self) -> None:
+            pass
+
+    w, h = 1366, 771  # shrinks by factors with no exact binary fraction
+    sched = RoiScheduler(lambda images: [Detections.empty() for _ in images], input_size=(64, 48),
+                         config=RoiConfig(sweep_tiles=0, motion=True, zones=[[683, 129, 730, 171], [7, 700, 61, 771]]))
+    sched._motion = Recorder()
+    out = sched(np.zeros((h, w, 3), np.uint8))
+    sw, sh = 64, int(round(h * 64 / w))  # the coarse copy: 64 wide
+    want = np.array(out.info["rois"], np.float64) / np.array([w / sw, h / sh, w / sw, h / sh])
+    [got] = sched._motion.absorbed
+    assert got.dtype == np.float64 and got.tolist() == want.tolist()
+
+
+def test_a_frame_that_fits_the_model_input_is_looked_at_as_is() -> None:
+    seen = []
+
+    def once(images):  # one face in the coarse pass, nothing in the fine pass
+        seen.append([im.shape for im in images])
+        found = Detections(np.array([[3.5, 7.25, 20, 30]], np.float32), np.array([0.9], np.float32), np.zeros(1))
+        return [found if len(seen) == 1 else Detections.empty() for _ in images]
+
+    sched = RoiScheduler(once, input_size=(64, 48), config=RoiConfig(sweep_tiles=0, motion=False))
+    out = sched(np.zeros((40, 50, 3), np.uint8))
+    assert seen[0] == [(40, 50, 3)]  # neither shrunk nor grown
+    assert out.detections.xyxy.tolist() == [[3.5, 7.25, 20, 30]]

@@ -19,7 +19,8 @@ import numpy as np
 import pytest
 
 from edge_sdk.detections import Detections
-from edge_sdk.preprocess import InputSpec, Transform
+from edge_sdk.geometry import Placement
+from edge_sdk.preprocess import InputSpec
 from edge_sdk.runtime.backends.onnxruntime import OnnxRuntimeBackend
 from edge_sdk.runtime.config import CacheConfig, PipelineConfig, SourceConfig
 from edge_sdk.runtime.detectors.full import FullFrameDetector
@@ -36,7 +37,7 @@ class NoDecode:
     def __init__(self) -> None:
         self.empty = [Detections.empty()]
 
-    def __call__(self, outputs: Sequence[np.ndarray], transforms: Sequence[Transform]) -> List[Detections]:
+    def __call__(self, outputs: Sequence[np.ndarray], transforms: Sequence[Placement]) -> List[Detections]:
         return self.empty
 
 

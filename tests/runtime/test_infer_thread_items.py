@@ -10,7 +10,7 @@ from typing import Any, Dict, List, Optional
 import numpy as np
 import pytest
 
-from edge_sdk.preprocess import Transform
+from edge_sdk.geometry import Placement
 from edge_sdk.runtime.cache import PredictionCache
 from edge_sdk.runtime.capture import Capture
 from edge_sdk.runtime.infer_thread import ITEMS, InferThread, Item, Pending
@@ -18,7 +18,7 @@ from edge_sdk.runtime.timing import clock
 from polling import wait_until
 from runtime_factories import ListSource
 
-TRANSFORM = Transform(1.0, 1.0, 0.0, 0.0, 40, 24)
+TRANSFORM = Placement.affine(1.0, 1.0, 0.0, 0.0, 40, 24)
 
 
 class NumberDetector:

@@ -49,9 +49,9 @@ def test_plan_transform_matches_the_hand_computed_letterbox(frame: Tuple[int, in
     x, y, w, h = content
     transform, region = plan_transform(fw, fh, NET_W, NET_H, "letterbox")
     assert region == content
-    assert (transform.pad_x, transform.pad_y) == (x, y)
+    assert (transform.x, transform.y) == (x, y)
     assert transform.scale_x == pytest.approx(w / fw, rel=1e-12) and transform.scale_y == pytest.approx(h / fh, rel=1e-12)
-    assert (transform.frame_width, transform.frame_height) == (fw, fh)
+    assert (transform.src[2], transform.src[3]) == (fw, fh)
 
 
 @pytest.mark.parametrize("frame, content", LETTERBOX, ids=IDS)
@@ -71,11 +71,11 @@ def test_the_content_corners_map_to_the_frame_corners(frame: Tuple[int, int], co
     )
     want = np.array([[0, 0, fw, fh], [fw / 2, fh / 2, fw, fh], [0, 0, fw / 4, fh / 4], [0, 0, fw, fh]], np.float32)
     tol = 1e-4 * max(fw, fh)
-    np.testing.assert_allclose(transform.to_frame(net), want, atol=tol)
+    np.testing.assert_allclose(transform.inverse(net, clip=True), want, atol=tol)
     # unclipped, the padding lies outside the frame by pad / scale on each side
     left, top = -x * fw / w, -y * fh / h
     right, bottom = fw + (NET_W - x - w) * fw / w, fh + (NET_H - y - h) * fh / h
-    np.testing.assert_allclose(transform.to_frame(net[3:], clip=False), [[left, top, right, bottom]], atol=tol, rtol=1e-5)
+    np.testing.assert_allclose(transform.inverse(net[3:]), [[left, top, right, bottom]], atol=tol, rtol=1e-5)
 
 
 @pytest.mark.parametrize("frame, content", LETTERBOX, ids=IDS)

@@ -161,7 +161,7 @@ def test_non_contiguous_colour_crops_match_a_hand_computation(color: str, crop_n
         pre(frame_of(37, 53, seed=1))
     tensor, transform = pre(crop)
     np.testing.assert_array_equal(tensor[0], want)
-    assert (transform.scale_x, transform.scale_y, transform.pad_x, transform.pad_y) == (1.0, 1.0, 0.0, 0.0)
+    assert (transform.scale_x, transform.scale_y, transform.x, transform.y) == (1.0, 1.0, 0.0, 0.0)
     copy = Preprocessor(spec)(np.ascontiguousarray(crop))[0][0].copy()
     pre(np.ascontiguousarray(crop))
     np.testing.assert_array_equal(copy, want)

@@ -24,7 +24,7 @@ from edge_sdk.cli import app
 from edge_sdk.errors import AccuracyGateError, BundleError, ConfigError
 from edge_sdk.fsutil import sha256_file
 from edge_sdk.manifest import MANIFEST, REFERENCE, Bundle
-from edge_sdk.preprocess import Transform
+from edge_sdk.geometry import Placement
 from edge_sdk.runtime.backends import select_backend
 from edge_sdk.trt import calibrator as calibrator_mod
 from edge_sdk.trt import engine as engine_mod
@@ -74,7 +74,7 @@ def choice_bundle(root: Path, reference: bool = True, min_f1: float = 0.9) -> Pa
     manifest["variants"] = ["fp32", "fp16", "int8"]
     if reference:
         inputs = gate_images()
-        data, section = reference_npz(inputs, [Transform(1.0, 1.0, 0.0, 0.0, W, H)] * len(inputs), NAMES,
+        data, section = reference_npz(inputs, [Placement.affine(1.0, 1.0, 0.0, 0.0, W, H)] * len(inputs), NAMES,
                                       [expected(x) for x in inputs])
         (root / REFERENCE).write_bytes(data)
         section["min_f1"] = min_f1

@@ -34,13 +34,14 @@ import numpy as np
 
 from edge_sdk.detections import Detections
 from edge_sdk.errors import ConfigError
-from edge_sdk.preprocess import InputSpec, Preprocessor, Transform
+from edge_sdk.geometry import Placement
+from edge_sdk.preprocess import InputSpec, Preprocessor
 from edge_sdk.runtime.backends.base import Backend
 from edge_sdk.runtime.frame import Frame
 from edge_sdk.runtime.types import FrameDetections
 
 InferFn = Callable[[Dict[str, np.ndarray]], List[np.ndarray]]
-DecodeFn = Callable[[Sequence[np.ndarray], Sequence[Transform]], List[Detections]]
+DecodeFn = Callable[[Sequence[np.ndarray], Sequence[Placement]], List[Detections]]
 THRESHOLDS = ("score_threshold", "nms_iou")
 
 clock = time.perf_counter
@@ -126,7 +127,7 @@ class BatchDetector:
         self.timings["infer"] += (clock() - t1) * 1000.0
         return outputs
 
-    def run(self, tensor: np.ndarray, transforms: Sequence[Transform], n: int) -> List[Detections]:
+    def run(self, tensor: np.ndarray, transforms: Sequence[Placement], n: int) -> List[Detections]:
         """Infer `tensor` (a full batch, or `n` rows of a dynamic one) and decode its first `n` items."""
         outputs = self.infer_tensor(tensor)
         t2 = clock()
@@ -157,7 +158,7 @@ class BatchDetector:
 
 class PreparedInput:
     """One preallocated network input of the preprocess stage: the tensor of one frame, its
-    Transform and the time preprocessing took. The pipeline keeps one per frame buffer and
+    Placement and the time preprocessing took. The pipeline keeps one per frame buffer and
     fills it on the capture thread; `spec` tells a detector whether it fits its model."""
 
     __slots__ = ("spec", "preprocessor", "transform", "ms", "ready")
@@ -165,7 +166,7 @@ class PreparedInput:
     def __init__(self, spec: InputSpec) -> None:
         self.spec = spec
         self.preprocessor = Preprocessor(spec, batch=1)
-        self.transform: Optional[Transform] = None
+        self.transform: Optional[Placement] = None
         self.ms = 0.0
         self.ready = False
 

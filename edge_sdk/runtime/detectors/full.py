@@ -13,7 +13,8 @@ from typing import Dict, List, Sequence, Tuple
 import numpy as np
 
 from edge_sdk.detections import Detections
-from edge_sdk.preprocess import InputSpec, Transform
+from edge_sdk.geometry import Placement
+from edge_sdk.preprocess import InputSpec
 from edge_sdk.runtime.backends.base import Backend
 from edge_sdk.runtime.detectors.base import BatchDetector, DecodeFn, DecoderDetector, check_input, clock
 from edge_sdk.runtime.frame import Frame
@@ -54,10 +55,10 @@ class FullFrameDetector(DecoderDetector):
         self.batch.stage = ""
         return FrameDetections(detections, latency)
 
-    def infer_stage(self, frame: Frame, latency: Dict[str, float]) -> Tuple[List[np.ndarray], Transform]:
+    def infer_stage(self, frame: Frame, latency: Dict[str, float]) -> Tuple[List[np.ndarray], Placement]:
         """The first half of `detect`: preprocess (unless the frame's `prepared` input holds it)
         and infer. Returns the backend's outputs (its buffers: valid until its next run) and
-        the frame's Transform, for :meth:`decode_stage`, which may run on another thread."""
+        the frame's Placement, for :meth:`decode_stage`, which may run on another thread."""
         batch = self.batch
         prepared = frame.prepared
         if prepared is not None and prepared.ready and prepared.spec == self.input_spec:
@@ -77,7 +78,7 @@ class FullFrameDetector(DecoderDetector):
         batch.stage = ""
         return outputs, transform
 
-    def decode_stage(self, outputs: Sequence[np.ndarray], transform: Transform, latency: Dict[str, float]) -> Detections:
+    def decode_stage(self, outputs: Sequence[np.ndarray], transform: Placement, latency: Dict[str, float]) -> Detections:
         """The second half of `detect`: decode `outputs` of one frame into frame pixels. It
         touches no state of the infer half, so it may run beside the next frame's inference."""
         t2 = clock()
