@@ -9,13 +9,13 @@ arrays are returned each time.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 import numpy as np
 
 from edge_sdk import _imports
 from edge_sdk.errors import BackendError, ModelError
-from edge_sdk.runtime.backends.base import Backend, Capabilities
+from edge_sdk.runtime.backends.base import Backend, Capabilities, InputSpec
 
 PROVIDERS = {
     "cpu": "CPUExecutionProvider",
@@ -154,6 +154,9 @@ class OnnxRuntimeBackend(Backend):
         self.output_names = [o.name for o in session.get_outputs()]
         self._input_dtypes = {i.name: _DTYPES.get(i.type, np.float32) for i in session.get_inputs()}
         self._input_shapes = {i.name: list(i.shape) for i in session.get_inputs()}
+        # ONNX Runtime takes a host array of any type: it is converted to the model's (_as_input)
+        self.input_specs = {n: InputSpec(shape, self._input_dtypes[n], casting="unsafe")
+                            for n, shape in self._input_shapes.items()}
         # Outputs whose shape depends on the data (e.g. a model with NMS inside) cannot be bound
         # to fixed buffers; such models run through session.run, which allocates the outputs.
         input_symbols = {d for shape in self._input_shapes.values() for d in shape if isinstance(d, str)}
@@ -192,27 +195,18 @@ class OnnxRuntimeBackend(Backend):
             raise BackendError("activate the backend first")
         return np.dtype(self._input_dtypes[name or self.input_names[0]])
 
-    def _check(self, name: str, arr: Any) -> np.ndarray:
-        if name not in self._input_dtypes:
-            raise BackendError(f"unknown model input {name!r}; the model's inputs are {self.input_names}")
+    def _as_input(self, name: str, arr: Any) -> np.ndarray:
+        """A checked input as ONNX Runtime takes it: C-contiguous, of the model's type."""
         arr = np.asarray(arr)
         dtype = self._input_dtypes[name]
-        declared = self._input_shapes[name]
-        if arr.ndim != len(declared) or any(isinstance(d, int) and d != s for d, s in zip(declared, arr.shape)):
-            raise BackendError(f"input {name!r} has shape {list(arr.shape)}, the model expects {declared}")
         if arr.dtype != dtype or not arr.flags.c_contiguous:
             arr = np.ascontiguousarray(arr, dtype=dtype)
         return arr
 
-    def infer(self, feed: Dict[str, np.ndarray]) -> List[np.ndarray]:
-        if not self.is_active:
-            raise BackendError("the backend is not active; call activate() or use it as a context manager")
-        missing = [n for n in self.input_names if n not in feed]
-        if missing:
-            raise BackendError(f"missing model inputs {missing}; the model's inputs are {self.input_names}")
+    def _infer_impl(self, feed: Mapping[str, Any]) -> List[np.ndarray]:
         if not self._static_outputs:
             try:
-                outs = self.session.run(None, {n: self._check(n, feed[n]) for n in self.input_names})
+                outs = self.session.run(None, {n: self._as_input(n, feed[n]) for n in self.input_names})
             except Exception as exc:
                 raise BackendError(f"ONNX Runtime failed to run {self.model_path.name}: {exc}") from exc
             return list(outs)
@@ -222,7 +216,7 @@ class OnnxRuntimeBackend(Backend):
             given = feed[name]
             if self._bound_inputs.get(name) is given:
                 continue
-            arr = self._check(name, given)
+            arr = self._as_input(name, given)
             value = ort.OrtValue.ortvalue_from_numpy(arr)
             self._binding.bind_ortvalue_input(name, value)
             old = self._bound_inputs.get(name)
@@ -256,4 +250,5 @@ class OnnxRuntimeBackend(Backend):
         self._bound_values = {}
         self._outputs = []
         self.session = None
+        self.input_specs = {}
         self.is_active = False

@@ -48,13 +48,13 @@ from __future__ import annotations
 import logging
 from functools import partial
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
 from edge_sdk import _imports
 from edge_sdk.errors import BackendError, BundleError
-from edge_sdk.runtime.backends.base import Backend, Capabilities
+from edge_sdk.runtime.backends.base import Backend, Capabilities, InputSpec, device_pointer
 
 log = logging.getLogger(__name__)
 
@@ -80,18 +80,6 @@ def _np_dtype(trt_dtype: Any) -> Any:
         raise BackendError(f"the engine has a tensor of type {name}, which edge-sdk cannot feed or read; rebuild the bundle "
                            "with float32 or float16 inputs and outputs")
     return np.dtype(_DTYPES[name])
-
-
-def _device_pointer(value: Any) -> Optional[int]:
-    """The device address of a device tensor (`__cuda_array_interface__`, or `.ptr` with no
-    host array interface), else None (a host array)."""
-    cai = getattr(value, "__cuda_array_interface__", None)
-    if cai is not None:
-        return int(cai["data"][0])
-    if isinstance(value, np.ndarray):
-        return None
-    ptr = getattr(value, "ptr", None)
-    return int(ptr) if isinstance(ptr, int) and not hasattr(value, "__array_interface__") else None
 
 
 class _Output:
@@ -180,6 +168,7 @@ class TensorRTBackend(Backend):
         self._no_graph: Dict[int, str] = {}  # rows -> why capturing that shape failed
         self._handle = 0
         self.mapped_outputs = False
+        self.input_specs = {}
 
     # -- loader ------------------------------------------------------------------------------
     @classmethod
@@ -330,6 +319,10 @@ class TensorRTBackend(Backend):
         else:
             self._min_rows = self._max_rows = shape[0]
         self._input_shape = (self._max_rows,) + shape[1:]
+        # any batch here (_check_rows holds it to the profile); a host array may be cast on its way
+        # into the staging buffer, a device tensor is bound as it is
+        self.input_specs = {name: InputSpec((None,) + shape[1:], dtype, casting="same_kind",
+                                            shown=["N"] + list(shape[1:]), what="engine")}
         if self._dynamic and not self._context.set_input_shape(name, self._input_shape):
             raise BackendError(f"TensorRT refused the input shape {list(self._input_shape)} for {name!r}" + self._tail())
         self._rows = self._max_rows
@@ -427,16 +420,11 @@ class TensorRTBackend(Backend):
         return trt_log.log_tail(self._logger)
 
     # -- inference ---------------------------------------------------------------------------
-    def infer(self, feed: Dict[str, Any]) -> List[np.ndarray]:
-        if not self.is_active:
-            raise BackendError("the backend is not active; call activate() or use it as a context manager")
+    def _infer_impl(self, feed: Mapping[str, Any]) -> List[np.ndarray]:
         name = self.input_names[0]
-        if name not in feed:
-            raise BackendError(f"missing model input {name!r}; the engine's inputs are {self.input_names}")
         value = feed[name]
-        ptr = _device_pointer(value)
-        shape = tuple(int(d) for d in value.shape)
-        rows = self._check_rows(name, shape, getattr(value, "dtype", None), device=ptr is not None)
+        ptr = device_pointer(value)
+        rows = self._check_rows(name, int(value.shape[0]))
         api = self.cuda
         if ptr is None:
             arr = np.asarray(value)
@@ -482,11 +470,9 @@ class TensorRTBackend(Backend):
             self._staging = self.cuda.alloc_host(self._input_shape, self._input_dtype)
         return self._staging.array[:rows]
 
-    def _check_rows(self, name: str, shape: Tuple[int, ...], dtype: Any, device: bool) -> int:
-        want = self._input_shape
-        if len(shape) != len(want) or shape[1:] != want[1:]:
-            raise BackendError(f"input {name!r} has shape {list(shape)}, the engine expects {['N'] + list(want[1:])}")
-        rows = shape[0]
+    def _check_rows(self, name: str, rows: int) -> int:
+        """The batch of a feed whose other dimensions and type InputSpec has checked: within the
+        engine's optimization profile, or its fixed batch."""
         if not self._min_rows <= rows <= self._max_rows:
             if self._dynamic and self._min_rows == self._max_rows:
                 raise BackendError(
@@ -498,10 +484,6 @@ class TensorRTBackend(Backend):
                     f"{self._max_rows}; send at most {self._max_rows} crops per batch, or rebuild the engine with a larger "
                     "maximum batch")
             raise BackendError(f"{rows} rows for {name!r}, but the engine's batch is fixed at {self._max_rows}")
-        given = np.dtype(dtype) if dtype is not None else self._input_dtype
-        # a device tensor is bound as it is; a host array is copied, and may be cast on the way
-        if given != self._input_dtype and (device or not np.can_cast(given, self._input_dtype, casting="same_kind")):
-            raise BackendError(f"input {name!r} is {given.name}, the engine expects {self._input_dtype.name}")
         return rows
 
     def _launch(self, key: Tuple[int, int], rows: int, work: Callable[[], None]) -> None:
