@@ -268,3 +268,32 @@ def test_ort_runner_checks_inputs_through_the_base(tiny_bundle: Path) -> None:
             backend.infer({"input.1": np.zeros((1, 3, 32, 65), np.float32)})
     assert backend.input_specs == {}
 
+
+def test_a_registered_backend_is_selected_and_listed(tiny_bundle: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(backends, "_REGISTRY", dict(backends._REGISTRY))  # this test's registrations leave with it
+    made: list = []
+
+    def factory(**kw: Any) -> Backend:
+        made.append(kw)
+        return _Echo()
+
+    runs_here = {"echo": True}
+    backends.register_backend("echo", factory, available=lambda: runs_here["echo"])
+    backend = select_backend("echo", bundle="the bundle", precision="fp16", threads=3, extra=1)
+    assert isinstance(backend, _Echo)
+    assert made == [{"model_path": None, "bundle": "the bundle", "precision": "fp16", "threads": 3, "extra": 1}]
+    assert "echo" in available_backends()
+    runs_here["echo"] = False
+    assert "echo" not in available_backends()
+    with pytest.raises(BackendError, match="'echo' is registered already"):
+        backends.register_backend("echo", factory)
+    with pytest.raises(BackendError, match="unknown backend 'magic'; choose one of auto, .*, tensorrt, echo"):
+        select_backend("magic")
+
+
+def test_the_built_in_names_are_the_registry() -> None:
+    assert backends.BACKEND_NAMES == ("auto", "onnxruntime", "onnxruntime-cpu", "onnxruntime-cuda", "onnxruntime-tensorrt",
+                                      "tensorrt")
+    assert tuple(backends._REGISTRY) == backends.BACKEND_NAMES
+    listed = available_backends()  # this onnxruntime: CPU at least; `auto` picks, it is never listed itself
+    assert {"onnxruntime", "onnxruntime-cpu"} <= set(listed) and "auto" not in listed
