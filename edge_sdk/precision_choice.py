@@ -1,5 +1,6 @@
 """The on-device precision choice (`edge-sdk engine --precision best`): build the FP16 and the INT8
-engine, time each trtexec-style, verify each against FP32, keep the fastest that passes the gate.
+engine, time each trtexec-style, verify each against FP32, keep the fastest that passes the gate
+(the precision policy's rule: edge_sdk.precision.fastest_passing).
 
 INT8 is often no faster than FP16 on a Xavier NX, and explicit Q/DQ can be slower
 (DeepStream-Yolo #166, NVIDIA/TensorRT #3762, #3197): only this device can say. Each candidate is
@@ -35,6 +36,7 @@ from typing import Any, Callable, Dict, List, Optional
 from edge_sdk.errors import AccuracyGateError, BundleError, CalibrationError, ConfigError
 from edge_sdk.fsutil import PathLike, atomic_write_json
 from edge_sdk.manifest import Bundle
+from edge_sdk.precision import fastest_passing
 from edge_sdk.trt.cache import EngineCache
 from edge_sdk.trt.choice import REPORT_VERSION, report_key
 
@@ -157,19 +159,18 @@ def choose_engine(
 
     for precision in CANDIDATES:
         run(precision)
-    passing = [r for r in rows if r.passed]
-    if not passing and dla_core is None:
+    best = _fastest_passing(rows)
+    if best is None and dla_core is None:
         notes.append("neither FP16 nor INT8 passes the gate on this device: FP32 verified as the fallback")
-        row = run("fp32")
-        passing = [row] if row is not None and row.passed else []
-    if not passing:
+        run("fp32")
+        best = _fastest_passing(rows)
+    if best is None:
         table = "; ".join(f"{r.precision}: {', '.join(r.failures)}" for r in rows) or "no candidate could be built"
         raise AccuracyGateError(
             f"no engine of {bundle.root} keeps FP32's accuracy on this device ({table}). Check the bundle with "
             "`edge-sdk verify BUNDLE --backend onnxruntime` on the host, lower the gate with --min-f1, or rebuild the "
             "bundle with more FP32 fallback layers (`edge-sdk build --int8-fallback auto`)"
         )
-    best = min(passing, key=lambda r: r.median_ms)
     best.chosen = True
     key = report_key(bundle, results[best.precision].tensorrt, gpu.sm, dla_core)
     cache = EngineCache(cache_dir)
@@ -190,6 +191,10 @@ def choose_engine(
     choice = DeviceChoice(best.precision, rows, path, info, notes, results[best.precision])
     atomic_write_json(path, choice.to_dict())
     return choice
+
+
+def _fastest_passing(rows: List[Candidate]) -> Optional[Candidate]:
+    return fastest_passing(rows, passed=lambda r: r.passed, median_ms=lambda r: r.median_ms)  # type: ignore[no-any-return]
 
 
 def _measure_frames(api: Any, bundle: Bundle, say: Callable[[str], None], notes: List[str]) -> Optional[Dict[str, Any]]:

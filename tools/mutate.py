@@ -61,7 +61,10 @@ GROUPS: Dict[str, Group] = {
     "bundle": Group(("edge_sdk/builder/bundle.py",), ("tests/builder/test_bundle.py",)),
     "engine-contract": Group(("edge_sdk/builder/pipeline.py",), ("tests/builder/test_engine_contract.py",)),
     "engine-cache": Group(("edge_sdk/trt/cache.py",), ("tests/trt/test_trt_cache.py", "tests/trt/test_trt_engine.py")),
-    "backends": Group(("edge_sdk/runtime/backends/onnxruntime.py",), ("tests/runtime/test_backends.py",)),
+    "backends": Group(("edge_sdk/runtime/backends/onnxruntime.py", "edge_sdk/runtime/backends/base.py"),
+                      ("tests/runtime/test_backends.py",)),
+    "precision-policy": Group(("edge_sdk/precision.py",), ("tests/runtime/test_precision_choice.py",
+                                                          "tests/trt/test_device_choice.py", "tests/trt/test_device_report.py")),
     "disk-queue": Group(("edge_sdk/telemetry/mqtt.py",), ("tests/telemetry/test_disk_queue.py",)),
     # the CUDA preprocessing and the TensorRT backend join here as they land
     # signing, commands, validation, manifest, atomic writes, builder steps, CUDA launch plan, decoders
@@ -311,6 +314,21 @@ MUTANTS: List[Mutant] = [
     M("R1", "backends", "edge_sdk/runtime/backends/onnxruntime.py",
       '        return [p for p in (PROVIDERS["cuda"], PROVIDERS["cpu"]) if p in have]\n', "        return list(have)\n",
       'resolve_providers("auto") returns every provider'),
+    M("R2", "backends", "edge_sdk/runtime/backends/base.py",
+      "if device_pointer(value) is not None or not np.can_cast(", "if not np.can_cast(",
+      "a device tensor of another type is taken as if it could be cast"),
+    M("R3", "backends", "edge_sdk/runtime/backends/base.py", "            if name not in feed:\n", "            if False:\n",
+      "a missing input reaches the backend (a KeyError, not a BackendError naming the inputs)"),
+    # --- the precision policy -------------------------------------------------------------------
+    M("V1", "precision-policy", "edge_sdk/precision.py",
+      "measured is not None and measured.chosen in bundle.variants():", "measured is not None:",
+      "a device choice of a variant the bundle does not hold is followed"),
+    M("V2", "precision-policy", "edge_sdk/precision.py", 'variant == "int8" and not engine_cached(variant) and engine_cached(BEST)',
+      'variant == "int8" and engine_cached(BEST)', "the FP16+INT8 engine is taken even when the INT8 one is cached"),
+    M("V3", "precision-policy", "edge_sdk/precision.py", "return min(passing, key=median_ms) if passing else None",
+      "return max(passing, key=median_ms) if passing else None", "the slowest passing engine is chosen"),
+    M("V4", "precision-policy", "edge_sdk/precision.py", 'if gated in ("fp16", "int8") and "fp16" in held:',
+      'if gated == "int8" and "fp16" in held:', "a gated FP16 runs in FP32 on ONNX Runtime's CUDA provider"),
     # --- telemetry disk queue -------------------------------------------------------------------
     M("Q1", "disk-queue", Q, "if size > self.max_messages or nbytes > self.max_bytes:", "if size > self.max_messages:",
       "the byte bound is not enforced"),

@@ -19,9 +19,10 @@ Each name is an entry of a registry: `register_backend(name, factory, available=
 `select_backend` creates the named one, `available_backends()` lists those that can run, and
 `BACKEND_NAMES` (the configuration's choices) are the names registered here.
 
-Which of the bundle's variants runs is decided once, by `choose_precision` (precision `auto`
-asks it to pick for the backend); the created backend says which and why in its `precision`
-and `precision_reason` attributes and in `describe()`.
+Which of the bundle's variants runs is decided by the precision policy, edge_sdk.precision
+(`choose_precision`, re-exported here; precision `auto` asks it to pick for the backend); the
+created backend says which and why in its `precision` and `precision_reason` attributes and in
+`describe()`.
 """
 from __future__ import annotations
 
@@ -33,20 +34,14 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from edge_sdk import _imports
-from edge_sdk.errors import BackendError, ConfigError, MissingDependencyError
-from edge_sdk.precision import AUTO, PRECISIONS, RUNTIME_PRECISIONS
+from edge_sdk.errors import BackendError, MissingDependencyError
+from edge_sdk.precision import AUTO, CPU_REASON, check_precision, choose_precision
 from edge_sdk.runtime.backends.base import Backend
 
+__all__ = ["BACKEND_NAMES", "CPU_REASON", "Backend", "BackendEntry", "available_backends", "check_precision",
+           "choose_precision", "register_backend", "select_backend", "tensorrt_status"]
+
 TENSORRT_MODULE = "edge_sdk.runtime.backends.tensorrt"
-
-# Measured side by side in one run (`python bench/bench_build.py BUNDLE --threads 1`, the default
-# CenterFace bundle at 640x384, ONNX Runtime 1.32 on an AMD EPYC without VNNI): median FP32 46.2 ms,
-# FP16 46.6 ms (1.01x), INT8 Q/DQ 119.7 ms (2.59x).
-CPU_REASON = (
-    "FP32 is fastest on ONNX Runtime's CPU provider (measured: INT8 Q/DQ 2.6x slower without VNNI, "
-    "FP16 no faster)"
-)
-
 
 def tensorrt_status() -> Optional[str]:
     """None when the native TensorRT backend can run here, else why not (a user-facing reason)."""
@@ -59,53 +54,6 @@ def tensorrt_status() -> Optional[str]:
     except ImportError:
         return f"not available in this build of edge-sdk (no {TENSORRT_MODULE} module)"
     return None
-
-
-def choose_precision(requested: str, bundle: Any, backend: str) -> Tuple[str, str]:
-    """(variant, why) for a bundle on a concrete backend (`tensorrt`, `onnxruntime-tensorrt`,
-    `onnxruntime-cuda` or `onnxruntime-cpu`). The one place this choice is made.
-
-    * `fp32`, `fp16`, `int8`: that variant (a bundle without it fails when the backend loads it).
-    * `auto` on TensorRT (native or ONNX Runtime's execution provider): the bundle's gated choice
-      (INT8 when it passed the builder's accuracy gate), else its most reduced variant. The native
-      backend asks this only when `edge-sdk engine` has made no choice on the device
-      (edge_sdk.runtime.backends.tensorrt.engine_precision).
-    * `auto` on ONNX Runtime's CUDA provider: FP16 when the gated choice is a reduced precision
-      (the provider has FP16 kernels but runs an INT8 Q/DQ model's layers in float), else FP32.
-    * `auto` on ONNX Runtime's CPU provider: FP32 (see CPU_REASON).
-    """
-    check_precision(requested)
-    if requested != AUTO:
-        return requested, "requested"
-    held = bundle.variants()
-    if not held:
-        raise BackendError(f"bundle {bundle.root} holds no model variant; rebuild it")
-    gated = bundle.gated_precision
-    if backend in ("tensorrt", "onnxruntime-tensorrt"):
-        if gated is not None:
-            note = bundle.accuracy_note(gated)
-            return gated, "the bundle's gated choice" + (f" ({note})" if note else "")
-        reduced = held[-1]  # VARIANT_FILES order: most exact first
-        return reduced, f"the bundle records no gated choice; {reduced} is its most reduced variant"
-    if backend == "onnxruntime-cuda":
-        if gated in ("fp16", "int8") and "fp16" in held:
-            note = bundle.accuracy_note("fp16")
-            return "fp16", (
-                "ONNX Runtime's CUDA provider has FP16 kernels but runs INT8 Q/DQ layers in float"
-                + (f" (fp16: {note})" if note else "")
-            )
-        return _most_exact(held), "the bundle's gated choice is full precision"
-    return _most_exact(held), CPU_REASON
-
-
-def check_precision(value: Any) -> None:
-    """ConfigError naming the allowed values unless `value` is one of RUNTIME_PRECISIONS."""
-    if value not in RUNTIME_PRECISIONS:
-        raise ConfigError(f"precision must be one of {', '.join(RUNTIME_PRECISIONS)}, got {value!r}")
-
-
-def _most_exact(held: List[str]) -> str:
-    return next(p for p in PRECISIONS if p in held)
 
 
 @dataclass(frozen=True)
@@ -168,7 +116,7 @@ def _auto(model_path: Optional[Path], bundle: Any, precision: str, threads: int,
 def _tensorrt(model_path: Optional[Path], bundle: Any, precision: str, threads: int, **options: Any) -> Backend:
     _check_tensorrt(bundle)
     # The backend resolves `auto` itself: on TensorRT it follows the choice `edge-sdk engine` made on
-    # this device where there is one (edge_sdk.runtime.backends.tensorrt.engine_precision).
+    # this device where there is one (edge_sdk.precision.choose_engine_precision).
     backend = _tensorrt_backend(bundle, precision, threads=threads, **options)
     if backend.precision is None:
         backend.precision, backend.precision_reason = choose_precision(precision, bundle, "tensorrt")

@@ -188,7 +188,7 @@ class TensorRTBackend(Backend):
     ) -> "TensorRTBackend":
         """Find the bundle's engine for `precision` in the engine cache, or build it (what
         `edge-sdk engine BUNDLE --precision P` does), and return the runner, not yet active.
-        `precision`: fp32, fp16 or int8, or auto (:func:`engine_precision`: the choice
+        `precision`: fp32, fp16 or int8, or auto (edge_sdk.trt.choice.engine_precision: the choice
         `edge-sdk engine` made on this device, else the bundle's gated choice); the runner's
         `precision` and `precision_reason` say which and why. `threads` is accepted for the interface and unused
         (TensorRT runs on the GPU). `cuda`: a CudaApi to run on (default: the one
@@ -199,6 +199,7 @@ class TensorRTBackend(Backend):
             raise BackendError(f"the tensorrt backend does not take option(s) {', '.join(sorted(options))}")
         from edge_sdk.cuda import require_cuda
         from edge_sdk.trt.cache import EngineCache
+        from edge_sdk.trt.choice import engine_precision
         from edge_sdk.trt.device import GpuInfo
         from edge_sdk.trt.api import trt_api
         from edge_sdk.trt.engine import build_engine
@@ -583,38 +584,6 @@ class TensorRTBackend(Backend):
         self.stream = None
         self.graph = None
         self._reset()
-
-
-def engine_precision(bundle: Any, precision: str, tensorrt: str, sm: str, dla_core: Optional[int],
-                     cache_dir: Any = None) -> Tuple[str, str, str, Optional[Dict[str, Any]]]:
-    """(variant that runs, precision of the engine to build or find, why, device choice summary or
-    None) for the runtime's `precision` on this TensorRT and GPU. The one place `auto` on
-    TensorRT is resolved:
-
-    1. the choice `edge-sdk engine` (precision best) made and verified on this device, in its
-       device report (edge_sdk.trt.choice): that engine is the one it built;
-    2. else the bundle's gated choice (`choose_precision`); when that is INT8 and only the
-       FP16+INT8 engine `edge-sdk engine` builds for a bundle without gate inputs is cached, that
-       engine (it is the gated INT8, with FP16 where a layer is not INT8), instead of a second build.
-
-    fp32, fp16 and int8 map to their own engines."""
-    from edge_sdk.precision import AUTO, BEST
-    from edge_sdk.runtime.backends import choose_precision
-    from edge_sdk.trt import choice as choice_mod
-    from edge_sdk.trt.cache import EngineCache, EngineKey
-
-    if precision == AUTO:
-        cache = EngineCache(cache_dir)
-        report = choice_mod.read_device_report(cache, choice_mod.report_key(bundle, tensorrt, sm, dla_core))
-        if report is not None and report["chosen"] in bundle.variants():
-            return report["chosen"], report["chosen"], choice_mod.reason(report), choice_mod.summary(report)
-    variant, reason = choose_precision(precision, bundle, "tensorrt")
-    if precision == AUTO and variant == "int8":
-        cache = EngineCache(cache_dir)
-        if cache.get(EngineKey(bundle.hash, tensorrt, sm, variant, dla_core)) is None \
-                and cache.get(EngineKey(bundle.hash, tensorrt, sm, BEST, dla_core)) is not None:
-            return variant, BEST, reason + "; the FP16+INT8 engine `edge-sdk engine` built for it (INT8, FP16 where a layer is not INT8)", None
-    return variant, variant, reason, None
 
 
 def _first_line(exc: BaseException) -> str:
