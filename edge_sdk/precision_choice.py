@@ -28,8 +28,7 @@ from __future__ import annotations
 
 import statistics
 import time
-from dataclasses import dataclass, field
-from functools import partial
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional
 
@@ -119,6 +118,8 @@ def choose_engine(
     from edge_sdk.runtime.backends.tensorrt import TensorRTBackend
     from edge_sdk.trt.device import GpuInfo
     from edge_sdk.trt.engine import build_engine
+    from edge_sdk.trt.loaders import EngineBytesFromCache
+    from edge_sdk.trt.options import BuildOptions
     from edge_sdk.verify import Verifier
 
     say = progress or (lambda _m: None)
@@ -128,7 +129,9 @@ def choose_engine(
     verifier.reference_outputs()
     api = cuda if cuda is not None else require_cuda("auto")
     props = api.properties
-    gpu = GpuInfo(name=props.name, sm=f"{props.sm[0]}.{props.sm[1]}", source=api.name)
+    gpu = GpuInfo.of_cuda(api)
+    options = BuildOptions(dla_core=dla_core, workspace_mib=workspace_mib, timing_cache=timing_cache, cache_dir=cache_dir,
+                           recalibrate=recalibrate, force=force, gpu=gpu, progress=say, batch=batch)
     feed = {verifier.input_name: verifier.data.inputs[0]}
     rows: List[Candidate] = []
     results: Dict[str, Any] = {}
@@ -136,9 +139,7 @@ def choose_engine(
 
     def run(precision: str) -> Optional[Candidate]:
         try:
-            result = build_engine(bundle.root, precision=precision, dla_core=dla_core, workspace_mib=workspace_mib,
-                                  timing_cache=timing_cache, cache_dir=cache_dir, recalibrate=recalibrate, force=force,
-                                  gpu=gpu, progress=say, batch=batch)
+            result = build_engine(bundle.root, replace(options, precision=precision))
         except (CalibrationError, BundleError) as exc:  # no INT8 data in this bundle: not a candidate
             notes.append(f"{precision} is not a candidate: {exc}")
             return None
@@ -147,7 +148,7 @@ def choose_engine(
         say(f"timing and verifying the {precision} engine")
         backend = TensorRTBackend(result.path, bundle=bundle, cuda=api, dla_core=dla_core, engine_cached=result.cached,
                                   notes=result.notes, tensorrt_version=result.tensorrt,
-                                  read_engine=partial(EngineCache(cache_dir).read_engine, result.key))
+                                  read_engine=EngineBytesFromCache(cache_dir, result.key))
         backend.precision, backend.precision_reason = precision, "a candidate of the device choice"
         with backend:
             median = time_backend(backend, feed, warmup, iterations)

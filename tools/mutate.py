@@ -63,6 +63,8 @@ GROUPS: Dict[str, Group] = {
     "engine-cache": Group(("edge_sdk/trt/cache.py",), ("tests/trt/test_trt_cache.py", "tests/trt/test_trt_engine.py")),
     "backends": Group(("edge_sdk/runtime/backends/onnxruntime.py", "edge_sdk/runtime/backends/base.py"),
                       ("tests/runtime/test_backends.py",)),
+    "engine-loaders": Group(("edge_sdk/trt/loaders.py",), ("tests/trt/test_engine_loaders.py",
+                                                          "tests/runtime/test_tensorrt_backend.py")),
     "precision-policy": Group(("edge_sdk/precision.py",), ("tests/runtime/test_precision_choice.py",
                                                           "tests/trt/test_device_choice.py", "tests/trt/test_device_report.py")),
     "disk-queue": Group(("edge_sdk/telemetry/mqtt.py",), ("tests/telemetry/test_disk_queue.py",)),
@@ -319,6 +321,8 @@ MUTANTS: List[Mutant] = [
       "a device tensor of another type is taken as if it could be cast"),
     M("R3", "backends", "edge_sdk/runtime/backends/base.py", "            if name not in feed:\n", "            if False:\n",
       "a missing input reaches the backend (a KeyError, not a BackendError naming the inputs)"),
+    M("W1", "engine-loaders", "edge_sdk/trt/loaders.py", "self.build(self.bundle_dir, replace(self.options, force=True))",
+      "self.build(self.bundle_dir, self.options)", "a rebuild takes the cached engine that failed to load again"),
     # --- the precision policy -------------------------------------------------------------------
     M("V1", "precision-policy", "edge_sdk/precision.py",
       "measured is not None and measured.chosen in bundle.variants():", "measured is not None:",

@@ -3,14 +3,14 @@ the target, find the engine in the cache or else plan the build (edge_sdk.trt.pl
 chain the loaders (edge_sdk.trt.loaders) and write the engine with its layer report
 (edge_sdk.trt.report) into the cache.
 
-    result = build_engine(bundle_dir, precision="best")   # EngineResult: path, key, plan, layers ...
+    result = build_engine(bundle_dir, BuildOptions(precision="best"))   # EngineResult: path, key, plan, layers ...
 """
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 from edge_sdk import _imports
 from edge_sdk.errors import BackendError, BundleError, CalibrationError, TargetError
@@ -23,15 +23,15 @@ from edge_sdk.trt.cache import EngineCache, EngineKey
 from edge_sdk.trt.calibrator import (
     CALIB_CACHE,
     CalibrationFeed,
-    DeviceBuffer,
     algorithm_from_header,
     calibration_tensors,
     make_calibrator,
 )
 from edge_sdk.trt.device import GpuInfo, detect_gpu
 from edge_sdk.trt.loaders import CreateConfig, EngineBytesFromNetwork, NetworkFromOnnxPath
+from edge_sdk.trt.options import BuildOptions
 from edge_sdk.trt.plan import BuildPlan, plan_build
-from edge_sdk.trt.profiles import BatchRange, batch_range
+from edge_sdk.trt.profiles import batch_range
 from edge_sdk.trt.report import inspect_engine, summarize_layers
 
 PORTABILITY = (
@@ -102,35 +102,23 @@ def _calibration_source(candidates: Sequence[Path], expected_header: str) -> Opt
     return existing[-1] if existing else None
 
 
-def build_engine(
-    bundle_dir: PathLike,
-    precision: str = "best",
-    dla_core: Optional[int] = None,
-    workspace_mib: Optional[int] = None,
-    timing_cache: Optional[PathLike] = None,
-    cache_dir: Optional[PathLike] = None,
-    recalibrate: bool = False,
-    force: bool = False,
-    target: Union[None, str, Target] = None,
-    require: bool = False,
-    gpu: Optional[GpuInfo] = None,
-    allocate: Optional[Callable[[int], DeviceBuffer]] = None,
-    progress: Optional[Callable[[str], None]] = None,
-    batch: Optional[BatchRange] = None,
-) -> EngineResult:
-    """Compile (or find in the cache) the engine of a bundle for this machine's GPU.
+def build_engine(bundle_dir: PathLike, options: BuildOptions = BuildOptions()) -> EngineResult:
+    """Compile (or find in the cache) the engine of a bundle for this machine's GPU, as `options`
+    ask (BuildOptions: its defaults are `edge-sdk engine BUNDLE`'s).
 
-    With `target` and `require=True`, a target whose GPU or TensorRT differs from this
-    machine's is a TargetError (engines are not portable) instead of a wrong engine. `batch`:
-    the batch range written as an optimization profile when the model's batch is dynamic
-    (default: `batch_range()`, from the ROI settings). `allocate`: how calibration batch
-    buffers are made (default: the SDK's CUDA layer, opened in the primary context before the
-    build starts).
+    With `options.target` and `options.require`, a target whose GPU or TensorRT differs from this
+    machine's is a TargetError (engines are not portable) instead of a wrong engine. The batch
+    range (default: `batch_range()`, from the ROI settings) is written as an optimization profile
+    when the model's batch is dynamic. Calibration batch buffers are made by `options.allocate`
+    (default: the SDK's CUDA layer, opened in the primary context before the build starts).
     """
-    say = progress or (lambda _msg: None)
+    o = options
+    precision, dla_core, workspace_mib, timing_cache = o.precision, o.dla_core, o.workspace_mib, o.timing_cache
+    recalibrate, force, target, gpu, allocate, cache_dir = o.recalibrate, o.force, o.target, o.gpu, o.allocate, o.cache_dir
+    say = o.progress or (lambda _msg: None)
     if gpu is None:
         gpu = detect_gpu()
-    wanted = (get_target(target) if isinstance(target, str) else target) if require else None
+    wanted = (get_target(target) if isinstance(target, str) else target) if o.require else None
     if wanted is not None:
         # Checked before TensorRT is imported: a host without TensorRT asked for a Jetson's
         # engine needs to hear why that cannot work, not how to install TensorRT.
@@ -148,7 +136,7 @@ def build_engine(
         if reason:
             raise TargetError(f"cannot build the engine here: {reason}. {PORTABILITY}")
     plan = plan_build(bundle, api, precision, dla_core)
-    batch = batch if batch is not None else batch_range(dla=dla_core is not None)
+    batch = o.batch if o.batch is not None else batch_range(dla=dla_core is not None)
     made_for = (bundle.get("target") or {}).get("sm")
     if made_for and made_for != gpu.sm:
         plan.notes.append(f"the bundle was made for SM {made_for}; building for this GPU (SM {gpu.sm})")
@@ -311,14 +299,7 @@ def maybe_build_engine(
     reason = target_mismatch(target, gpu, api)
     if reason:
         return None, device_builds_message(bundle_dir, reason)
-    result = build_engine(
-        bundle_dir,
-        precision=precision,
-        dla_core=dla_core,
-        workspace_mib=workspace_mib,
-        timing_cache=timing_cache,
-        cache_dir=cache_dir,
-        gpu=gpu,
-    )
+    result = build_engine(bundle_dir, BuildOptions(precision=precision, dla_core=dla_core, workspace_mib=workspace_mib,
+                                                   timing_cache=timing_cache, cache_dir=cache_dir, gpu=gpu))
     verb = "found in the cache" if result.cached else f"built in {result.build_seconds:.1f} s"
     return result.path, f"TensorRT engine for {gpu.name} (SM {gpu.sm}, TensorRT {api.version}) {verb}: {result.path}"

@@ -31,7 +31,7 @@ import logging
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional
 
 from edge_sdk import _imports
 from edge_sdk.errors import BackendError, MissingDependencyError

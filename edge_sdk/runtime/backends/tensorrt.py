@@ -4,10 +4,11 @@
     with backend:                                               # activate(): deserialize, bind
         outputs = backend.infer({"input.1": tensor})            # host array or device tensor
 
-Loader and runner, as Polygraphy splits them. The loader is `edge_sdk.trt.engine.build_engine`,
-the same code `edge-sdk engine` runs: it finds the engine in the engine cache (keyed by bundle
-hash, TensorRT version, GPU SM, precision and DLA core; size and sha256 checked) or builds it.
-The runner:
+Loaders and runner, as Polygraphy splits them. `from_bundle` composes the loaders: the precision
+policy (edge_sdk.trt.choice.engine_precision: which variant, which engine), EngineFromBundle (the
+engine from the engine cache, keyed by bundle hash, TensorRT version, GPU SM, precision and DLA
+core, or built by `edge_sdk.trt.engine.build_engine`, the same code `edge-sdk engine` runs) and
+EngineBytesFromCache (its bytes, size and sha256 checked), all in edge_sdk.trt.loaders. The runner:
 
 * `activate()` deserializes the engine (`trt.Runtime(logger).deserialize_cuda_engine`), creates
   the execution context, reads the I/O tensors (`num_io_tensors`, `get_tensor_name/mode/shape/
@@ -46,7 +47,6 @@ and fake_cuda_host.py) that follow TensorRT 8.5/10/11's bindings; tests/device h
 from __future__ import annotations
 
 import logging
-from functools import partial
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
@@ -198,39 +198,27 @@ class TensorRTBackend(Backend):
         if options:
             raise BackendError(f"the tensorrt backend does not take option(s) {', '.join(sorted(options))}")
         from edge_sdk.cuda import require_cuda
-        from edge_sdk.trt.cache import EngineCache
+        from edge_sdk.trt.api import trt_api
         from edge_sdk.trt.choice import engine_precision
         from edge_sdk.trt.device import GpuInfo
-        from edge_sdk.trt.api import trt_api
         from edge_sdk.trt.engine import build_engine
+        from edge_sdk.trt.loaders import EngineBytesFromCache, EngineFromBundle
+        from edge_sdk.trt.options import BuildOptions
         from edge_sdk.trt.profiles import batch_range
 
         trt = _imports.tensorrt()
         api = cuda if cuda is not None else require_cuda("auto")
-        props = api.properties
-        gpu = GpuInfo(name=props.name, sm=f"{props.sm[0]}.{props.sm[1]}", source=api.name)
-        say = progress or _say
-        variant, engine_as, reason, choice = engine_precision(bundle, precision, trt_api(trt).version, gpu.sm, dla_core,
-                                                              cache_dir)
-
-        def build(force: bool) -> Any:
-            return build_engine(bundle.root, precision=engine_as, dla_core=dla_core, workspace_mib=workspace_mib,
-                                cache_dir=cache_dir, force=force, gpu=gpu, progress=say,
-                                batch=batch_range(max_batch, dla=dla_core is not None) if max_batch is not None else None)
-
-        result = build(False)
-        for note in result.notes:
-            say(f"engine: {note}")
-        if not result.cached:
-            say(f"built the {engine_as} engine in {result.build_seconds:.1f} s: {result.path}")
-
-        def rebuild() -> Path:
-            return Path(build(True).path)
-
-        backend = cls(result.path, bundle=bundle, cuda=api, dla_core=dla_core, use_graphs=use_graphs, rebuild=rebuild,
+        gpu = GpuInfo.of_cuda(api)
+        choice = engine_precision(bundle, precision, trt_api(trt).version, gpu.sm, dla_core, cache_dir)
+        batch = batch_range(max_batch, dla=dla_core is not None) if max_batch is not None else None
+        engine = EngineFromBundle(build_engine, bundle.root, BuildOptions(
+            precision=choice.engine, dla_core=dla_core, workspace_mib=workspace_mib, cache_dir=cache_dir, gpu=gpu,
+            progress=progress or _say, batch=batch))
+        result = engine()
+        backend = cls(result.path, bundle=bundle, cuda=api, dla_core=dla_core, use_graphs=use_graphs, rebuild=engine.rebuild,
                       engine_cached=result.cached, notes=result.notes, tensorrt_version=str(getattr(trt, "__version__", "")),
-                      read_engine=partial(EngineCache(cache_dir).read_engine, result.key))
-        backend.precision, backend.precision_reason, backend.device_choice = variant, reason, choice
+                      read_engine=EngineBytesFromCache(cache_dir, result.key))
+        backend.precision, backend.precision_reason, backend.device_choice = choice.variant, choice.reason, choice.device_choice
         return backend
 
     # -- runner ------------------------------------------------------------------------------
