@@ -134,8 +134,6 @@ class OnnxRuntimeBackend(Backend):
         self._bound_inputs: Dict[str, np.ndarray] = {}
         self._bound_values: Dict[str, Any] = {}
         self._outputs: List[np.ndarray] = []
-        self._input_dtypes: Dict[str, Any] = {}
-        self._input_shapes: Dict[str, List[Any]] = {}
         self._static_outputs = True
 
     def activate(self) -> None:
@@ -152,14 +150,13 @@ class OnnxRuntimeBackend(Backend):
         self.session = session
         self.input_names = [i.name for i in session.get_inputs()]
         self.output_names = [o.name for o in session.get_outputs()]
-        self._input_dtypes = {i.name: _DTYPES.get(i.type, np.float32) for i in session.get_inputs()}
-        self._input_shapes = {i.name: list(i.shape) for i in session.get_inputs()}
-        # ONNX Runtime takes a host array of any type: it is converted to the model's (_as_input)
-        self.input_specs = {n: InputSpec(shape, self._input_dtypes[n], casting="unsafe")
-                            for n, shape in self._input_shapes.items()}
+        # the declared shapes (a str or None for a symbolic dimension) and types; ONNX Runtime takes
+        # a host array of any type: it is converted to the model's (_as_input)
+        self.input_specs = {i.name: InputSpec(list(i.shape), np.dtype(_DTYPES.get(i.type, np.float32)), casting="unsafe")
+                            for i in session.get_inputs()}
         # Outputs whose shape depends on the data (e.g. a model with NMS inside) cannot be bound
         # to fixed buffers; such models run through session.run, which allocates the outputs.
-        input_symbols = {d for shape in self._input_shapes.values() for d in shape if isinstance(d, str)}
+        input_symbols = {d for spec in self.input_specs.values() for d in spec.shown if isinstance(d, str)}
         self._static_outputs = all(
             isinstance(d, int) or (isinstance(d, str) and d in input_symbols) for o in session.get_outputs() for d in o.shape
         )
@@ -187,18 +184,18 @@ class OnnxRuntimeBackend(Backend):
         """The declared shape of an input (symbolic dims are strings or None)."""
         if not self.is_active:
             raise BackendError("activate the backend first")
-        return list(self._input_shapes[name or self.input_names[0]])
+        return list(self.input_specs[name or self.input_names[0]].shown)
 
     def input_dtype(self, name: Optional[str] = None) -> np.dtype:
         """The element type of an input, as the model declares it."""
         if not self.is_active:
             raise BackendError("activate the backend first")
-        return np.dtype(self._input_dtypes[name or self.input_names[0]])
+        return np.dtype(self.input_specs[name or self.input_names[0]].dtype)
 
     def _as_input(self, name: str, arr: Any) -> np.ndarray:
         """A checked input as ONNX Runtime takes it: C-contiguous, of the model's type."""
         arr = np.asarray(arr)
-        dtype = self._input_dtypes[name]
+        dtype = self.input_specs[name].dtype
         if arr.dtype != dtype or not arr.flags.c_contiguous:
             arr = np.ascontiguousarray(arr, dtype=dtype)
         return arr
