@@ -13,7 +13,7 @@ from edge_sdk.errors import BackendError, BundleError, ModelError
 from edge_sdk.manifest import Bundle
 from edge_sdk.runtime import backends
 from edge_sdk.runtime.backends import available_backends, select_backend
-from edge_sdk.runtime.backends.base import Backend, InputSpec
+from edge_sdk.runtime.backends.base import Backend, TensorSpec
 from edge_sdk.runtime.backends.onnxruntime import OnnxRuntimeBackend, resolve_providers
 
 
@@ -193,8 +193,8 @@ class _Echo(Backend):
 
     def activate(self) -> None:
         self.input_names, self.output_names = ["x", "scale"], ["y"]
-        self.input_specs = {"x": InputSpec([None, 3, 4], np.float32, casting=self.casting, shown=["N", 3, 4]),
-                            "scale": InputSpec([], None)}  # no type known: any
+        self.input_specs = {"x": TensorSpec([None, 3, 4], np.float32, casting=self.casting, shown=["N", 3, 4]),
+                            "scale": TensorSpec([], None)}  # no type known: any
         self.is_active = True
 
     def _infer_impl(self, feed):

@@ -27,7 +27,7 @@ def device_pointer(value: Any) -> Optional[int]:
     return int(ptr) if isinstance(ptr, int) else None
 
 
-class InputSpec:
+class TensorSpec:
     """What a backend knows of one input, for `Backend.infer` to check a feed against: the shape
     (an int per fixed dimension, None where any size goes), the element type, and how a host array
     of another type may be cast on its way in (numpy's `casting`; a device tensor is bound as it
@@ -56,9 +56,9 @@ class InputSpec:
             value = np.asarray(value)
             shape = value.shape
         want, tail = self.shape, self._tail
-        if tail is not None and len(shape) == len(want) and shape[1:] == tail:
-            pass
-        elif shape != want and (len(shape) != len(want) or any(d is not None and d != s for d, s in zip(want, shape))):
+        fits = ((tail is not None and len(shape) == len(want) and shape[1:] == tail) or shape == want
+                or (len(shape) == len(want) and all(d is None or d == s for d, s in zip(want, shape))))
+        if not fits:
             raise BackendError(f"input {name!r} has shape {[int(s) for s in shape]}, the {self.what} expects {self.shown}")
         given = getattr(value, "dtype", None)
         if given is None or self.dtype is None or given == self.dtype:
@@ -118,7 +118,7 @@ class Backend:
         self.precision: Optional[str] = None  # the bundle variant that runs (None: a model file given directly)
         self.precision_reason = ""  # why that variant: see choose_precision
         self.device_choice: Optional[Dict[str, Any]] = None  # the precision choice measured on this device (TensorRT)
-        self.input_specs: Dict[str, InputSpec] = {}  # what infer checks each input against (set by activate)
+        self.input_specs: Dict[str, TensorSpec] = {}  # what infer checks each input against (set by activate)
 
     def activate(self) -> None:
         raise NotImplementedError
@@ -128,7 +128,7 @@ class Backend:
         reuses: valid until the next `infer` call; copy what must outlive it.
 
         A BackendError, before anything runs, when the backend is not active, an input is missing,
-        or an input's shape or type is not the one its InputSpec allows."""
+        or an input's shape or type is not the one its TensorSpec allows."""
         if not self.is_active:
             raise BackendError(NOT_ACTIVE)
         specs = self.input_specs

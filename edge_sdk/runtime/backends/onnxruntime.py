@@ -15,7 +15,7 @@ import numpy as np
 
 from edge_sdk import _imports
 from edge_sdk.errors import BackendError, ModelError
-from edge_sdk.runtime.backends.base import Backend, Capabilities, InputSpec
+from edge_sdk.runtime.backends.base import Backend, Capabilities, TensorSpec
 
 PROVIDERS = {
     "cpu": "CPUExecutionProvider",
@@ -152,7 +152,7 @@ class OnnxRuntimeBackend(Backend):
         self.output_names = [o.name for o in session.get_outputs()]
         # the declared shapes (a str or None for a symbolic dimension) and types; ONNX Runtime takes
         # a host array of any type: it is converted to the model's (_as_input)
-        self.input_specs = {i.name: InputSpec(list(i.shape), np.dtype(_DTYPES.get(i.type, np.float32)), casting="unsafe")
+        self.input_specs = {i.name: TensorSpec(list(i.shape), np.dtype(_DTYPES.get(i.type, np.float32)), casting="unsafe")
                             for i in session.get_inputs()}
         # Outputs whose shape depends on the data (e.g. a model with NMS inside) cannot be bound
         # to fixed buffers; such models run through session.run, which allocates the outputs.

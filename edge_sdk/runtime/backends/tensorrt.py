@@ -54,7 +54,7 @@ import numpy as np
 
 from edge_sdk import _imports
 from edge_sdk.errors import BackendError, BundleError
-from edge_sdk.runtime.backends.base import Backend, Capabilities, InputSpec, device_pointer
+from edge_sdk.runtime.backends.base import Backend, Capabilities, TensorSpec, device_pointer
 
 log = logging.getLogger(__name__)
 
@@ -310,7 +310,7 @@ class TensorRTBackend(Backend):
         self._input_shape = (self._max_rows,) + shape[1:]
         # any batch here (_check_rows holds it to the profile); a host array may be cast on its way
         # into the staging buffer, a device tensor is bound as it is
-        self.input_specs = {name: InputSpec((None,) + shape[1:], dtype, casting="same_kind",
+        self.input_specs = {name: TensorSpec((None,) + shape[1:], dtype, casting="same_kind",
                                             shown=["N"] + list(shape[1:]), what="engine")}
         if self._dynamic and not self._context.set_input_shape(name, self._input_shape):
             raise BackendError(f"TensorRT refused the input shape {list(self._input_shape)} for {name!r}" + self._tail())
@@ -460,7 +460,7 @@ class TensorRTBackend(Backend):
         return self._staging.array[:rows]
 
     def _check_rows(self, name: str, rows: int) -> int:
-        """The batch of a feed whose other dimensions and type InputSpec has checked: within the
+        """The batch of a feed whose other dimensions and type TensorSpec has checked: within the
         engine's optimization profile, or its fixed batch."""
         if not self._min_rows <= rows <= self._max_rows:
             if self._dynamic and self._min_rows == self._max_rows:
