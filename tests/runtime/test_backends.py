@@ -14,7 +14,7 @@ from edge_sdk.manifest import Bundle
 from edge_sdk.runtime import backends
 from edge_sdk.runtime.backends import available_backends, select_backend
 from edge_sdk.runtime.backends.base import Backend, TensorSpec
-from edge_sdk.runtime.backends.onnxruntime import OnnxRuntimeBackend, resolve_providers
+from edge_sdk.runtime.backends.onnxruntime import PROVIDERS, OnnxRuntimeBackend, resolve_providers
 
 
 def test_runner_matches_a_plain_session_and_reuses_its_buffers(tiny_bundle: Path) -> None:
@@ -295,5 +295,7 @@ def test_the_built_in_names_are_the_registry() -> None:
     assert backends.BACKEND_NAMES == ("auto", "onnxruntime", "onnxruntime-cpu", "onnxruntime-cuda", "onnxruntime-tensorrt",
                                       "tensorrt")
     assert tuple(backends._REGISTRY) == backends.BACKEND_NAMES
+    # one registered name per execution provider the ONNX Runtime runner knows
+    assert [n.split("-", 1)[1] for n in backends.BACKEND_NAMES if n.startswith("onnxruntime-")] == list(PROVIDERS)
     listed = available_backends()  # this onnxruntime: CPU at least; `auto` picks, it is never listed itself
     assert {"onnxruntime", "onnxruntime-cpu"} <= set(listed) and "auto" not in listed

@@ -43,6 +43,7 @@ __all__ = ["BACKEND_NAMES", "CPU_REASON", "Backend", "BackendEntry", "available_
 
 TENSORRT_MODULE = "edge_sdk.runtime.backends.tensorrt"
 
+
 def tensorrt_status() -> Optional[str]:
     """None when the native TensorRT backend can run here, else why not (a user-facing reason)."""
     try:
