@@ -56,12 +56,12 @@ class TensorSpec:
             value = np.asarray(value)
             shape = value.shape
         want, tail = self.shape, self._tail
-        fits = ((tail is not None and len(shape) == len(want) and shape[1:] == tail) or shape == want
+        fits = (shape == want or (tail is not None and len(shape) == len(want) and shape[1:] == tail)
                 or (len(shape) == len(want) and all(d is None or d == s for d, s in zip(want, shape))))
         if not fits:
             raise BackendError(f"input {name!r} has shape {[int(s) for s in shape]}, the {self.what} expects {self.shown}")
         given = getattr(value, "dtype", None)
-        if given is None or self.dtype is None or given == self.dtype:
+        if given is self.dtype or given is None or self.dtype is None or given == self.dtype:
             return
         import numpy as np
 
