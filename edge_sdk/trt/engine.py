@@ -112,13 +112,11 @@ def build_engine(bundle_dir: PathLike, options: BuildOptions = BuildOptions()) -
     when the model's batch is dynamic. Calibration batch buffers are made by `options.allocate`
     (default: the SDK's CUDA layer, opened in the primary context before the build starts).
     """
-    o = options
-    precision, dla_core, workspace_mib, timing_cache = o.precision, o.dla_core, o.workspace_mib, o.timing_cache
-    recalibrate, force, target, gpu, allocate, cache_dir = o.recalibrate, o.force, o.target, o.gpu, o.allocate, o.cache_dir
-    say = o.progress or (lambda _msg: None)
+    precision, dla_core, gpu, target = options.precision, options.dla_core, options.gpu, options.target
+    say = options.progress or (lambda _msg: None)
     if gpu is None:
         gpu = detect_gpu()
-    wanted = (get_target(target) if isinstance(target, str) else target) if o.require else None
+    wanted = (get_target(target) if isinstance(target, str) else target) if options.require else None
     if wanted is not None:
         # Checked before TensorRT is imported: a host without TensorRT asked for a Jetson's
         # engine needs to hear why that cannot work, not how to install TensorRT.
@@ -136,17 +134,17 @@ def build_engine(bundle_dir: PathLike, options: BuildOptions = BuildOptions()) -
         if reason:
             raise TargetError(f"cannot build the engine here: {reason}. {PORTABILITY}")
     plan = plan_build(bundle, api, precision, dla_core)
-    batch = o.batch if o.batch is not None else batch_range(dla=dla_core is not None)
+    batch = options.batch if options.batch is not None else batch_range(dla=dla_core is not None)
     made_for = (bundle.get("target") or {}).get("sm")
     if made_for and made_for != gpu.sm:
         plan.notes.append(f"the bundle was made for SM {made_for}; building for this GPU (SM {gpu.sm})")
     key = EngineKey(bundle.hash, api.version, gpu.sm, precision, dla_core)
-    cache = EngineCache(cache_dir)
+    cache = EngineCache(options.cache_dir)
     cache.check()  # an untrusted folder is refused before anything in it is read or written
     notes = list(plan.notes)
-    if recalibrate and not plan.calibrate:
+    if options.recalibrate and not plan.calibrate:
         notes.append(f"--recalibrate has no effect here: the {precision} engine on TensorRT {api.version} uses no calibrator")
-    if not (force or recalibrate):
+    if not (options.force or options.recalibrate):
         hit, why = cache.inspect(key)
         if hit is not None:
             info = cache.info(key)
@@ -189,9 +187,9 @@ def build_engine(bundle_dir: PathLike, options: BuildOptions = BuildOptions()) -
             algorithm,
             api.version,
             cache_out=device_cache,
-            allocate=allocate,
+            allocate=options.allocate,
         )
-        if not recalibrate:
+        if not options.recalibrate:
             candidates = [device_cache] + ([bundle.root / CALIB_CACHE] if shipped_ok else [])
             feed.cache_in = _calibration_source(candidates, feed.expected_header)
         feed.check()
@@ -204,8 +202,8 @@ def build_engine(bundle_dir: PathLike, options: BuildOptions = BuildOptions()) -
         int8=plan.int8,
         calibrator=calibrator,
         dla_core=dla_core,
-        workspace_mib=workspace_mib,
-        load_timing_cache=timing_cache,
+        workspace_mib=options.workspace_mib,
+        load_timing_cache=options.timing_cache,
         pins=plan.pins,
         known_nodes=plan.known_nodes,
         batch=batch,
@@ -213,7 +211,7 @@ def build_engine(bundle_dir: PathLike, options: BuildOptions = BuildOptions()) -
     )
     say(f"building the {precision} engine from {VARIANT_FILES[plan.variant]} (TensorRT {api.version}, {gpu.name}); this can take minutes")
     started = time.perf_counter()
-    engine_bytes = EngineBytesFromNetwork(network, config, save_timing_cache=timing_cache)
+    engine_bytes = EngineBytesFromNetwork(network, config, save_timing_cache=options.timing_cache)
     try:
         data = engine_bytes()
     except BackendError:
