@@ -196,6 +196,8 @@ def test_a_malformed_frame_memory_field_is_ignored(value: Any) -> None:
     assert choice_mod.frame_memory({"frame_memory": value}) is None
     good = {"frame_memory": {"chosen": "pinned", "gpu_ms": {"mapped": 2.0, "pinned": 1.0}, "frame": "1920x1080"}}
     assert choice_mod.frame_memory(good)["chosen"] == "pinned"
+    zero = {"frame_memory": {"chosen": "pinned", "gpu_ms": {"mapped": 2.0, "pinned": 0.0}}}  # 0 ms is a time
+    assert choice_mod.frame_memory(zero)["gpu_ms"] == {"mapped": 2.0, "pinned": 0.0}
 
 
 def test_a_faster_int8_that_fails_the_gate_is_not_chosen(device, tmp_path: Path) -> None:
