@@ -299,3 +299,38 @@ def test_the_built_in_names_are_the_registry() -> None:
     assert [n.split("-", 1)[1] for n in backends.BACKEND_NAMES if n.startswith("onnxruntime-")] == list(PROVIDERS)
     listed = available_backends()  # this onnxruntime: CPU at least; `auto` picks, it is never listed itself
     assert {"onnxruntime", "onnxruntime-cpu"} <= set(listed) and "auto" not in listed
+
+
+@pytest.mark.parametrize("name", backends.BACKEND_NAMES)
+def test_every_registered_backend_keeps_the_runner_contract(name: str, tiny_bundle: Path, tmp_path: Path) -> None:
+    """Each registered backend that can run here: created inactive, refuses until activated, runs
+    the bundle variant it names to the outputs a plain ONNX Runtime session gives for that file,
+    checks its feed, describes itself, and refuses again once deactivated."""
+    import onnxruntime as ort
+
+    from edge_sdk.runtime.backends.base import Capabilities
+
+    if name != "auto" and name not in available_backends():
+        pytest.skip(f"{name} cannot run here")
+    bundle = Bundle.load(tiny_bundle)
+    x = np.random.default_rng(3).uniform(0, 255, (1, 3, 32, 64)).astype(np.float32)
+    on_tensorrt = name == "tensorrt" or (name == "auto" and backends.tensorrt_status() is None)
+    options = {"cache_dir": tmp_path / "engines"} if on_tensorrt else {}  # a build of its own, not the user's cache
+    backend = select_backend(name, bundle=bundle, threads=1, **options)
+    assert not backend.is_active and backend.precision in bundle.variants() and backend.precision_reason
+    with pytest.raises(BackendError, match="not active"):
+        backend.infer({"input.1": x})
+    with backend:
+        got = backend.infer({"input.1": x})
+        with pytest.raises(BackendError, match="missing model inputs"):
+            backend.infer({})
+        described = backend.describe()
+        assert isinstance(backend.capabilities(), Capabilities)
+    session = ort.InferenceSession(str(bundle.model_path(backend.precision)), providers=["CPUExecutionProvider"])
+    want = session.run(backend.output_names, {"input.1": x})
+    for g, w in zip(got, want):  # loose enough for another runtime's kernels, tight enough for a wrong output
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
+    assert {"backend", "precision", "precision_reason"} <= set(described)
+    assert described["precision"] == backend.precision
+    with pytest.raises(BackendError, match="not active"):
+        backend.infer({"input.1": x})
