@@ -38,6 +38,7 @@ from edge_sdk.manifest import Bundle
 from edge_sdk.precision import fastest_passing
 from edge_sdk.trt.cache import EngineCache
 from edge_sdk.trt.choice import REPORT_VERSION, report_key
+from edge_sdk.trt.options import BuildOptions
 
 CANDIDATES = ("fp16", "int8")
 WARMUP = 10
@@ -98,31 +99,25 @@ class DeviceChoice:
 
 def choose_engine(
     bundle_dir: PathLike,
+    options: BuildOptions = BuildOptions(),
     cuda: Any = None,
-    dla_core: Optional[int] = None,
-    workspace_mib: Optional[int] = None,
-    timing_cache: Optional[PathLike] = None,
-    cache_dir: Optional[PathLike] = None,
-    recalibrate: bool = False,
-    force: bool = False,
-    batch: Any = None,
     warmup: int = WARMUP,
     iterations: int = ITERATIONS,
     reference: str = "auto",
     min_f1: Optional[float] = None,
-    progress: Optional[Callable[[str], None]] = None,
 ) -> DeviceChoice:
     """Build, time and verify the FP16 and INT8 engines of a bundle on this device; write and
-    return the choice (see the module docstring). `cuda`: a CudaApi (default: require_cuda)."""
+    return the choice (see the module docstring). `options`: how each candidate is built (its
+    precision is each candidate's; `gpu` is the one `cuda` runs on). `cuda`: a CudaApi (default:
+    require_cuda)."""
     from edge_sdk.cuda import require_cuda
     from edge_sdk.runtime.backends.tensorrt import TensorRTBackend
     from edge_sdk.trt.device import GpuInfo
     from edge_sdk.trt.engine import build_engine
     from edge_sdk.trt.loaders import EngineBytesFromCache
-    from edge_sdk.trt.options import BuildOptions
     from edge_sdk.verify import Verifier
 
-    say = progress or (lambda _m: None)
+    say = options.progress or (lambda _m: None)
     bundle = Bundle.load(bundle_dir)
     verifier = Verifier(bundle, reference=reference, min_f1=min_f1)  # BundleError for a bundle without gate inputs
     say(f"FP32 reference on {verifier.data.images} gate image(s)")
@@ -130,8 +125,8 @@ def choose_engine(
     api = cuda if cuda is not None else require_cuda("auto")
     props = api.properties
     gpu = GpuInfo.of_cuda(api)
-    options = BuildOptions(dla_core=dla_core, workspace_mib=workspace_mib, timing_cache=timing_cache, cache_dir=cache_dir,
-                           recalibrate=recalibrate, force=force, gpu=gpu, progress=say, batch=batch)
+    options = replace(options, gpu=gpu, progress=say)
+    dla_core, cache_dir = options.dla_core, options.cache_dir
     feed = {verifier.input_name: verifier.data.inputs[0]}
     rows: List[Candidate] = []
     results: Dict[str, Any] = {}

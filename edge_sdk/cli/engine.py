@@ -84,23 +84,20 @@ def engine(
     batch = batch_range(max_batch, opt_batch, dla=dla_core is not None)
     console = Console(stderr=True)
     choice = None
+    options = BuildOptions(precision=precision.value, dla_core=dla_core, workspace_mib=workspace, timing_cache=timing_cache,
+                           cache_dir=cache_dir, recalibrate=recalibrate, force=force, batch=batch)
     if precision.value == BEST and _has_reference(bundle):
         from edge_sdk.precision_choice import choose_engine
 
         with console.status("choosing the precision on this device") as status:
-            choice = choose_engine(bundle, dla_core=dla_core, workspace_mib=workspace, timing_cache=timing_cache,
-                                   cache_dir=cache_dir, recalibrate=recalibrate, force=force, batch=batch, warmup=warmup,
-                                   iterations=iterations, reference=reference, progress=None if as_json else status.update)
+            choice = choose_engine(bundle, options if as_json else replace(options, progress=status.update),
+                                   warmup=warmup, iterations=iterations, reference=reference)
         result = choice.engine
+    elif as_json:
+        result = build_engine(bundle, options)
     else:
-        options = BuildOptions(precision=precision.value, dla_core=dla_core, workspace_mib=workspace,
-                               timing_cache=timing_cache, cache_dir=cache_dir, recalibrate=recalibrate, force=force,
-                               batch=batch)
-        if as_json:
-            result = build_engine(bundle, options)
-        else:
-            with console.status("checking the bundle and the engine cache") as status:
-                result = build_engine(bundle, replace(options, progress=status.update))
+        with console.status("checking the bundle and the engine cache") as status:
+            result = build_engine(bundle, replace(options, progress=status.update))
     if save_engine is not None:
         SaveEngine(result.path.read_bytes(), save_engine)()
     if as_json:
