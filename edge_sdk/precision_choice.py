@@ -1,5 +1,6 @@
 """The on-device precision choice (`edge-sdk engine --precision best`): build the FP16 and the INT8
-engine, time each trtexec-style, verify each against FP32, keep the fastest that passes the gate.
+engine, time each trtexec-style, verify each against FP32, keep the fastest that passes the gate
+(the precision policy's rule: edge_sdk.precision.fastest_passing).
 
 INT8 is often no faster than FP16 on a Xavier NX, and explicit Q/DQ can be slower
 (DeepStream-Yolo #166, NVIDIA/TensorRT #3762, #3197): only this device can say. Each candidate is
@@ -27,16 +28,17 @@ from __future__ import annotations
 
 import statistics
 import time
-from dataclasses import dataclass, field
-from functools import partial
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional
 
 from edge_sdk.errors import AccuracyGateError, BundleError, CalibrationError, ConfigError
 from edge_sdk.fsutil import PathLike, atomic_write_json
 from edge_sdk.manifest import Bundle
+from edge_sdk.precision import fastest_passing
 from edge_sdk.trt.cache import EngineCache
 from edge_sdk.trt.choice import REPORT_VERSION, report_key
+from edge_sdk.trt.options import BuildOptions
 
 CANDIDATES = ("fp16", "int8")
 WARMUP = 10
@@ -97,36 +99,34 @@ class DeviceChoice:
 
 def choose_engine(
     bundle_dir: PathLike,
+    options: BuildOptions = BuildOptions(),
     cuda: Any = None,
-    dla_core: Optional[int] = None,
-    workspace_mib: Optional[int] = None,
-    timing_cache: Optional[PathLike] = None,
-    cache_dir: Optional[PathLike] = None,
-    recalibrate: bool = False,
-    force: bool = False,
-    batch: Any = None,
     warmup: int = WARMUP,
     iterations: int = ITERATIONS,
     reference: str = "auto",
     min_f1: Optional[float] = None,
-    progress: Optional[Callable[[str], None]] = None,
 ) -> DeviceChoice:
     """Build, time and verify the FP16 and INT8 engines of a bundle on this device; write and
-    return the choice (see the module docstring). `cuda`: a CudaApi (default: require_cuda)."""
+    return the choice (see the module docstring). `options`: how each candidate is built (its
+    precision is each candidate's; `gpu` is the one `cuda` runs on). `cuda`: a CudaApi (default:
+    require_cuda)."""
     from edge_sdk.cuda import require_cuda
     from edge_sdk.runtime.backends.tensorrt import TensorRTBackend
     from edge_sdk.trt.device import GpuInfo
     from edge_sdk.trt.engine import build_engine
+    from edge_sdk.trt.loaders import EngineBytesFromCache
     from edge_sdk.verify import Verifier
 
-    say = progress or (lambda _m: None)
+    say = options.progress or (lambda _m: None)
     bundle = Bundle.load(bundle_dir)
     verifier = Verifier(bundle, reference=reference, min_f1=min_f1)  # BundleError for a bundle without gate inputs
     say(f"FP32 reference on {verifier.data.images} gate image(s)")
     verifier.reference_outputs()
     api = cuda if cuda is not None else require_cuda("auto")
     props = api.properties
-    gpu = GpuInfo(name=props.name, sm=f"{props.sm[0]}.{props.sm[1]}", source=api.name)
+    gpu = GpuInfo.of_cuda(api)
+    options = replace(options, gpu=gpu, progress=say)
+    dla_core, cache_dir = options.dla_core, options.cache_dir
     feed = {verifier.input_name: verifier.data.inputs[0]}
     rows: List[Candidate] = []
     results: Dict[str, Any] = {}
@@ -134,9 +134,7 @@ def choose_engine(
 
     def run(precision: str) -> Optional[Candidate]:
         try:
-            result = build_engine(bundle.root, precision=precision, dla_core=dla_core, workspace_mib=workspace_mib,
-                                  timing_cache=timing_cache, cache_dir=cache_dir, recalibrate=recalibrate, force=force,
-                                  gpu=gpu, progress=say, batch=batch)
+            result = build_engine(bundle.root, replace(options, precision=precision))
         except (CalibrationError, BundleError) as exc:  # no INT8 data in this bundle: not a candidate
             notes.append(f"{precision} is not a candidate: {exc}")
             return None
@@ -145,7 +143,7 @@ def choose_engine(
         say(f"timing and verifying the {precision} engine")
         backend = TensorRTBackend(result.path, bundle=bundle, cuda=api, dla_core=dla_core, engine_cached=result.cached,
                                   notes=result.notes, tensorrt_version=result.tensorrt,
-                                  read_engine=partial(EngineCache(cache_dir).read_engine, result.key))
+                                  read_engine=EngineBytesFromCache(cache_dir, result.key))
         backend.precision, backend.precision_reason = precision, "a candidate of the device choice"
         with backend:
             median = time_backend(backend, feed, warmup, iterations)
@@ -157,19 +155,18 @@ def choose_engine(
 
     for precision in CANDIDATES:
         run(precision)
-    passing = [r for r in rows if r.passed]
-    if not passing and dla_core is None:
+    best = _fastest_passing(rows)
+    if best is None and dla_core is None:
         notes.append("neither FP16 nor INT8 passes the gate on this device: FP32 verified as the fallback")
-        row = run("fp32")
-        passing = [row] if row is not None and row.passed else []
-    if not passing:
+        run("fp32")
+        best = _fastest_passing(rows)
+    if best is None:
         table = "; ".join(f"{r.precision}: {', '.join(r.failures)}" for r in rows) or "no candidate could be built"
         raise AccuracyGateError(
             f"no engine of {bundle.root} keeps FP32's accuracy on this device ({table}). Check the bundle with "
             "`edge-sdk verify BUNDLE --backend onnxruntime` on the host, lower the gate with --min-f1, or rebuild the "
             "bundle with more FP32 fallback layers (`edge-sdk build --int8-fallback auto`)"
         )
-    best = min(passing, key=lambda r: r.median_ms)
     best.chosen = True
     key = report_key(bundle, results[best.precision].tensorrt, gpu.sm, dla_core)
     cache = EngineCache(cache_dir)
@@ -190,6 +187,10 @@ def choose_engine(
     choice = DeviceChoice(best.precision, rows, path, info, notes, results[best.precision])
     atomic_write_json(path, choice.to_dict())
     return choice
+
+
+def _fastest_passing(rows: List[Candidate]) -> Optional[Candidate]:
+    return fastest_passing(rows, passed=lambda r: r.passed, median_ms=lambda r: r.median_ms)  # type: ignore[no-any-return]
 
 
 def _measure_frames(api: Any, bundle: Bundle, say: Callable[[str], None], notes: List[str]) -> Optional[Dict[str, Any]]:

@@ -6,6 +6,7 @@ drops `Annotated[...]` metadata from postponed annotations, silently renaming op
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from enum import Enum
 from pathlib import Path
 from typing import Optional
@@ -75,6 +76,7 @@ def engine(
     from edge_sdk import _imports
     from edge_sdk.trt.engine import build_engine
     from edge_sdk.trt.loaders import SaveEngine
+    from edge_sdk.trt.options import BuildOptions
     from edge_sdk.trt.profiles import batch_range
     from edge_sdk.trt.report import report_lines, report_warnings
 
@@ -82,33 +84,20 @@ def engine(
     batch = batch_range(max_batch, opt_batch, dla=dla_core is not None)
     console = Console(stderr=True)
     choice = None
+    options = BuildOptions(precision=precision.value, dla_core=dla_core, workspace_mib=workspace, timing_cache=timing_cache,
+                           cache_dir=cache_dir, recalibrate=recalibrate, force=force, batch=batch)
     if precision.value == BEST and _has_reference(bundle):
         from edge_sdk.precision_choice import choose_engine
 
         with console.status("choosing the precision on this device") as status:
-            choice = choose_engine(bundle, dla_core=dla_core, workspace_mib=workspace, timing_cache=timing_cache,
-                                   cache_dir=cache_dir, recalibrate=recalibrate, force=force, batch=batch, warmup=warmup,
-                                   iterations=iterations, reference=reference, progress=None if as_json else status.update)
+            choice = choose_engine(bundle, options if as_json else replace(options, progress=status.update),
+                                   warmup=warmup, iterations=iterations, reference=reference)
         result = choice.engine
     elif as_json:
-        result = build_engine(
-            bundle, precision.value, dla_core, workspace, timing_cache, cache_dir, recalibrate=recalibrate, force=force,
-            batch=batch,
-        )
+        result = build_engine(bundle, options)
     else:
         with console.status("checking the bundle and the engine cache") as status:
-            result = build_engine(
-                bundle,
-                precision.value,
-                dla_core,
-                workspace,
-                timing_cache,
-                cache_dir,
-                recalibrate=recalibrate,
-                force=force,
-                progress=status.update,
-                batch=batch,
-            )
+            result = build_engine(bundle, replace(options, progress=status.update))
     if save_engine is not None:
         SaveEngine(result.path.read_bytes(), save_engine)()
     if as_json:

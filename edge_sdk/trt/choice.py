@@ -1,8 +1,9 @@
 """The on-device precision choice as stored: `<key>.device_report.json` beside the cached engines
 (EngineCache.device_report_path, the key's precision being "best"), written by
 :mod:`edge_sdk.precision_choice` (`edge-sdk engine --precision best`) and read here by the
-runtime: precision `auto` on the TensorRT backend runs the engine it names
-(edge_sdk.runtime.backends.tensorrt.engine_precision), and the backend's describe() reports it.
+runtime: precision `auto` on the TensorRT backend runs the engine it names (:func:`engine_precision`
+reads it and the cache for the policy, edge_sdk.precision.choose_engine_precision), and the
+backend's describe() reports it.
 """
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import logging
 from typing import Any, Dict, List, Optional
 
 from edge_sdk.manifest import Bundle
-from edge_sdk.precision import BEST, PRECISIONS
+from edge_sdk.precision import AUTO, BEST, PRECISIONS, EngineChoice, Measured, choose_engine_precision, fastest_passing
 from edge_sdk.trt.cache import EngineCache, EngineKey
 
 REPORT_VERSION = 1
@@ -68,8 +69,8 @@ def report_errors(report: Any, key: EngineKey) -> List[str]:
         return [f"chosen {chosen!r} is not the one row marked chosen"]
     if marked[0]["passed"] is not True:
         return [f"the {chosen} row says passed: false (it failed the accuracy gate)"]
-    fastest = min(r["median_ms"] for r in rows if r["passed"])
-    if marked[0]["median_ms"] > fastest:
+    fastest = fastest_passing(rows, passed=lambda r: r["passed"], median_ms=lambda r: r["median_ms"])
+    if fastest is None or marked[0]["median_ms"] > fastest["median_ms"]:
         return [f"{chosen} is not the fastest row that passed"]
     return []
 
@@ -128,3 +129,20 @@ def reason(report: Dict[str, Any]) -> str:
             verdict = "passed" if r.get("passed") else "failed"
             parts.append(f"{r.get('precision')} {r.get('median_ms')} ms, f1_vs_fp32 {f1} {verdict}")
     return "chosen on this device by `edge-sdk engine` (fastest engine that passes the gate: " + "; ".join(parts) + ")"
+
+
+def engine_precision(bundle: Bundle, precision: str, tensorrt: str, sm: str, dla_core: Optional[int],
+                     cache_dir: Any = None) -> EngineChoice:
+    """The native TensorRT backend's choice for the runtime's `precision` on this TensorRT and GPU:
+    the precision policy (edge_sdk.precision.choose_engine_precision) given what is stored here,
+    the device report (for `auto`) and which engines the cache holds."""
+    if precision != AUTO:
+        return choose_engine_precision(precision, bundle)
+    cache = EngineCache(cache_dir)
+    report = read_device_report(cache, report_key(bundle, tensorrt, sm, dla_core))
+    measured = Measured(report["chosen"], reason(report), summary(report)) if report is not None else None
+
+    def cached(engine: str) -> bool:
+        return cache.get(EngineKey(bundle.hash, tensorrt, sm, engine, dla_core)) is not None
+
+    return choose_engine_precision(precision, bundle, measured, cached)

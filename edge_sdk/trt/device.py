@@ -16,7 +16,7 @@ import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Optional, Sequence, Tuple
+from typing import Any, Callable, Optional, Sequence, Tuple
 
 from edge_sdk import _imports
 from edge_sdk.errors import MissingDependencyError
@@ -35,6 +35,12 @@ class GpuInfo:
 
     def to_dict(self) -> dict:
         return {"name": self.name, "sm": self.sm, "source": self.source}
+
+    @classmethod
+    def of_cuda(cls, api: Any) -> "GpuInfo":
+        """The GPU a CudaApi (edge_sdk.cuda) runs on, as its properties give it."""
+        props = api.properties
+        return cls(name=props.name, sm=f"{props.sm[0]}.{props.sm[1]}", source=api.name)
 
 
 # Jetson modules by the words in /proc/device-tree/model -> compute capability.

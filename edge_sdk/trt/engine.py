@@ -3,14 +3,14 @@ the target, find the engine in the cache or else plan the build (edge_sdk.trt.pl
 chain the loaders (edge_sdk.trt.loaders) and write the engine with its layer report
 (edge_sdk.trt.report) into the cache.
 
-    result = build_engine(bundle_dir, precision="best")   # EngineResult: path, key, plan, layers ...
+    result = build_engine(bundle_dir, BuildOptions(precision="best"))   # EngineResult: path, key, plan, layers ...
 """
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 from edge_sdk import _imports
 from edge_sdk.errors import BackendError, BundleError, CalibrationError, TargetError
@@ -23,15 +23,15 @@ from edge_sdk.trt.cache import EngineCache, EngineKey
 from edge_sdk.trt.calibrator import (
     CALIB_CACHE,
     CalibrationFeed,
-    DeviceBuffer,
     algorithm_from_header,
     calibration_tensors,
     make_calibrator,
 )
 from edge_sdk.trt.device import GpuInfo, detect_gpu
 from edge_sdk.trt.loaders import CreateConfig, EngineBytesFromNetwork, NetworkFromOnnxPath
+from edge_sdk.trt.options import BuildOptions
 from edge_sdk.trt.plan import BuildPlan, plan_build
-from edge_sdk.trt.profiles import BatchRange, batch_range
+from edge_sdk.trt.profiles import batch_range
 from edge_sdk.trt.report import inspect_engine, summarize_layers
 
 PORTABILITY = (
@@ -102,35 +102,21 @@ def _calibration_source(candidates: Sequence[Path], expected_header: str) -> Opt
     return existing[-1] if existing else None
 
 
-def build_engine(
-    bundle_dir: PathLike,
-    precision: str = "best",
-    dla_core: Optional[int] = None,
-    workspace_mib: Optional[int] = None,
-    timing_cache: Optional[PathLike] = None,
-    cache_dir: Optional[PathLike] = None,
-    recalibrate: bool = False,
-    force: bool = False,
-    target: Union[None, str, Target] = None,
-    require: bool = False,
-    gpu: Optional[GpuInfo] = None,
-    allocate: Optional[Callable[[int], DeviceBuffer]] = None,
-    progress: Optional[Callable[[str], None]] = None,
-    batch: Optional[BatchRange] = None,
-) -> EngineResult:
-    """Compile (or find in the cache) the engine of a bundle for this machine's GPU.
+def build_engine(bundle_dir: PathLike, options: BuildOptions = BuildOptions()) -> EngineResult:
+    """Compile (or find in the cache) the engine of a bundle for this machine's GPU, as `options`
+    ask (BuildOptions: its defaults are `edge-sdk engine BUNDLE`'s).
 
-    With `target` and `require=True`, a target whose GPU or TensorRT differs from this
-    machine's is a TargetError (engines are not portable) instead of a wrong engine. `batch`:
-    the batch range written as an optimization profile when the model's batch is dynamic
-    (default: `batch_range()`, from the ROI settings). `allocate`: how calibration batch
-    buffers are made (default: the SDK's CUDA layer, opened in the primary context before the
-    build starts).
+    With `options.target` and `options.require`, a target whose GPU or TensorRT differs from this
+    machine's is a TargetError (engines are not portable) instead of a wrong engine. The batch
+    range (default: `batch_range()`, from the ROI settings) is written as an optimization profile
+    when the model's batch is dynamic. Calibration batch buffers are made by `options.allocate`
+    (default: the SDK's CUDA layer, opened in the primary context before the build starts).
     """
-    say = progress or (lambda _msg: None)
+    precision, dla_core, gpu, target = options.precision, options.dla_core, options.gpu, options.target
+    say = options.progress or (lambda _msg: None)
     if gpu is None:
         gpu = detect_gpu()
-    wanted = (get_target(target) if isinstance(target, str) else target) if require else None
+    wanted = (get_target(target) if isinstance(target, str) else target) if options.require else None
     if wanted is not None:
         # Checked before TensorRT is imported: a host without TensorRT asked for a Jetson's
         # engine needs to hear why that cannot work, not how to install TensorRT.
@@ -148,17 +134,17 @@ def build_engine(
         if reason:
             raise TargetError(f"cannot build the engine here: {reason}. {PORTABILITY}")
     plan = plan_build(bundle, api, precision, dla_core)
-    batch = batch if batch is not None else batch_range(dla=dla_core is not None)
+    batch = options.batch if options.batch is not None else batch_range(dla=dla_core is not None)
     made_for = (bundle.get("target") or {}).get("sm")
     if made_for and made_for != gpu.sm:
         plan.notes.append(f"the bundle was made for SM {made_for}; building for this GPU (SM {gpu.sm})")
     key = EngineKey(bundle.hash, api.version, gpu.sm, precision, dla_core)
-    cache = EngineCache(cache_dir)
+    cache = EngineCache(options.cache_dir)
     cache.check()  # an untrusted folder is refused before anything in it is read or written
     notes = list(plan.notes)
-    if recalibrate and not plan.calibrate:
+    if options.recalibrate and not plan.calibrate:
         notes.append(f"--recalibrate has no effect here: the {precision} engine on TensorRT {api.version} uses no calibrator")
-    if not (force or recalibrate):
+    if not (options.force or options.recalibrate):
         hit, why = cache.inspect(key)
         if hit is not None:
             info = cache.info(key)
@@ -201,9 +187,9 @@ def build_engine(
             algorithm,
             api.version,
             cache_out=device_cache,
-            allocate=allocate,
+            allocate=options.allocate,
         )
-        if not recalibrate:
+        if not options.recalibrate:
             candidates = [device_cache] + ([bundle.root / CALIB_CACHE] if shipped_ok else [])
             feed.cache_in = _calibration_source(candidates, feed.expected_header)
         feed.check()
@@ -216,8 +202,8 @@ def build_engine(
         int8=plan.int8,
         calibrator=calibrator,
         dla_core=dla_core,
-        workspace_mib=workspace_mib,
-        load_timing_cache=timing_cache,
+        workspace_mib=options.workspace_mib,
+        load_timing_cache=options.timing_cache,
         pins=plan.pins,
         known_nodes=plan.known_nodes,
         batch=batch,
@@ -225,7 +211,7 @@ def build_engine(
     )
     say(f"building the {precision} engine from {VARIANT_FILES[plan.variant]} (TensorRT {api.version}, {gpu.name}); this can take minutes")
     started = time.perf_counter()
-    engine_bytes = EngineBytesFromNetwork(network, config, save_timing_cache=timing_cache)
+    engine_bytes = EngineBytesFromNetwork(network, config, save_timing_cache=options.timing_cache)
     try:
         data = engine_bytes()
     except BackendError:
@@ -311,14 +297,7 @@ def maybe_build_engine(
     reason = target_mismatch(target, gpu, api)
     if reason:
         return None, device_builds_message(bundle_dir, reason)
-    result = build_engine(
-        bundle_dir,
-        precision=precision,
-        dla_core=dla_core,
-        workspace_mib=workspace_mib,
-        timing_cache=timing_cache,
-        cache_dir=cache_dir,
-        gpu=gpu,
-    )
+    result = build_engine(bundle_dir, BuildOptions(precision=precision, dla_core=dla_core, workspace_mib=workspace_mib,
+                                                   timing_cache=timing_cache, cache_dir=cache_dir, gpu=gpu))
     verb = "found in the cache" if result.cached else f"built in {result.build_seconds:.1f} s"
     return result.path, f"TensorRT engine for {gpu.name} (SM {gpu.sm}, TensorRT {api.version}) {verb}: {result.path}"

@@ -2,6 +2,11 @@
 
     NetworkFromOnnxPath(path) -> CreateConfig(...) -> EngineBytesFromNetwork(...) -> SaveEngine(...)
 
+and, for the runtime (TensorRTBackend.from_bundle composes them with the precision policy):
+
+    EngineFromBundle(build_engine, bundle_dir, options)      -> the engine, from the cache or built
+    EngineBytesFromCache(cache_dir, key)                      -> its bytes, checked, to deserialize
+
 `tensorrt` is imported lazily, inside the callables; what they ask of it depends on the API
 generation (edge_sdk.trt.api). The layer pins (edge_sdk.trt.pins) and the batch profile
 (edge_sdk.trt.profiles) are written into the builder config by `CreateConfig`.
@@ -9,6 +14,7 @@ generation (edge_sdk.trt.api). The layer pins (edge_sdk.trt.pins) and the batch 
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Set, Tuple, Union
 
@@ -17,6 +23,8 @@ from edge_sdk.errors import BackendError, ConfigError, ModelError, TargetError
 from edge_sdk.fsutil import PathLike, atomic_write_bytes
 from edge_sdk.trt import log as trt_log
 from edge_sdk.trt.api import TrtApi, trt_api
+from edge_sdk.trt.cache import EngineCache, EngineKey
+from edge_sdk.trt.options import BuildOptions
 from edge_sdk.trt.pins import PIN_PRECISIONS, Pinning, constrain_layers
 from edge_sdk.trt.profiles import BatchRange, add_batch_profile, calibration_profile, dynamic_batch
 
@@ -262,3 +270,39 @@ class SaveEngine:
         data = self.engine() if callable(self.engine) else self.engine
         atomic_write_bytes(self.path, data)
         return self.path
+
+
+class EngineFromBundle:
+    """`()` -> EngineResult: a bundle's engine as `options` ask, found in the engine cache or built
+    (`build(bundle_dir, options)`: edge_sdk.trt.engine.build_engine, what `edge-sdk engine` runs),
+    with its notes and a build said through `options.progress`. `rebuild()` builds it again,
+    ignoring the cache, and returns its path: for an engine that does not deserialize here."""
+
+    def __init__(self, build: Callable[[PathLike, BuildOptions], Any], bundle_dir: PathLike, options: BuildOptions) -> None:
+        self.build = build
+        self.bundle_dir = bundle_dir
+        self.options = options
+
+    def __call__(self) -> Any:
+        result = self.build(self.bundle_dir, self.options)
+        say = self.options.progress or (lambda _m: None)
+        for note in result.notes:
+            say(f"engine: {note}")
+        if not result.cached:
+            say(f"built the {self.options.precision} engine in {result.build_seconds:.1f} s: {result.path}")
+        return result
+
+    def rebuild(self) -> Path:
+        return Path(self.build(self.bundle_dir, replace(self.options, force=True)).path)
+
+
+class EngineBytesFromCache:
+    """`()` -> bytes: a cached engine, read once and checked against its sidecar (size, sha256,
+    key: EngineCache.read_engine), the bytes that are then deserialized."""
+
+    def __init__(self, cache_dir: Optional[PathLike], key: EngineKey) -> None:
+        self.cache_dir = cache_dir
+        self.key = key
+
+    def __call__(self) -> bytes:
+        return EngineCache(self.cache_dir).read_engine(self.key)

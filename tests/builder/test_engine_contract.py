@@ -20,6 +20,7 @@ from typer.testing import CliRunner
 from edge_sdk.cli import app
 from edge_sdk.trt.device import GpuInfo
 from edge_sdk.trt.engine import build_engine
+from edge_sdk.trt.options import BuildOptions
 from fakes.fake_tensorrt import FAKES, decode_engine
 
 pytestmark = pytest.mark.host
@@ -67,7 +68,8 @@ def graph_of(path: Path) -> Tuple[Dict[str, List[int]], List[str], List[str], Se
 def engine_for(bundle: Path, version: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     fake = FAKES[version]()
     monkeypatch.setitem(sys.modules, "tensorrt", fake)
-    result = build_engine(bundle, precision="int8", gpu=XAVIER, cache_dir=tmp_path / "engines", allocate=fake.device_memory.allocate)
+    result = build_engine(bundle, BuildOptions(precision="int8", gpu=XAVIER, cache_dir=tmp_path / "engines",
+                                               allocate=fake.device_memory.allocate))
     return fake, result, decode_engine(result.path.read_bytes())
 
 

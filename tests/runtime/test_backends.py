@@ -4,6 +4,7 @@ from __future__ import annotations
 import importlib.util
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -12,7 +13,8 @@ from edge_sdk.errors import BackendError, BundleError, ModelError
 from edge_sdk.manifest import Bundle
 from edge_sdk.runtime import backends
 from edge_sdk.runtime.backends import available_backends, select_backend
-from edge_sdk.runtime.backends.onnxruntime import OnnxRuntimeBackend, resolve_providers
+from edge_sdk.runtime.backends.base import Backend, TensorSpec
+from edge_sdk.runtime.backends.onnxruntime import PROVIDERS, OnnxRuntimeBackend, resolve_providers
 
 
 def test_runner_matches_a_plain_session_and_reuses_its_buffers(tiny_bundle: Path) -> None:
@@ -177,3 +179,158 @@ def test_tensorrt_backend_runs_when_tensorrt_imports(tmp_path: Path, monkeypatch
 def test_unknown_backend_name() -> None:
     with pytest.raises(BackendError, match="unknown backend 'magic'"):
         select_backend("magic", model_path=Path("x.onnx"))
+
+
+class _Echo(Backend):
+    """The smallest backend: one input of a known shape and type; `_infer_impl` records what it got."""
+
+    name = "echo"
+
+    def __init__(self, casting: str = "same_kind") -> None:
+        super().__init__()
+        self.casting = casting
+        self.seen: list = []
+
+    def activate(self) -> None:
+        self.input_names, self.output_names = ["x", "scale"], ["y"]
+        self.input_specs = {"x": TensorSpec([None, 3, 4], np.float32, casting=self.casting, shown=["N", 3, 4]),
+                            "scale": TensorSpec([], None)}  # no type known: any
+        self.is_active = True
+
+    def _infer_impl(self, feed):
+        self.seen.append(feed)
+        return [feed["x"]]
+
+    def deactivate(self) -> None:
+        self.is_active = False
+
+
+class _Device:
+    """A device tensor as the GPU preprocessor hands it over (__cuda_array_interface__)."""
+
+    def __init__(self, shape: tuple, dtype: Any) -> None:
+        self.shape, self.dtype = shape, np.dtype(dtype)
+        self.__cuda_array_interface__ = {"data": (4096, False), "shape": shape, "typestr": self.dtype.str, "version": 3}
+
+
+def test_base_infer_runs_the_backend_on_a_checked_feed() -> None:
+    x = np.ones((2, 3, 4), np.float32)
+    with _Echo() as backend:
+        (y,) = backend.infer({"x": x, "scale": np.float32(2.0)})
+        backend.infer({"x": np.ones((5, 3, 4), np.float64), "scale": 1})  # any batch; float64 casts same_kind
+    assert y is x and backend.seen[0]["x"] is x and len(backend.seen) == 2
+
+
+@pytest.mark.parametrize(
+    "feed, message",
+    [
+        ({"x": np.ones((1, 3, 4), np.float32)}, r"missing model inputs \['scale'\]; the model's inputs are \['x', 'scale'\]"),
+        ({}, r"missing model inputs \['x', 'scale'\]"),
+        ({"x": np.ones((1, 3, 5), np.float32), "scale": 1}, r"input 'x' has shape \[1, 3, 5\], the model expects \['N', 3, 4\]"),
+        ({"x": np.ones((3, 4), np.float32), "scale": 1}, r"input 'x' has shape \[3, 4\]"),
+        ({"x": [[[1.0] * 4] * 2], "scale": 1}, r"input 'x' has shape \[1, 2, 4\]"),  # a nested list: numpy's shape
+        ({"x": np.ones((1, 3, 4), np.complex64), "scale": 1}, "input 'x' is complex64, the model expects float32"),
+        ({"x": _Device((1, 3, 4), np.float16), "scale": 1}, "input 'x' is float16, the model expects float32"),
+    ],
+)
+def test_base_infer_refuses_a_bad_feed_before_the_backend_runs(feed: dict, message: str) -> None:
+    with _Echo() as backend:
+        with pytest.raises(BackendError, match=message):
+            backend.infer(feed)
+    assert backend.seen == []
+
+
+def test_base_infer_refuses_an_inactive_backend_and_casting_is_the_backends_call() -> None:
+    backend = _Echo(casting="unsafe")
+    with pytest.raises(BackendError, match=r"not active; call activate\(\) or use it as a context manager"):
+        backend.infer({"x": np.ones((1, 3, 4), np.float32), "scale": 1})
+    with backend:
+        backend.infer({"x": np.ones((1, 3, 4), np.complex64), "scale": 1})  # unsafe: the backend converts
+        with pytest.raises(BackendError, match="float16, the model expects float32"):  # a device tensor never casts
+            backend.infer({"x": _Device((1, 3, 4), np.float16), "scale": 1})
+    assert len(backend.seen) == 1
+
+
+def test_a_backend_without_an_implementation_says_so() -> None:
+    class Bare(Backend):
+        def activate(self) -> None:
+            self.is_active = True
+
+    with pytest.raises(NotImplementedError):
+        Bare().__enter__().infer({})
+
+
+def test_ort_runner_checks_inputs_through_the_base(tiny_bundle: Path) -> None:
+    with OnnxRuntimeBackend(tiny_bundle / "model.onnx", provider="cpu") as backend:
+        spec = backend.input_specs["input.1"]
+        assert spec.shape == (1, 3, 32, 64) and spec.dtype == np.float32
+        with pytest.raises(BackendError, match=r"input 'input.1' has shape \[1, 3, 32, 65\], the model expects \[1, 3, 32, 64\]"):
+            backend.infer({"input.1": np.zeros((1, 3, 32, 65), np.float32)})
+    assert backend.input_specs == {}
+
+
+def test_a_registered_backend_is_selected_and_listed(tiny_bundle: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(backends, "_REGISTRY", dict(backends._REGISTRY))  # this test's registrations leave with it
+    made: list = []
+
+    def factory(**kw: Any) -> Backend:
+        made.append(kw)
+        return _Echo()
+
+    runs_here = {"echo": True}
+    backends.register_backend("echo", factory, available=lambda: runs_here["echo"])
+    backend = select_backend("echo", bundle="the bundle", precision="fp16", threads=3, extra=1)
+    assert isinstance(backend, _Echo)
+    assert made == [{"model_path": None, "bundle": "the bundle", "precision": "fp16", "threads": 3, "extra": 1}]
+    assert "echo" in available_backends()
+    runs_here["echo"] = False
+    assert "echo" not in available_backends()
+    with pytest.raises(BackendError, match="'echo' is registered already"):
+        backends.register_backend("echo", factory)
+    with pytest.raises(BackendError, match="unknown backend 'magic'; choose one of auto, .*, tensorrt, echo"):
+        select_backend("magic")
+
+
+def test_the_built_in_names_are_the_registry() -> None:
+    assert backends.BACKEND_NAMES == ("auto", "onnxruntime", "onnxruntime-cpu", "onnxruntime-cuda", "onnxruntime-tensorrt",
+                                      "tensorrt")
+    assert tuple(backends._REGISTRY) == backends.BACKEND_NAMES
+    # one registered name per execution provider the ONNX Runtime runner knows
+    assert [n.split("-", 1)[1] for n in backends.BACKEND_NAMES if n.startswith("onnxruntime-")] == list(PROVIDERS)
+    listed = available_backends()  # this onnxruntime: CPU at least; `auto` picks, it is never listed itself
+    assert {"onnxruntime", "onnxruntime-cpu"} <= set(listed) and "auto" not in listed
+
+
+@pytest.mark.parametrize("name", backends.BACKEND_NAMES)
+def test_every_registered_backend_keeps_the_runner_contract(name: str, tiny_bundle: Path, tmp_path: Path) -> None:
+    """Each registered backend that can run here: created inactive, refuses until activated, runs
+    the bundle variant it names to the outputs a plain ONNX Runtime session gives for that file,
+    checks its feed, describes itself, and refuses again once deactivated."""
+    import onnxruntime as ort
+
+    from edge_sdk.runtime.backends.base import Capabilities
+
+    if name != "auto" and name not in available_backends():
+        pytest.skip(f"{name} cannot run here")
+    bundle = Bundle.load(tiny_bundle)
+    x = np.random.default_rng(3).uniform(0, 255, (1, 3, 32, 64)).astype(np.float32)
+    on_tensorrt = name == "tensorrt" or (name == "auto" and backends.tensorrt_status() is None)
+    options = {"cache_dir": tmp_path / "engines"} if on_tensorrt else {}  # a build of its own, not the user's cache
+    backend = select_backend(name, bundle=bundle, threads=1, **options)
+    assert not backend.is_active and backend.precision in bundle.variants() and backend.precision_reason
+    with pytest.raises(BackendError, match="not active"):
+        backend.infer({"input.1": x})
+    with backend:
+        got = backend.infer({"input.1": x})
+        with pytest.raises(BackendError, match="missing model inputs"):
+            backend.infer({})
+        described = backend.describe()
+        assert isinstance(backend.capabilities(), Capabilities)
+    session = ort.InferenceSession(str(bundle.model_path(backend.precision)), providers=["CPUExecutionProvider"])
+    want = session.run(backend.output_names, {"input.1": x})
+    for g, w in zip(got, want):  # loose enough for another runtime's kernels, tight enough for a wrong output
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
+    assert {"backend", "precision", "precision_reason"} <= set(described)
+    assert described["precision"] == backend.precision
+    with pytest.raises(BackendError, match="not active"):
+        backend.infer({"input.1": x})

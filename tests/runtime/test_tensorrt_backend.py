@@ -54,6 +54,28 @@ def make_fake_bundle(root: Path, spec: InputSpec = SPEC, outputs: Optional[List[
     return Bundle.load(root)
 
 
+@pytest.fixture(autouse=True)
+def deactivated(monkeypatch: pytest.MonkeyPatch):
+    """Each backend a test activates is deactivated when the test ends (an active backend listens
+    to TensorRT's one process-wide logger: one left active would hear the next tests' messages)."""
+    from edge_sdk.runtime.backends.tensorrt import TensorRTBackend
+    from edge_sdk.trt import log as trt_log
+
+    listening = trt_log.listening()
+    opened: List[Any] = []
+    activate = TensorRTBackend.activate
+
+    def recorded(self: Any) -> None:
+        opened.append(self)
+        activate(self)
+
+    monkeypatch.setattr(TensorRTBackend, "activate", recorded)
+    yield
+    for backend in opened:
+        backend.deactivate()
+    assert trt_log.listening() == listening
+
+
 @pytest.fixture
 def env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Callable[..., Any]:
     """env(version, gpu, **fake kwargs) -> (fake tensorrt, fake CUDA, bundle, cache dir)."""

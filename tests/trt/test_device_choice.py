@@ -31,6 +31,7 @@ from edge_sdk.trt import engine as engine_mod
 from edge_sdk.trt.cache import EngineCache
 from edge_sdk.precision_choice import choose_engine, time_backend
 from edge_sdk.trt.choice import read_device_report, report_errors, report_key
+from edge_sdk.trt.options import BuildOptions
 from edge_sdk.verify import verify_bundle
 from fakes.fake_cuda_host import DISCRETE, XAVIER_NX
 from fakes.fake_tensorrt_runtime import CENTERFACE_OUTPUTS, RUNTIME_FAKES, FakeRuntimeCuda, TinyCenterFace
@@ -124,7 +125,7 @@ MEASURED = {"chosen": "mapped", "gpu_ms": {"mapped": 0.8, "pinned": 1.1, "device
 
 
 def choose(bundle: Path, cuda: Any, cache: Path, **kwargs: Any):
-    return choose_engine(bundle, cuda=cuda, cache_dir=cache, warmup=2, iterations=5, reference="bundle", **kwargs)
+    return choose_engine(bundle, BuildOptions(cache_dir=cache, **kwargs), cuda=cuda, warmup=2, iterations=5, reference="bundle")
 
 
 # --- the choice ----------------------------------------------------------------------------------
@@ -196,6 +197,8 @@ def test_a_malformed_frame_memory_field_is_ignored(value: Any) -> None:
     assert choice_mod.frame_memory({"frame_memory": value}) is None
     good = {"frame_memory": {"chosen": "pinned", "gpu_ms": {"mapped": 2.0, "pinned": 1.0}, "frame": "1920x1080"}}
     assert choice_mod.frame_memory(good)["chosen"] == "pinned"
+    zero = {"frame_memory": {"chosen": "pinned", "gpu_ms": {"mapped": 2.0, "pinned": 0.0}}}  # 0 ms is a time
+    assert choice_mod.frame_memory(zero)["gpu_ms"] == {"mapped": 2.0, "pinned": 0.0}
 
 
 def test_a_faster_int8_that_fails_the_gate_is_not_chosen(device, tmp_path: Path) -> None:
@@ -562,7 +565,7 @@ def test_fp32_is_computed_before_any_engine_is_built(device, tmp_path: Path) -> 
     trt, cuda = device()
     bundle, cache = choice_bundle(tmp_path / "b"), tmp_path / "engines"
     with pytest.raises(Exception):  # the fake bundle's model.onnx is no model ONNX Runtime can run
-        choose_engine(bundle, cuda=cuda, cache_dir=cache, warmup=0, iterations=1, reference="onnxruntime")
+        choose_engine(bundle, BuildOptions(cache_dir=cache), cuda=cuda, warmup=0, iterations=1, reference="onnxruntime")
     assert not list(cache.glob("*.engine")) if cache.exists() else True
     assert trt.engines_built() == 0
 

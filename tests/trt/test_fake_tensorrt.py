@@ -11,6 +11,7 @@ import pytest
 from edge_sdk.errors import BackendError, CalibrationError
 from edge_sdk.fsutil import sha256_file
 from edge_sdk.trt.engine import build_engine
+from edge_sdk.trt.options import BuildOptions
 from fakes.fake_tensorrt import FAKES, FakeLogger, FakeTensorRT85, decode_engine, fake_model
 from trt_bundles import XAVIER
 
@@ -124,7 +125,8 @@ def test_an_error_in_a_later_batch_fails_the_build_though_tensorrt_carried_on(in
     (bundle / "manifest.json").write_text(json.dumps(manifest))
     with caplog.at_level(logging.ERROR, logger="edge_sdk.trt.calibrator"):
         with pytest.raises(CalibrationError, match="0001.npy is unreadable"):
-            build_engine(bundle, cache_dir=cache_dir, gpu=XAVIER, precision="int8", allocate=fake.device_memory.allocate)
+            build_engine(bundle, BuildOptions(cache_dir=cache_dir, gpu=XAVIER, precision="int8",
+                                              allocate=fake.device_memory.allocate))
     assert fake.calls["calibration_batches"] == [[192.0]]  # TensorRT did carry on with one batch
     assert fake.engines_built() == 1 and not list(cache_dir.glob("*.engine"))
     assert any("get_batch() failed" in r.getMessage() for r in caplog.records)
@@ -134,12 +136,14 @@ def test_a_manifest_smaller_than_the_model_fails_the_calibration(install_trt, ma
     fake = install_trt("8.5")
     bundle = make_bundle(shape=[1, 3, 4, 4], model_shape=[1, 3, 8, 8], cache_header=None)
     with pytest.raises(BackendError, match="holds 192 bytes"):
-        build_engine(bundle, cache_dir=cache_dir, gpu=XAVIER, precision="int8", allocate=fake.device_memory.allocate)
+        build_engine(bundle, BuildOptions(cache_dir=cache_dir, gpu=XAVIER, precision="int8",
+                                          allocate=fake.device_memory.allocate))
 
 
 def test_runtime_refuses_an_engine_of_another_version(install_trt, tmp_path: Path, make_bundle) -> None:
     trt85 = install_trt("8.5")
-    data = build_engine(make_bundle(), cache_dir=tmp_path / "c", gpu=XAVIER, precision="fp16").path.read_bytes()
+    options = BuildOptions(cache_dir=tmp_path / "c", gpu=XAVIER, precision="fp16")
+    data = build_engine(make_bundle(), options).path.read_bytes()
     assert decode_engine(data)["profiling_verbosity"] == "DETAILED"
     logger = FakeLogger()
     assert FAKES["10"]().Runtime(logger).deserialize_cuda_engine(data) is None and logger.messages

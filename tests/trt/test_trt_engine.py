@@ -22,6 +22,7 @@ from edge_sdk.errors import (
 from edge_sdk.fsutil import sha256_file
 from edge_sdk.trt import engine as engine_mod
 from edge_sdk.trt.engine import build_engine, maybe_build_engine
+from edge_sdk.trt.options import BuildOptions
 from edge_sdk.trt.pins import layer_nodes
 from fakes.fake_tensorrt import decode_engine
 from trt_bundles import ORIN, XAVIER, calib_cache_text
@@ -46,7 +47,7 @@ EXPECTED = {
 def _build(bundle, fake, cache_dir, **kw):
     kw.setdefault("gpu", XAVIER)
     kw.setdefault("allocate", fake.device_memory.allocate)
-    result = build_engine(bundle, cache_dir=cache_dir, **kw)
+    result = build_engine(bundle, BuildOptions(cache_dir=cache_dir, **kw))
     return result, decode_engine(result.path.read_bytes())
 
 
@@ -265,7 +266,7 @@ def test_foreign_gpu_request_on_a_host_without_tensorrt(no_trt, make_bundle, cac
     """The x86 host case: the answer is why engines are not portable, not how to install TensorRT."""
     monkeypatch.setattr(engine_mod, "detect_gpu", lambda: gpu)
     with pytest.raises(TargetError) as exc:
-        build_engine(make_bundle(), target="xavier-nx", require=True, cache_dir=cache_dir)
+        build_engine(make_bundle(), BuildOptions(target="xavier-nx", require=True, cache_dir=cache_dir))
     assert text in str(exc.value) and "#1810" in str(exc.value)
 
 
@@ -307,7 +308,7 @@ def test_maybe_build_engine_builds_only_for_its_own_gpu(install_trt, make_bundle
 
 def test_missing_tensorrt_names_the_extra(no_trt, make_bundle, cache_dir) -> None:
     with pytest.raises(MissingDependencyError) as exc:
-        build_engine(make_bundle(), cache_dir=cache_dir, gpu=XAVIER)
+        build_engine(make_bundle(), BuildOptions(cache_dir=cache_dir, gpu=XAVIER))
     assert exc.value.extra == "trt"
     assert "python3-libnvinfer" in str(exc.value) and 'edge-sdk[trt]' in str(exc.value)
 

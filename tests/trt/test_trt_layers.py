@@ -12,6 +12,7 @@ from edge_sdk.errors import BackendError, ConfigError
 from edge_sdk.roi.config import RoiConfig
 from edge_sdk.trt import engine as engine_mod
 from edge_sdk.trt.engine import build_engine
+from edge_sdk.trt.options import BuildOptions
 from edge_sdk.trt.profiles import BatchRange, batch_range
 from edge_sdk.trt.report import report_lines, report_warnings, summarize_layers
 from fakes.fake_tensorrt import MISSING_SCALE, decode_engine
@@ -21,7 +22,7 @@ from trt_bundles import INPUT, XAVIER
 def _build(bundle, fake, cache_dir, **kw):
     kw.setdefault("gpu", XAVIER)
     kw.setdefault("allocate", fake.device_memory.allocate)
-    result = build_engine(bundle, cache_dir=cache_dir, **kw)
+    result = build_engine(bundle, BuildOptions(cache_dir=cache_dir, **kw))
     return result, decode_engine(result.path.read_bytes())
 
 

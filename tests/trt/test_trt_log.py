@@ -11,12 +11,13 @@ import pytest
 from edge_sdk.errors import BackendError
 from edge_sdk.trt import log as trt_log
 from edge_sdk.trt.engine import build_engine
+from edge_sdk.trt.options import BuildOptions
 from fakes.fake_tensorrt import MISSING_SCALE, FakeLogger
 from trt_bundles import INPUT, XAVIER
 
 
 def _build(bundle, fake, cache_dir, **kw):
-    return build_engine(bundle, cache_dir=cache_dir, gpu=XAVIER, allocate=fake.device_memory.allocate, **kw)
+    return build_engine(bundle, BuildOptions(cache_dir=cache_dir, gpu=XAVIER, allocate=fake.device_memory.allocate, **kw))
 
 
 # --- the fake keeps the first logger, as TensorRT 8.x does -----------------------------------------

@@ -22,6 +22,7 @@ from edge_sdk.trt import calibrator as calibrator_mod
 from edge_sdk.trt import engine as engine_mod
 from edge_sdk.trt.calibrator import CalibrationFeed
 from edge_sdk.trt.engine import build_engine
+from edge_sdk.trt.options import BuildOptions
 from fakes import fake_pycuda
 from fakes.fake_tensorrt import FakeTensorRT11, HostAddressMemory, decode_engine
 from trt_bundles import XAVIER
@@ -30,7 +31,7 @@ from trt_bundles import XAVIER
 def _build(bundle, fake, cache_dir, **kw):
     kw.setdefault("gpu", XAVIER)
     kw.setdefault("allocate", fake.device_memory.allocate)
-    result = build_engine(bundle, cache_dir=cache_dir, **kw)
+    result = build_engine(bundle, BuildOptions(cache_dir=cache_dir, **kw))
     return result, decode_engine(result.path.read_bytes())
 
 
@@ -131,7 +132,7 @@ def test_calibration_runs_in_the_primary_context_opened_before_the_build(install
 
     pycuda.drv.mem_alloc = counted
     fake.device_memory = HostAddressMemory(pycuda.state.blocks)
-    result = build_engine(make_bundle(), cache_dir=cache_dir, gpu=XAVIER, precision="int8", recalibrate=True)
+    result = build_engine(make_bundle(), BuildOptions(cache_dir=cache_dir, gpu=XAVIER, precision="int8", recalibrate=True))
     record = decode_engine(result.path.read_bytes())
     assert record["int8"]["batch_sums"] == [192.0, 384.0, 576.0]  # the batches reached TensorRT through that memory
     build = events.index("build")
@@ -143,7 +144,7 @@ def test_calibration_runs_in_the_primary_context_opened_before_the_build(install
 def test_no_cuda_is_opened_when_the_shipped_cache_is_used(install_trt, make_bundle, cache_dir, monkeypatch) -> None:
     fake = install_trt("8.5")
     monkeypatch.setattr(calibrator_mod, "open_calibration_cuda", lambda: pytest.fail("CUDA opened for nothing"))
-    result = build_engine(make_bundle(), cache_dir=cache_dir, gpu=XAVIER, precision="int8")
+    result = build_engine(make_bundle(), BuildOptions(cache_dir=cache_dir, gpu=XAVIER, precision="int8"))
     assert result.calibration["cache_read"] and fake.engines_built() == 1
 
 

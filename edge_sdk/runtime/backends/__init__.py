@@ -14,33 +14,34 @@ runner, so a test or the daemon can inject them.
 | `onnxruntime-cpu` / `-cuda` / `-tensorrt` | ONNX Runtime with exactly that execution provider | BackendError, never a silent fallback |
 | `tensorrt` | the native TensorRT backend (`edge_sdk.runtime.backends.tensorrt`) | BackendError naming what is missing |
 
-Which of the bundle's variants runs is decided once, by `choose_precision` (precision `auto`
-asks it to pick for the backend); the created backend says which and why in its `precision`
-and `precision_reason` attributes and in `describe()`.
+Each name is an entry of a registry: `register_backend(name, factory, available=...)` adds one
+(a factory that creates the runner, a test that says whether it can run here);
+`select_backend` creates the named one, `available_backends()` lists those that can run, and
+`BACKEND_NAMES` (the configuration's choices) are the names registered here.
+
+Which of the bundle's variants runs is decided by the precision policy, edge_sdk.precision
+(`choose_precision`, re-exported here; precision `auto` asks it to pick for the backend); the
+created backend says which and why in its `precision` and `precision_reason` attributes and in
+`describe()`.
 """
 from __future__ import annotations
 
 import importlib
 import logging
+from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
-from typing import Any, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional
 
 from edge_sdk import _imports
-from edge_sdk.errors import BackendError, ConfigError, MissingDependencyError
-from edge_sdk.precision import AUTO, PRECISIONS, RUNTIME_PRECISIONS
+from edge_sdk.errors import BackendError, MissingDependencyError
+from edge_sdk.precision import AUTO, CPU_REASON, check_precision, choose_precision
 from edge_sdk.runtime.backends.base import Backend
 
-# "auto" and "onnxruntime" pick one of the others when the backend is created (select_backend).
-BACKEND_NAMES = ("auto", "onnxruntime", "onnxruntime-cpu", "onnxruntime-cuda", "onnxruntime-tensorrt", "tensorrt")
-TENSORRT_MODULE = "edge_sdk.runtime.backends.tensorrt"
+__all__ = ["BACKEND_NAMES", "CPU_REASON", "Backend", "BackendEntry", "available_backends", "check_precision",
+           "choose_precision", "register_backend", "select_backend", "tensorrt_status"]
 
-# Measured side by side in one run (`python bench/bench_build.py BUNDLE --threads 1`, the default
-# CenterFace bundle at 640x384, ONNX Runtime 1.32 on an AMD EPYC without VNNI): median FP32 46.2 ms,
-# FP16 46.6 ms (1.01x), INT8 Q/DQ 119.7 ms (2.59x).
-CPU_REASON = (
-    "FP32 is fastest on ONNX Runtime's CPU provider (measured: INT8 Q/DQ 2.6x slower without VNNI, "
-    "FP16 no faster)"
-)
+TENSORRT_MODULE = "edge_sdk.runtime.backends.tensorrt"
 
 
 def tensorrt_status() -> Optional[str]:
@@ -56,64 +57,31 @@ def tensorrt_status() -> Optional[str]:
     return None
 
 
+@dataclass(frozen=True)
+class BackendEntry:
+    """A registered backend: `factory(model_path=, bundle=, precision=, threads=, **options)`
+    creates it (not active); `available()` says whether it can run on this machine now (None for
+    a name that picks one of the others when the backend is created, as `auto` does)."""
+
+    name: str
+    factory: Callable[..., Backend]
+    available: Optional[Callable[[], bool]] = None
+
+
+_REGISTRY: Dict[str, BackendEntry] = {}
+
+
+def register_backend(name: str, factory: Callable[..., Backend], available: Optional[Callable[[], bool]] = None) -> None:
+    """Make `name` a backend that `select_backend` creates with `factory` and `available_backends`
+    lists when `available()` is true. A name is registered once."""
+    if name in _REGISTRY:
+        raise BackendError(f"a backend named {name!r} is registered already")
+    _REGISTRY[name] = BackendEntry(name, factory, available)
+
+
 def available_backends() -> List[str]:
-    """Names of the backends that can run on this machine now."""
-    names: List[str] = []
-    if tensorrt_status() is None:
-        names.append("tensorrt")
-    if _imports.available("onnxruntime"):
-        from edge_sdk.runtime.backends.onnxruntime import PROVIDERS, available_providers
-
-        names.append("onnxruntime")
-        names += [f"onnxruntime-{short}" for short, full in PROVIDERS.items() if full in available_providers()]
-    return names
-
-
-def choose_precision(requested: str, bundle: Any, backend: str) -> Tuple[str, str]:
-    """(variant, why) for a bundle on a concrete backend (`tensorrt`, `onnxruntime-tensorrt`,
-    `onnxruntime-cuda` or `onnxruntime-cpu`). The one place this choice is made.
-
-    * `fp32`, `fp16`, `int8`: that variant (a bundle without it fails when the backend loads it).
-    * `auto` on TensorRT (native or ONNX Runtime's execution provider): the bundle's gated choice
-      (INT8 when it passed the builder's accuracy gate), else its most reduced variant. The native
-      backend asks this only when `edge-sdk engine` has made no choice on the device
-      (edge_sdk.runtime.backends.tensorrt.engine_precision).
-    * `auto` on ONNX Runtime's CUDA provider: FP16 when the gated choice is a reduced precision
-      (the provider has FP16 kernels but runs an INT8 Q/DQ model's layers in float), else FP32.
-    * `auto` on ONNX Runtime's CPU provider: FP32 (see CPU_REASON).
-    """
-    check_precision(requested)
-    if requested != AUTO:
-        return requested, "requested"
-    held = bundle.variants()
-    if not held:
-        raise BackendError(f"bundle {bundle.root} holds no model variant; rebuild it")
-    gated = bundle.gated_precision
-    if backend in ("tensorrt", "onnxruntime-tensorrt"):
-        if gated is not None:
-            note = bundle.accuracy_note(gated)
-            return gated, "the bundle's gated choice" + (f" ({note})" if note else "")
-        reduced = held[-1]  # VARIANT_FILES order: most exact first
-        return reduced, f"the bundle records no gated choice; {reduced} is its most reduced variant"
-    if backend == "onnxruntime-cuda":
-        if gated in ("fp16", "int8") and "fp16" in held:
-            note = bundle.accuracy_note("fp16")
-            return "fp16", (
-                "ONNX Runtime's CUDA provider has FP16 kernels but runs INT8 Q/DQ layers in float"
-                + (f" (fp16: {note})" if note else "")
-            )
-        return _most_exact(held), "the bundle's gated choice is full precision"
-    return _most_exact(held), CPU_REASON
-
-
-def check_precision(value: Any) -> None:
-    """ConfigError naming the allowed values unless `value` is one of RUNTIME_PRECISIONS."""
-    if value not in RUNTIME_PRECISIONS:
-        raise ConfigError(f"precision must be one of {', '.join(RUNTIME_PRECISIONS)}, got {value!r}")
-
-
-def _most_exact(held: List[str]) -> str:
-    return next(p for p in PRECISIONS if p in held)
+    """Names of the backends that can run on this machine now, in registration order."""
+    return [e.name for e in _REGISTRY.values() if e.available is not None and e.available()]
 
 
 def select_backend(
@@ -129,20 +97,35 @@ def select_backend(
 
     With a bundle, the variant comes from `choose_precision(precision, bundle, <the backend that
     runs>)`; the backend's `precision` and `precision_reason` say which and why."""
-    if name not in BACKEND_NAMES:
-        raise BackendError(f"unknown backend {name!r}; choose one of {', '.join(BACKEND_NAMES)}")
+    entry = _REGISTRY.get(name)
+    if entry is None:
+        raise BackendError(f"unknown backend {name!r}; choose one of {', '.join(_REGISTRY)}")
     check_precision(precision)
-    trt_reason = tensorrt_status() if name == "auto" and bundle is not None else None
-    if name == "auto" and bundle is not None and trt_reason is not None:
-        _say_fallback_once(trt_reason)
-    if name == "tensorrt" or (name == "auto" and bundle is not None and trt_reason is None):
-        _check_tensorrt(bundle)
-        # The backend resolves `auto` itself: on TensorRT it follows the choice `edge-sdk engine` made on
-        # this device where there is one (edge_sdk.runtime.backends.tensorrt.engine_precision).
-        backend = _tensorrt_backend(bundle, precision, threads=threads, **options)
-        if backend.precision is None:
-            backend.precision, backend.precision_reason = choose_precision(precision, bundle, "tensorrt")
-        return backend
+    return entry.factory(model_path=model_path, bundle=bundle, precision=precision, threads=threads, **options)
+
+
+def _auto(model_path: Optional[Path], bundle: Any, precision: str, threads: int, **options: Any) -> Backend:
+    """TensorRT for a bundle when that backend can run here, else ONNX Runtime (CUDA when it has it)."""
+    if bundle is not None:
+        reason = tensorrt_status()
+        if reason is None:
+            return _tensorrt(model_path, bundle, precision, threads, **options)
+        _say_fallback_once(reason)
+    return _onnxruntime("auto", model_path, bundle, precision, threads, **options)
+
+
+def _tensorrt(model_path: Optional[Path], bundle: Any, precision: str, threads: int, **options: Any) -> Backend:
+    _check_tensorrt(bundle)
+    # The backend resolves `auto` itself: on TensorRT it follows the choice `edge-sdk engine` made on
+    # this device where there is one (edge_sdk.precision.choose_engine_precision).
+    backend = _tensorrt_backend(bundle, precision, threads=threads, **options)
+    if backend.precision is None:
+        backend.precision, backend.precision_reason = choose_precision(precision, bundle, "tensorrt")
+    return backend
+
+
+def _onnxruntime(provider: str, model_path: Optional[Path], bundle: Any, precision: str, threads: int,
+                 **options: Any) -> Backend:
     if model_path is None and bundle is None:
         raise BackendError("select_backend needs a bundle or a model path")
     try:
@@ -153,7 +136,6 @@ def select_backend(
         raise BackendError(
             f"the ONNX Runtime backend needs onnxruntime: pip install \"edge-sdk[cpu]\" (or onnxruntime-gpu); {exc}"
         ) from exc
-    provider = "auto" if name in ("auto", "onnxruntime") else name.split("-", 1)[1]
     if model_path is not None:  # a model file given directly: no variant to choose
         variant: Optional[str] = None if precision == AUTO else precision
         reason = "a model file given directly, not a bundle variant"
@@ -163,6 +145,30 @@ def select_backend(
     backend = OnnxRuntimeBackend(model_path, provider=provider, threads=threads, **options)
     backend.precision, backend.precision_reason = variant, reason
     return backend
+
+
+def _ort_has(provider: str) -> Callable[[], bool]:
+    def available() -> bool:
+        if not _imports.available("onnxruntime"):
+            return False
+        if provider == "auto":
+            return True
+        from edge_sdk.runtime.backends.onnxruntime import PROVIDERS, available_providers
+
+        return PROVIDERS[provider] in available_providers()
+
+    return available
+
+
+register_backend("auto", _auto)
+register_backend("onnxruntime", partial(_onnxruntime, "auto"), available=_ort_has("auto"))
+for _provider in ("cpu", "cuda", "tensorrt"):  # the execution providers of edge_sdk.runtime.backends.onnxruntime.PROVIDERS
+    register_backend(f"onnxruntime-{_provider}", partial(_onnxruntime, _provider), available=_ort_has(_provider))
+register_backend("tensorrt", _tensorrt, available=lambda: tensorrt_status() is None)
+
+# The built-in names, for the configuration's choices and the command line's help. `auto` and
+# `onnxruntime` pick one of the others when the backend is created (select_backend).
+BACKEND_NAMES = tuple(_REGISTRY)
 
 
 # Fallback reasons already said in this process: `auto` says once why it runs ONNX Runtime, not

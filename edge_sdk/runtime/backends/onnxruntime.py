@@ -9,13 +9,13 @@ arrays are returned each time.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 import numpy as np
 
 from edge_sdk import _imports
 from edge_sdk.errors import BackendError, ModelError
-from edge_sdk.runtime.backends.base import Backend, Capabilities
+from edge_sdk.runtime.backends.base import Backend, Capabilities, TensorSpec
 
 PROVIDERS = {
     "cpu": "CPUExecutionProvider",
@@ -134,8 +134,6 @@ class OnnxRuntimeBackend(Backend):
         self._bound_inputs: Dict[str, np.ndarray] = {}
         self._bound_values: Dict[str, Any] = {}
         self._outputs: List[np.ndarray] = []
-        self._input_dtypes: Dict[str, Any] = {}
-        self._input_shapes: Dict[str, List[Any]] = {}
         self._static_outputs = True
 
     def activate(self) -> None:
@@ -152,11 +150,13 @@ class OnnxRuntimeBackend(Backend):
         self.session = session
         self.input_names = [i.name for i in session.get_inputs()]
         self.output_names = [o.name for o in session.get_outputs()]
-        self._input_dtypes = {i.name: _DTYPES.get(i.type, np.float32) for i in session.get_inputs()}
-        self._input_shapes = {i.name: list(i.shape) for i in session.get_inputs()}
+        # the declared shapes (a str or None for a symbolic dimension) and types; ONNX Runtime takes
+        # a host array of any type: it is converted to the model's (_as_input)
+        self.input_specs = {i.name: TensorSpec(list(i.shape), np.dtype(_DTYPES.get(i.type, np.float32)), casting="unsafe")
+                            for i in session.get_inputs()}
         # Outputs whose shape depends on the data (e.g. a model with NMS inside) cannot be bound
         # to fixed buffers; such models run through session.run, which allocates the outputs.
-        input_symbols = {d for shape in self._input_shapes.values() for d in shape if isinstance(d, str)}
+        input_symbols = {d for spec in self.input_specs.values() for d in spec.shown if isinstance(d, str)}
         self._static_outputs = all(
             isinstance(d, int) or (isinstance(d, str) and d in input_symbols) for o in session.get_outputs() for d in o.shape
         )
@@ -184,35 +184,26 @@ class OnnxRuntimeBackend(Backend):
         """The declared shape of an input (symbolic dims are strings or None)."""
         if not self.is_active:
             raise BackendError("activate the backend first")
-        return list(self._input_shapes[name or self.input_names[0]])
+        return list(self.input_specs[name or self.input_names[0]].shown)
 
     def input_dtype(self, name: Optional[str] = None) -> np.dtype:
         """The element type of an input, as the model declares it."""
         if not self.is_active:
             raise BackendError("activate the backend first")
-        return np.dtype(self._input_dtypes[name or self.input_names[0]])
+        return np.dtype(self.input_specs[name or self.input_names[0]].dtype)
 
-    def _check(self, name: str, arr: Any) -> np.ndarray:
-        if name not in self._input_dtypes:
-            raise BackendError(f"unknown model input {name!r}; the model's inputs are {self.input_names}")
+    def _as_input(self, name: str, arr: Any) -> np.ndarray:
+        """A checked input as ONNX Runtime takes it: C-contiguous, of the model's type."""
         arr = np.asarray(arr)
-        dtype = self._input_dtypes[name]
-        declared = self._input_shapes[name]
-        if arr.ndim != len(declared) or any(isinstance(d, int) and d != s for d, s in zip(declared, arr.shape)):
-            raise BackendError(f"input {name!r} has shape {list(arr.shape)}, the model expects {declared}")
+        dtype = self.input_specs[name].dtype
         if arr.dtype != dtype or not arr.flags.c_contiguous:
             arr = np.ascontiguousarray(arr, dtype=dtype)
         return arr
 
-    def infer(self, feed: Dict[str, np.ndarray]) -> List[np.ndarray]:
-        if not self.is_active:
-            raise BackendError("the backend is not active; call activate() or use it as a context manager")
-        missing = [n for n in self.input_names if n not in feed]
-        if missing:
-            raise BackendError(f"missing model inputs {missing}; the model's inputs are {self.input_names}")
+    def _infer_impl(self, feed: Mapping[str, Any]) -> List[np.ndarray]:
         if not self._static_outputs:
             try:
-                outs = self.session.run(None, {n: self._check(n, feed[n]) for n in self.input_names})
+                outs = self.session.run(None, {n: self._as_input(n, feed[n]) for n in self.input_names})
             except Exception as exc:
                 raise BackendError(f"ONNX Runtime failed to run {self.model_path.name}: {exc}") from exc
             return list(outs)
@@ -222,7 +213,7 @@ class OnnxRuntimeBackend(Backend):
             given = feed[name]
             if self._bound_inputs.get(name) is given:
                 continue
-            arr = self._check(name, given)
+            arr = self._as_input(name, given)
             value = ort.OrtValue.ortvalue_from_numpy(arr)
             self._binding.bind_ortvalue_input(name, value)
             old = self._bound_inputs.get(name)
@@ -256,4 +247,5 @@ class OnnxRuntimeBackend(Backend):
         self._bound_values = {}
         self._outputs = []
         self.session = None
+        self.input_specs = {}
         self.is_active = False

@@ -4,10 +4,11 @@
     with backend:                                               # activate(): deserialize, bind
         outputs = backend.infer({"input.1": tensor})            # host array or device tensor
 
-Loader and runner, as Polygraphy splits them. The loader is `edge_sdk.trt.engine.build_engine`,
-the same code `edge-sdk engine` runs: it finds the engine in the engine cache (keyed by bundle
-hash, TensorRT version, GPU SM, precision and DLA core; size and sha256 checked) or builds it.
-The runner:
+Loaders and runner, as Polygraphy splits them. `from_bundle` composes the loaders: the precision
+policy (edge_sdk.trt.choice.engine_precision: which variant, which engine), EngineFromBundle (the
+engine from the engine cache, keyed by bundle hash, TensorRT version, GPU SM, precision and DLA
+core, or built by `edge_sdk.trt.engine.build_engine`, the same code `edge-sdk engine` runs) and
+EngineBytesFromCache (its bytes, size and sha256 checked), all in edge_sdk.trt.loaders. The runner:
 
 * `activate()` deserializes the engine (`trt.Runtime(logger).deserialize_cuda_engine`), creates
   the execution context, reads the I/O tensors (`num_io_tensors`, `get_tensor_name/mode/shape/
@@ -46,15 +47,14 @@ and fake_cuda_host.py) that follow TensorRT 8.5/10/11's bindings; tests/device h
 from __future__ import annotations
 
 import logging
-from functools import partial
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
 from edge_sdk import _imports
 from edge_sdk.errors import BackendError, BundleError
-from edge_sdk.runtime.backends.base import Backend, Capabilities
+from edge_sdk.runtime.backends.base import Backend, Capabilities, TensorSpec, device_pointer
 
 log = logging.getLogger(__name__)
 
@@ -80,18 +80,6 @@ def _np_dtype(trt_dtype: Any) -> Any:
         raise BackendError(f"the engine has a tensor of type {name}, which edge-sdk cannot feed or read; rebuild the bundle "
                            "with float32 or float16 inputs and outputs")
     return np.dtype(_DTYPES[name])
-
-
-def _device_pointer(value: Any) -> Optional[int]:
-    """The device address of a device tensor (`__cuda_array_interface__`, or `.ptr` with no
-    host array interface), else None (a host array)."""
-    cai = getattr(value, "__cuda_array_interface__", None)
-    if cai is not None:
-        return int(cai["data"][0])
-    if isinstance(value, np.ndarray):
-        return None
-    ptr = getattr(value, "ptr", None)
-    return int(ptr) if isinstance(ptr, int) and not hasattr(value, "__array_interface__") else None
 
 
 class _Output:
@@ -180,6 +168,7 @@ class TensorRTBackend(Backend):
         self._no_graph: Dict[int, str] = {}  # rows -> why capturing that shape failed
         self._handle = 0
         self.mapped_outputs = False
+        self.input_specs = {}
 
     # -- loader ------------------------------------------------------------------------------
     @classmethod
@@ -199,7 +188,7 @@ class TensorRTBackend(Backend):
     ) -> "TensorRTBackend":
         """Find the bundle's engine for `precision` in the engine cache, or build it (what
         `edge-sdk engine BUNDLE --precision P` does), and return the runner, not yet active.
-        `precision`: fp32, fp16 or int8, or auto (:func:`engine_precision`: the choice
+        `precision`: fp32, fp16 or int8, or auto (edge_sdk.trt.choice.engine_precision: the choice
         `edge-sdk engine` made on this device, else the bundle's gated choice); the runner's
         `precision` and `precision_reason` say which and why. `threads` is accepted for the interface and unused
         (TensorRT runs on the GPU). `cuda`: a CudaApi to run on (default: the one
@@ -209,38 +198,27 @@ class TensorRTBackend(Backend):
         if options:
             raise BackendError(f"the tensorrt backend does not take option(s) {', '.join(sorted(options))}")
         from edge_sdk.cuda import require_cuda
-        from edge_sdk.trt.cache import EngineCache
-        from edge_sdk.trt.device import GpuInfo
         from edge_sdk.trt.api import trt_api
+        from edge_sdk.trt.choice import engine_precision
+        from edge_sdk.trt.device import GpuInfo
         from edge_sdk.trt.engine import build_engine
+        from edge_sdk.trt.loaders import EngineBytesFromCache, EngineFromBundle
+        from edge_sdk.trt.options import BuildOptions
         from edge_sdk.trt.profiles import batch_range
 
         trt = _imports.tensorrt()
         api = cuda if cuda is not None else require_cuda("auto")
-        props = api.properties
-        gpu = GpuInfo(name=props.name, sm=f"{props.sm[0]}.{props.sm[1]}", source=api.name)
-        say = progress or _say
-        variant, engine_as, reason, choice = engine_precision(bundle, precision, trt_api(trt).version, gpu.sm, dla_core,
-                                                              cache_dir)
-
-        def build(force: bool) -> Any:
-            return build_engine(bundle.root, precision=engine_as, dla_core=dla_core, workspace_mib=workspace_mib,
-                                cache_dir=cache_dir, force=force, gpu=gpu, progress=say,
-                                batch=batch_range(max_batch, dla=dla_core is not None) if max_batch is not None else None)
-
-        result = build(False)
-        for note in result.notes:
-            say(f"engine: {note}")
-        if not result.cached:
-            say(f"built the {engine_as} engine in {result.build_seconds:.1f} s: {result.path}")
-
-        def rebuild() -> Path:
-            return Path(build(True).path)
-
-        backend = cls(result.path, bundle=bundle, cuda=api, dla_core=dla_core, use_graphs=use_graphs, rebuild=rebuild,
+        gpu = GpuInfo.of_cuda(api)
+        choice = engine_precision(bundle, precision, trt_api(trt).version, gpu.sm, dla_core, cache_dir)
+        batch = batch_range(max_batch, dla=dla_core is not None) if max_batch is not None else None
+        engine = EngineFromBundle(build_engine, bundle.root, BuildOptions(
+            precision=choice.engine, dla_core=dla_core, workspace_mib=workspace_mib, cache_dir=cache_dir, gpu=gpu,
+            progress=progress or _say, batch=batch))
+        result = engine()
+        backend = cls(result.path, bundle=bundle, cuda=api, dla_core=dla_core, use_graphs=use_graphs, rebuild=engine.rebuild,
                       engine_cached=result.cached, notes=result.notes, tensorrt_version=str(getattr(trt, "__version__", "")),
-                      read_engine=partial(EngineCache(cache_dir).read_engine, result.key))
-        backend.precision, backend.precision_reason, backend.device_choice = variant, reason, choice
+                      read_engine=EngineBytesFromCache(cache_dir, result.key))
+        backend.precision, backend.precision_reason, backend.device_choice = choice.variant, choice.reason, choice.device_choice
         return backend
 
     # -- runner ------------------------------------------------------------------------------
@@ -330,6 +308,10 @@ class TensorRTBackend(Backend):
         else:
             self._min_rows = self._max_rows = shape[0]
         self._input_shape = (self._max_rows,) + shape[1:]
+        # any batch here (_check_rows holds it to the profile); a host array may be cast on its way
+        # into the staging buffer, a device tensor is bound as it is
+        self.input_specs = {name: TensorSpec((None,) + shape[1:], dtype, casting="same_kind",
+                                            shown=["N"] + list(shape[1:]), what="engine")}
         if self._dynamic and not self._context.set_input_shape(name, self._input_shape):
             raise BackendError(f"TensorRT refused the input shape {list(self._input_shape)} for {name!r}" + self._tail())
         self._rows = self._max_rows
@@ -427,16 +409,11 @@ class TensorRTBackend(Backend):
         return trt_log.log_tail(self._logger)
 
     # -- inference ---------------------------------------------------------------------------
-    def infer(self, feed: Dict[str, Any]) -> List[np.ndarray]:
-        if not self.is_active:
-            raise BackendError("the backend is not active; call activate() or use it as a context manager")
+    def _infer_impl(self, feed: Mapping[str, Any]) -> List[np.ndarray]:
         name = self.input_names[0]
-        if name not in feed:
-            raise BackendError(f"missing model input {name!r}; the engine's inputs are {self.input_names}")
         value = feed[name]
-        ptr = _device_pointer(value)
-        shape = tuple(int(d) for d in value.shape)
-        rows = self._check_rows(name, shape, getattr(value, "dtype", None), device=ptr is not None)
+        ptr = device_pointer(value)
+        rows = self._check_rows(name, int(value.shape[0]))
         api = self.cuda
         if ptr is None:
             arr = np.asarray(value)
@@ -482,11 +459,9 @@ class TensorRTBackend(Backend):
             self._staging = self.cuda.alloc_host(self._input_shape, self._input_dtype)
         return self._staging.array[:rows]
 
-    def _check_rows(self, name: str, shape: Tuple[int, ...], dtype: Any, device: bool) -> int:
-        want = self._input_shape
-        if len(shape) != len(want) or shape[1:] != want[1:]:
-            raise BackendError(f"input {name!r} has shape {list(shape)}, the engine expects {['N'] + list(want[1:])}")
-        rows = shape[0]
+    def _check_rows(self, name: str, rows: int) -> int:
+        """The batch of a feed whose other dimensions and type TensorSpec has checked: within the
+        engine's optimization profile, or its fixed batch."""
         if not self._min_rows <= rows <= self._max_rows:
             if self._dynamic and self._min_rows == self._max_rows:
                 raise BackendError(
@@ -498,10 +473,6 @@ class TensorRTBackend(Backend):
                     f"{self._max_rows}; send at most {self._max_rows} crops per batch, or rebuild the engine with a larger "
                     "maximum batch")
             raise BackendError(f"{rows} rows for {name!r}, but the engine's batch is fixed at {self._max_rows}")
-        given = np.dtype(dtype) if dtype is not None else self._input_dtype
-        # a device tensor is bound as it is; a host array is copied, and may be cast on the way
-        if given != self._input_dtype and (device or not np.can_cast(given, self._input_dtype, casting="same_kind")):
-            raise BackendError(f"input {name!r} is {given.name}, the engine expects {self._input_dtype.name}")
         return rows
 
     def _launch(self, key: Tuple[int, int], rows: int, work: Callable[[], None]) -> None:
@@ -601,38 +572,6 @@ class TensorRTBackend(Backend):
         self.stream = None
         self.graph = None
         self._reset()
-
-
-def engine_precision(bundle: Any, precision: str, tensorrt: str, sm: str, dla_core: Optional[int],
-                     cache_dir: Any = None) -> Tuple[str, str, str, Optional[Dict[str, Any]]]:
-    """(variant that runs, precision of the engine to build or find, why, device choice summary or
-    None) for the runtime's `precision` on this TensorRT and GPU. The one place `auto` on
-    TensorRT is resolved:
-
-    1. the choice `edge-sdk engine` (precision best) made and verified on this device, in its
-       device report (edge_sdk.trt.choice): that engine is the one it built;
-    2. else the bundle's gated choice (`choose_precision`); when that is INT8 and only the
-       FP16+INT8 engine `edge-sdk engine` builds for a bundle without gate inputs is cached, that
-       engine (it is the gated INT8, with FP16 where a layer is not INT8), instead of a second build.
-
-    fp32, fp16 and int8 map to their own engines."""
-    from edge_sdk.precision import AUTO, BEST
-    from edge_sdk.runtime.backends import choose_precision
-    from edge_sdk.trt import choice as choice_mod
-    from edge_sdk.trt.cache import EngineCache, EngineKey
-
-    if precision == AUTO:
-        cache = EngineCache(cache_dir)
-        report = choice_mod.read_device_report(cache, choice_mod.report_key(bundle, tensorrt, sm, dla_core))
-        if report is not None and report["chosen"] in bundle.variants():
-            return report["chosen"], report["chosen"], choice_mod.reason(report), choice_mod.summary(report)
-    variant, reason = choose_precision(precision, bundle, "tensorrt")
-    if precision == AUTO and variant == "int8":
-        cache = EngineCache(cache_dir)
-        if cache.get(EngineKey(bundle.hash, tensorrt, sm, variant, dla_core)) is None \
-                and cache.get(EngineKey(bundle.hash, tensorrt, sm, BEST, dla_core)) is not None:
-            return variant, BEST, reason + "; the FP16+INT8 engine `edge-sdk engine` built for it (INT8, FP16 where a layer is not INT8)", None
-    return variant, variant, reason, None
 
 
 def _first_line(exc: BaseException) -> str:
