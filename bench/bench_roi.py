@@ -300,11 +300,13 @@ def main(argv: Optional[List[str]] = None) -> int:
     width = max(14, *(len(m) for m in rows))
     print(f"{'mode':{width}s} {'recall':>7s} {'precision':>9s} {'median ms':>10s} {'p90 ms':>8s} {'inputs':>7s} {'recall/tiles':>12s} {'latency/tiles':>13s}")
     for mode, r in rows.items():
-        rt = r["recall"] / tiles["recall"] if tiles and tiles["recall"] else float("nan")
-        lt = r["median_ms"] / tiles["median_ms"] if tiles else float("nan")
+        # None without a tiles run to compare with (JSON has no NaN)
+        rt = r["recall"] / tiles["recall"] if tiles and tiles["recall"] else None
+        lt = r["median_ms"] / tiles["median_ms"] if tiles else None
         r["recall_vs_tiles"], r["latency_vs_tiles"] = rt, lt
         inputs = r.get("model_inputs_per_frame", float("nan"))
-        print(f"{mode:{width}s} {r['recall']:7.3f} {r['precision']:9.3f} {r['median_ms']:10.1f} {r['p90_ms']:8.1f} {inputs:7.1f} {rt:12.3f} {lt:13.3f}")
+        print(f"{mode:{width}s} {r['recall']:7.3f} {r['precision']:9.3f} {r['median_ms']:10.1f} {r['p90_ms']:8.1f} {inputs:7.1f} "
+              f"{'—' if rt is None else format(rt, '.3f'):>12s} {'—' if lt is None else format(lt, '.3f'):>13s}")
     verdict: Dict[str, Any] = {}
     if "roi" in rows and tiles:
         roi = rows["roi"]
