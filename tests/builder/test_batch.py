@@ -162,10 +162,32 @@ def test_a_build_of_a_fixed_batch_graph_fails_before_the_long_steps_and_writes_n
     calib = write_images(tmp_path / "calib", 16)
     config = BuildConfig(model=path, out=tmp_path / "bundle", precision="int8", calib=calib, max_batch=2,
                          input_size=(TINY_HW[1], TINY_HW[0]), decoder=dict(TINY_DECODER), probe=False)
-    progress = pipeline.BuildProgress(quiet=True)
+    progress = TaskLog()
     with pytest.raises(ModelError, match="cannot run a batch of 2"):
         pipeline.build(config, progress)
+    assert progress.tasks == []  # refused before the images, the calibration and the gates
     assert not (tmp_path / "bundle").exists()
+
+
+class TaskLog(pipeline.BuildProgress):
+    """A quiet BuildProgress that keeps the description of every task the build starts."""
+
+    def __init__(self) -> None:
+        super().__init__(quiet=True)
+        self.tasks: List[str] = []
+
+    def task(self, description: str, total: int) -> Any:
+        self.tasks.append(description)
+        return super().task(description, total)
+
+
+def test_rows_beyond_the_images_are_the_images_mirrored() -> None:
+    """Two gate images for a batch of five: no two rows are the same input (a row that takes its
+    neighbour's result would go unseen between two copies of one image)."""
+    a, b = (np.arange(24, dtype=np.float32).reshape(1, 2, 3, 4) + k for k in (0, 100))
+    rows = batch_mod.image_rows([a, b], 5)
+    np.testing.assert_array_equal(rows, np.concatenate([a, b, a[..., ::-1], b[..., ::-1], a]))
+    assert len({r.tobytes() for r in rows[:4]}) == 4
 
 
 # --- batch 1, the default ----------------------------------------------------------------------------
