@@ -147,18 +147,33 @@ def test_an_output_of_one_row_for_a_batch_is_refused() -> None:
         batch_mod.check_fp32(model, SPEC, 2)
 
 
-def test_a_build_of_a_fixed_batch_graph_fails_before_the_long_steps_and_writes_nothing(tmp_path: Path) -> None:
+def _fixed_batch_detector(path: Path) -> Path:
+    """The tiny detector with its first output flattened to a constant [1, H*W / 16]: the batch is
+    fixed inside the graph."""
     detector = make_detector()
     graph = detector.graph
     first = graph.output[0]
-    # the heatmap flattened to a constant [1, H*W / 16]: the batch is fixed inside the graph
     cells = (TINY_HW[0] // 4) * (TINY_HW[1] // 4)
     graph.initializer.append(helper.make_tensor("flat", TensorProto.INT64, [2], [1, cells]))
     graph.node.append(helper.make_node("Reshape", [first.name, "flat"], ["flat_heat"]))
     del graph.output[0]
     graph.output.insert(0, helper.make_tensor_value_info("flat_heat", TensorProto.FLOAT, [1, cells]))
-    path = tmp_path / "fixed.onnx"
     onnx.save(detector, str(path))
+    return path
+
+
+def test_the_cli_refuses_a_fixed_batch_graph_with_exit_4_and_the_fix(tmp_path: Path) -> None:
+    path = _fixed_batch_detector(tmp_path / "fixed.onnx")
+    out = tmp_path / "bundle"
+    result = CliRunner().invoke(app, ["build", str(path), "--out", str(out), "--input-size", f"{TINY_HW[1]}x{TINY_HW[0]}",
+                                      "--decoder", "centerface", "--precision", "fp32", "--max-batch", "2"])
+    assert result.exit_code == ModelError.exit_code == 4
+    assert "cannot run a batch of 2" in result.output and "--max-batch 1" in result.output
+    assert not out.exists()
+
+
+def test_a_build_of_a_fixed_batch_graph_fails_before_the_long_steps_and_writes_nothing(tmp_path: Path) -> None:
+    path = _fixed_batch_detector(tmp_path / "fixed.onnx")
     calib = write_images(tmp_path / "calib", 16)
     config = BuildConfig(model=path, out=tmp_path / "bundle", precision="int8", calib=calib, max_batch=2,
                          input_size=(TINY_HW[1], TINY_HW[0]), decoder=dict(TINY_DECODER), probe=False)
