@@ -15,7 +15,7 @@ model's own inputs and outputs are compared with the manifest when a backend ope
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from edge_sdk.errors import BundleError, ConfigError, EdgeSdkError
 from edge_sdk.precision import BUILD_PRECISIONS, PRECISIONS, RUNTIME_PRECISIONS
@@ -312,6 +312,16 @@ _REFERENCE: Dict[str, Check] = {
 }
 
 
+def _batch(value: Any, at: At) -> None:
+    """The batch range the variants take (edge_sdk.builder.batch): 1 <= min <= opt <= max <= MAX_BATCH."""
+    entry = obj(value, at)
+    low, opt, high = (integer(entry.get(k), at.key(k), 1, MAX_BATCH) for k in ("min", "opt", "max"))
+    if not low <= opt <= high:
+        raise at.fail(f"must satisfy min <= opt <= max, got min {low}, opt {opt}, max {high}")
+    if entry.get("dim") is not None:
+        text(entry["dim"], at.key("dim"))
+
+
 def _decoder(value: Any, at: At) -> None:
     """Checked where it is used: built by its decoder's own code for the manifest's input."""
     obj(value, at)
@@ -354,6 +364,7 @@ FIELDS: Dict[str, Check] = {
     "calibration": keys(_CALIBRATION),
     "int8": keys(_INT8),
     "engine": keys(_ENGINE),
+    "batch": _batch,
     "provenance": keys(_PROVENANCE),
     "graph": any_object,
     "preprocess_probe": any_object,
@@ -439,3 +450,58 @@ def check_model_io(bundle: Any, input_names: Sequence[str], output_names: Sequen
     outputs = [o.get("name") for o in bundle.get("outputs") or [] if isinstance(o, dict)]
     if outputs and sorted(outputs) != sorted(output_names):
         raise BundleError(f"{where} has outputs {sorted(output_names)}, {manifest} lists {sorted(outputs)}{fix}")
+
+
+# -- the largest batch a bundle, an engine or a backend takes ------------------------------------------------
+def batch_limit(source: Any) -> Tuple[Optional[int], str]:
+    """The largest batch `source` runs, and what to run for a larger one. `source` is a Bundle (its
+    models take the manifest's `batch` range; a bundle without one has a fixed batch of 1), a
+    batch range of an engine's optimization profile (an object with int `min`/`opt`/`max`, as
+    edge_sdk.trt.profiles.BatchRange, or such a dict), or a backend: its `describe()["batch"]`
+    where it gives one (TensorRT: the engine's profile, or its fixed batch), else its model's input
+    shape (ONNX Runtime: a fixed first dimension, or None: any batch)."""
+    if isinstance(getattr(source, "manifest", None), dict) and hasattr(source, "root"):
+        entry = source.manifest.get("batch")
+        high = entry.get("max") if isinstance(entry, dict) else 1
+        return int(high), f"rebuild the bundle with `edge-sdk build --max-batch N` (then `edge-sdk engine {source.root} --max-batch N`)"
+    engine_fix = "rebuild the engine with `edge-sdk engine BUNDLE --max-batch N`"
+    if isinstance(source, Mapping) and "max" in source:
+        return int(source["max"]), engine_fix
+    if all(isinstance(getattr(source, k, None), int) for k in ("min", "opt", "max")):
+        return int(source.max), engine_fix
+    described = source.describe() if callable(getattr(source, "describe", None)) else {}
+    batch = described.get("batch") if isinstance(described, dict) else None
+    bundle = getattr(source, "bundle", None)
+    where = str(bundle.root) if bundle is not None and hasattr(bundle, "root") else "BUNDLE"
+    if isinstance(batch, dict) and isinstance(batch.get("max"), int):
+        if batch.get("dynamic"):
+            return batch["max"], f"rebuild the engine with `edge-sdk engine {where} --max-batch N`"
+        return batch["max"], (f"its model has a fixed batch: rebuild the bundle with `edge-sdk build --max-batch N`, then "
+                              f"`edge-sdk engine {where} --max-batch N`")
+    names = getattr(source, "input_names", None) or []
+    shape = source.input_shape(names[0]) if names and callable(getattr(source, "input_shape", None)) else None
+    first = shape[0] if shape else None
+    if isinstance(first, int) and not isinstance(first, bool) and first > 0:
+        return first, "its model has a fixed batch: rebuild the bundle with `edge-sdk build --max-batch N`"
+    return None, ""
+
+
+def check_batch(source: Any, wanted_max: int) -> int:
+    """Refuse (ConfigError naming the fix) a configuration whose largest batch `wanted_max` is more
+    than `source` (see :func:`batch_limit`) takes; returns `wanted_max`."""
+    if isinstance(wanted_max, bool) or not isinstance(wanted_max, int) or wanted_max < 1:
+        raise ConfigError(f"the largest batch must be a whole number of inputs >= 1, got {wanted_max!r}")
+    limit, fix = batch_limit(source)
+    if limit is not None and wanted_max > limit:
+        fix = fix.replace("--max-batch N", f"--max-batch {wanted_max}")
+        raise ConfigError(f"the configuration batches up to {wanted_max} inputs, but the {_batch_owner(source)} takes at "
+                          f"most {limit}: {fix}, or lower the configuration's max batch to {limit}")
+    return wanted_max
+
+
+def _batch_owner(source: Any) -> str:
+    if isinstance(getattr(source, "manifest", None), dict):
+        return f"bundle {source.root}"
+    if isinstance(source, Mapping) or hasattr(source, "opt"):
+        return "engine's optimization profile"
+    return f"{getattr(source, 'name', type(source).__name__)} backend"

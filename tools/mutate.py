@@ -69,6 +69,7 @@ GROUPS: Dict[str, Group] = {
                                                           "tests/trt/test_device_choice.py", "tests/trt/test_device_report.py")),
     "disk-queue": Group(("edge_sdk/telemetry/disk_queue.py",), ("tests/telemetry/test_disk_queue.py",)),
     "snapshots": Group(("edge_sdk/daemon/snapshots.py",), ("tests/daemon/test_snapshots.py",)),
+    "batch": Group(("edge_sdk/builder/batch.py",), ("tests/builder/test_batch.py", "tests/trt/test_batch_profile.py")),
     # the CUDA preprocessing and the TensorRT backend join here as they land
     # signing, commands, validation, manifest, atomic writes, builder steps, CUDA launch plan, decoders
     "signing": Group(("edge_sdk/telemetry/signing.py",), ("tests/test_validate_bounds.py", "tests/daemon/test_command_promises.py",
@@ -210,6 +211,7 @@ PLACE = "edge_sdk/geometry.py"
 NMS, GEO, CAL = "edge_sdk/decoders/nms.py", "edge_sdk/roi/geometry.py", "edge_sdk/builder/calibration.py"
 CC, TC, Q = "edge_sdk/builder/calib_cache.py", "edge_sdk/trt/cache.py", "edge_sdk/telemetry/disk_queue.py"
 SNAP = "edge_sdk/daemon/snapshots.py"
+BATCH, PIPE, MCHECK = "edge_sdk/builder/batch.py", "edge_sdk/builder/pipeline.py", "edge_sdk/manifest_check.py"
 
 MUTANTS: List[Mutant] = [
     # --- preprocess -----------------------------------------------------------------------------
@@ -353,6 +355,24 @@ MUTANTS: List[Mutant] = [
     M("S3", "snapshots", SNAP, "size = st.st_size + (meta.stat().st_size if meta.exists() else 0)", "size = st.st_size",
       "the byte cap leaves out the .json files"),
     M("S4", "snapshots", SNAP, 'folder.glob("*.jpg")', 'folder.glob("*")', "pruning takes files that are not snapshots"),
+    # --- bundles for batches --------------------------------------------------------------------
+    M("BA1", "batch", BATCH, "for name, out, ref in zip(names, together, alone):\n            if out.shape[:1] != (n,) or ",
+      "for name, out, ref in zip(names, together, alone):\n            if ", "an output of one row for a whole batch passes the shape check"),
+    M("BA2", "batch", BATCH, "np.abs(out[i].astype(np.float64)", "np.abs(out[0].astype(np.float64)",
+      "every row compared with the first row of the batch"),
+    M("BA3", "batch", BATCH, "picked.append(x if (i // len(tensors)) % 2 == 0 else x[..., ::-1])", "picked.append(x)",
+      "rows beyond the gate images repeat them"),
+    M("BA4", "batch", PIPE, "    if config.max_batch > 1:\n        from edge_sdk.builder.batch import check_fp32",
+      "    if config.max_batch > 2:\n        from edge_sdk.builder.batch import check_fp32",
+      "the early check skipped at batch 2: a fixed-batch graph is found only after calibration"),
+    M("BA5", "batch", PIPE, "batch_record(1, config.preferred_batch, config.max_batch, check)",
+      "batch_record(1, config.max_batch, config.max_batch, check)", "the manifest's opt ignores --opt-batch"),
+    M("BA6", "batch", MCHECK, 'high = entry.get("max") if isinstance(entry, dict) else 1',
+      'high = entry.get("max") if isinstance(entry, dict) else None', "a bundle without a batch range takes any batch"),
+    M("BA7", "batch", "edge_sdk/cli/engine.py", "    if max_batch is not None and recorded is not None:\n        check_batch(loaded, max_batch)\n",
+      "", "edge-sdk engine builds a profile beyond the range the bundle was checked for"),
+    M("BA8", "batch", "edge_sdk/trt/engine.py", 'batch_range(dla=dla_core is not None, recorded=bundle.get("batch"))',
+      "batch_range(dla=dla_core is not None)", "the engine's default profile ignores the bundle's range"),
 ]
 
 

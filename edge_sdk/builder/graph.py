@@ -122,6 +122,23 @@ def fix_input(model: Any, input_name: Optional[str], shape: Sequence[int]) -> An
     return inferred
 
 
+def symbolic_batch(model: Any, name: str = "batch") -> Any:
+    """A copy of `model` whose input and outputs take any batch: their first dimension becomes the
+    symbol `name`, the shapes inferred inside for batch 1 are dropped and inferred again. Whether
+    the graph really computes each row on its own is for ONNX Runtime to show
+    (:mod:`~edge_sdk.builder.batch`). ModelError when the result fails ONNX validation."""
+    model = _copy(model)
+    for value in list(real_inputs(model)) + list(model.graph.output):
+        dims = value.type.tensor_type.shape.dim
+        if not len(dims):
+            raise ModelError(f"{value.name!r} has no declared rank, so it has no batch dimension to make symbolic; "
+                             "export the model with shaped inputs and outputs, or build with --max-batch 1")
+        dims[0].Clear()
+        dims[0].dim_param = name
+    del model.graph.value_info[:]
+    return check_and_infer(model)
+
+
 def _outputs_from_value_info(model: Any) -> None:
     """Copy inferred shapes onto graph outputs whose declared dims are symbolic."""
     onnx = _imports.onnx()

@@ -50,12 +50,19 @@ def build(config: BuildConfig, progress: Optional[BuildProgress] = None, cache_d
     target = _check_target(config)
     inputs = resolve_model(config, cache_dir, progress)
     fp32, graph = _prepare_graph(inputs, target, progress)
+    if config.max_batch > 1:
+        from edge_sdk.builder.batch import check_fp32
+
+        check_fp32(fp32, inputs.spec, config.max_batch)  # a graph that fixes its batch fails before the long steps
     if config.needs_int8:
         fp32, graph["equalization"] = _equalize(fp32, config.equalize, progress)
     images = load_images(config, inputs.spec, progress)
     probe = _probe(config, fp32, inputs, images, progress)
     variants = make_variants(config, target, fp32, inputs, images, progress)
+    batch = _batch(config, variants, inputs, images, progress)
     recorded = assemble(config, target, inputs, graph, images, variants, probe, started)
+    if batch is not None:
+        recorded.manifest["batch"] = batch
     reference = gate_reference(recorded.manifest, fp32, inputs, images, config.min_f1)
     bundle = bundle_mod.write_bundle(config.out, recorded.manifest, variants.models, recorded.texts, recorded.tensors,
                                      reference)
@@ -87,6 +94,22 @@ def _prepare_graph(inputs: ModelInputs, target: Target, progress: BuildProgress)
     progress.info(f"graph: {before.nodes} → {after.nodes} nodes, {after.parameters:,} parameters, "
                   f"{after.flops / 1e9:.2f} GFLOPs, opset {before.opset} → {after.opset} ({method})")
     return fp32, {"source": before.to_dict(), "optimized": after.to_dict(), "optimizer": method}
+
+
+def _batch(config: BuildConfig, variants: Any, inputs: ModelInputs, images: Optional[BuildImages],
+           progress: BuildProgress) -> Optional[Dict[str, Any]]:
+    """With --max-batch N > 1: every variant given a symbolic batch (in `variants.models`, in place)
+    and checked at N against batch 1 (:mod:`~edge_sdk.builder.batch`); the manifest's `batch`
+    entry. None at N = 1: the variants keep their fixed batch of 1."""
+    if config.max_batch == 1:
+        return None
+    from edge_sdk.builder import batch as batch_mod
+
+    with progress.task(f"check the variants at batch {config.max_batch}", len(variants.models)) as advance:
+        variants.models, check = batch_mod.batch_variants(variants.models, inputs.spec, config.max_batch,
+                                                          images.gate if images is not None else None, advance)
+    progress.info(batch_mod.describe(check, config.preferred_batch))
+    return batch_mod.batch_record(1, config.preferred_batch, config.max_batch, check)
 
 
 def _equalize(fp32: Any, enabled: bool, progress: BuildProgress) -> Tuple[Any, Dict[str, Any]]:

@@ -29,6 +29,8 @@ min_f1 = 0.97
 holdout_fraction = 0.25             # images for the gate (and as many for the fallback search)
 search_margin = 0.01                # the fallback search aims at min_f1 + this on its own images
 probe = true                        # try other channel orders and pixel ranges on a few images; warn if one fits better
+max_batch = 1                       # the variants take batches of 1..max_batch (checked row by row at max_batch)
+opt_batch = 1                       # the batch `edge-sdk engine` tunes for (default: max_batch)
 ```
 """
 from __future__ import annotations
@@ -38,6 +40,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from edge_sdk.errors import ConfigError
+from edge_sdk.manifest_check import MAX_BATCH
 from edge_sdk.fsutil import read_toml
 from edge_sdk.precision import BEST, BUILD_PRECISIONS
 from edge_sdk.preprocess import COLORS, PLACEMENTS
@@ -84,6 +87,8 @@ class BuildConfig:
     probe: bool = True  # the preprocessing probe (edge_sdk.builder.probe): never changes the input spec
     force_preprocessing: bool = False  # build even when the probe finds the configured preprocessing makes noise
     equalize: bool = True  # cross-layer equalization before INT8 (edge_sdk.builder.equalize); exact in FP32
+    max_batch: int = 1  # the variants take 1..max_batch inputs at a time (edge_sdk.builder.batch); 1: a fixed batch of 1
+    opt_batch: Optional[int] = None  # the batch the engine is tuned for; None: max_batch
     min_holdout: int = 4
     min_calib_images: int = 8
     calib_tensors_kept: int = 16  # shipped for re-calibration on the device (uint8 npz, ~0.5 MB each at 640x384)
@@ -119,6 +124,13 @@ class BuildConfig:
             raise ConfigError(f"dla_core must be 0 or more, got {self.dla_core}{where}")
         if self.workspace_mib <= 0:
             raise ConfigError(f"workspace must be a positive number of MiB, got {self.workspace_mib}{where}")
+        for key in ("max_batch", "opt_batch"):
+            value = getattr(self, key)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_BATCH):
+                raise ConfigError(f"{key} must be a batch size 1..{MAX_BATCH}, got {value!r}{where}")
+        if self.opt_batch is not None and self.opt_batch > self.max_batch:
+            raise ConfigError(f"opt_batch {self.opt_batch} is larger than max_batch {self.max_batch}{where}: the engine is "
+                              "tuned for a batch within 1..max_batch. Lower --opt-batch or raise --max-batch")
         if self.input_size is not None and (len(self.input_size) != 2 or min(self.input_size) <= 0):
             raise ConfigError(f"input size must be WIDTHxHEIGHT with positive sizes, got {self.input_size}{where}")
         if self.color is not None and self.color not in COLORS:
@@ -132,6 +144,11 @@ class BuildConfig:
     @property
     def needs_int8(self) -> bool:
         return self.precision in ("int8", BEST)
+
+    @property
+    def preferred_batch(self) -> int:
+        """The batch the engine is tuned for: opt_batch, else max_batch."""
+        return self.max_batch if self.opt_batch is None else self.opt_batch
 
 
 def parse_size(value: Any, key: str = "input size", source: str = "command line") -> Tuple[int, int]:
@@ -174,7 +191,7 @@ _INPUT_KEYS = {"name": "input_name", "size": "input_size", "mean": "mean", "scal
 _BUILD_KEYS = {
     "target", "out", "precision", "calib", "calib_method", "percentile", "dla_core", "workspace_mib",
     "timing_cache", "min_f1", "allow_accuracy_loss", "int8_fallback", "max_calib_images", "holdout_fraction",
-    "search_margin", "probe", "equalize",
+    "search_margin", "probe", "equalize", "max_batch", "opt_batch",
 }
 _PATH_KEYS = {"model", "labels", "out", "calib", "timing_cache"}
 # BuildConfig fields whose `edge-sdk build` option is not --<field with dashes>
@@ -243,7 +260,7 @@ def _coerce(values: Dict[str, Any], source: str) -> Dict[str, Any]:
     for key in ("probe", "equalize"):
         if key in out and not isinstance(out[key], bool):
             raise ConfigError(f"{key} must be true or false, got {out[key]!r} (from {source})")
-    for key in ("dla_core", "workspace_mib", "max_calib_images"):
+    for key in ("dla_core", "workspace_mib", "max_calib_images", "max_batch", "opt_batch"):
         if key in out and out[key] is not None and not isinstance(out[key], int):
             raise ConfigError(f"{key} must be an integer, got {out[key]!r} (from {source})")
     return out

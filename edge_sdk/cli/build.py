@@ -37,6 +37,8 @@ def build(
     search_margin: Optional[float] = typer.Option(None, "--search-margin", help="The FP32-fallback search aims at --min-f1 plus this on its own images, so the gate on unseen images passes with room. [default: 0.01]", show_default=False),
     allow_accuracy_loss: bool = typer.Option(False, "--allow-accuracy-loss", help="Write the bundle even when INT8 fails the accuracy gate."),
     int8_fallback: Optional[str] = typer.Option(None, "--int8-fallback", help="auto: keep the layers most sensitive to INT8 in FP32 until the gate passes | off. [default: auto]", show_default=False),
+    max_batch: Optional[int] = typer.Option(None, "--max-batch", help="The bundle's models take batches of 1..N inputs (a symbolic batch dimension; each variant is checked at N, row by row, against batch 1); `edge-sdk engine` makes its optimization profile from it. A model whose graph fixes its batch is refused for N > 1. [default: 1]", show_default=False),
+    opt_batch: Optional[int] = typer.Option(None, "--opt-batch", help="The batch the engine is tuned for, within 1..--max-batch (recorded for `edge-sdk engine`). [default: --max-batch]", show_default=False),
     max_calib_images: Optional[int] = typer.Option(None, "--max-calib-images", help="Use at most this many images for calibration. [default: 256]", show_default=False),
     no_equalize: bool = typer.Option(False, "--no-equalize", help="Skip cross-layer equalization of the FP32 graph before INT8 calibration (an exact re-parametrization that evens out the weight ranges of consecutive convolutions)."),
     no_probe: bool = typer.Option(False, "--no-probe", help="Skip the preprocessing probe, which runs FP32 on a few search images with the channel order swapped and other pixel ranges (0..255, 0..1, -1..1, ImageNet mean/std) and warns when one clearly fits the model better; it never changes the configuration, and stops the build when the configured one makes noise (see --force-preprocessing)."),
@@ -58,7 +60,7 @@ def build(
         "mean": mean, "scale": scale, "color": color, "decoder": _decoder_spec(decoder), "labels": labels, "dla_core": dla_core,
         "workspace_mib": workspace, "timing_cache": timing_cache, "min_f1": min_f1,
         "search_margin": search_margin, "allow_accuracy_loss": True if allow_accuracy_loss else None, "int8_fallback": int8_fallback,
-        "max_calib_images": max_calib_images, "probe": False if no_probe else None,
+        "max_calib_images": max_calib_images, "max_batch": max_batch, "opt_batch": opt_batch, "probe": False if no_probe else None,
         "equalize": False if no_equalize else None, "force_preprocessing": True if force_preprocessing else None,
     }
     config = make_config(cli)
@@ -113,6 +115,10 @@ def _print_summary(progress: Any, summary: Dict[str, Any]) -> None:
             sign = ">=" if g["passed"] else "<"
             verdict = f"INT8 accuracy gate {word}: {g['metric']} {g['value']:.4f} {sign} {g['threshold']}{extra}"
         progress.console.print(verdict, highlight=False)
+    batch = summary.get("batch")
+    if batch:
+        progress.console.print(f"batches of {batch['min']}..{batch['max']} (engine tuned for {batch['opt']}): each variant "
+                               f"checked at {batch['max']} on the {batch['check']['inputs']}", highlight=False)
     progress.console.print(summary["engine_message"], highlight=False)
 
 

@@ -9,12 +9,15 @@ import json
 from dataclasses import replace
 from enum import Enum
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import typer
 
 from edge_sdk.cli._common import cli_errors
 from edge_sdk.precision import BEST, BUILD_PRECISIONS, PRECISIONS
+
+if TYPE_CHECKING:
+    from edge_sdk.trt.profiles import BatchRange
 
 # Typer takes a choice of values as an Enum: one member per build precision, named as its value.
 Precision = Enum("Precision", [(p, p) for p in BUILD_PRECISIONS], type=str)  # type: ignore[misc]
@@ -52,11 +55,12 @@ def engine(
         None,
         "--max-batch",
         help="Largest batch of the engine's optimization profile when the model's batch is dynamic "
-        "(default: the ROI setting max_fine_inputs). A model with a fixed batch is built without a profile.",
+        "(default: the bundle's range from `edge-sdk build --max-batch`, else the ROI setting max_fine_inputs; "
+        "at most the bundle's). A model with a fixed batch is built without a profile.",
     ),
     opt_batch: Optional[int] = typer.Option(
-        None, "--opt-batch", help="Batch TensorRT tunes its kernels for (default: --max-batch; on a DLA core, "
-        "which runs one batch size only, 1)."
+        None, "--opt-batch", help="Batch TensorRT tunes its kernels for (default: the bundle's --opt-batch, else --max-batch; on a "
+        "DLA core, which runs one batch size only, 1)."
     ),
     warmup: int = typer.Option(10, "--warmup", help=f"{BEST}: runs before timing each engine."),
     iterations: int = typer.Option(100, "--iterations", help=f"{BEST}: timed runs per engine (the median counts)."),
@@ -77,11 +81,10 @@ def engine(
     from edge_sdk.trt.engine import build_engine
     from edge_sdk.trt.loaders import SaveEngine
     from edge_sdk.trt.options import BuildOptions
-    from edge_sdk.trt.profiles import batch_range
     from edge_sdk.trt.report import report_lines, report_warnings
 
     _imports.tensorrt()  # before anything else: says how to get TensorRT when it is missing
-    batch = batch_range(max_batch, opt_batch, dla=dla_core is not None)
+    batch = _batch(bundle, max_batch, opt_batch, dla_core is not None)
     console = Console(stderr=True)
     choice = None
     options = BuildOptions(precision=precision.value, dla_core=dla_core, workspace_mib=workspace, timing_cache=timing_cache,
@@ -153,6 +156,21 @@ def engine(
         typer.secho(f"note: {note}", fg=typer.colors.YELLOW, err=True)
     for warning in report_warnings(result.layers or {}):
         typer.secho(f"warning: {warning}", fg=typer.colors.YELLOW, err=True)
+
+
+def _batch(bundle: Path, max_batch: Optional[int], opt_batch: Optional[int], dla: bool) -> "BatchRange":
+    """The engine's batch range: --max-batch / --opt-batch, else the bundle's recorded range
+    (`edge-sdk build --max-batch`), else the ROI settings'. A --max-batch beyond the range the
+    bundle's models were checked for is a ConfigError that says how to rebuild the bundle."""
+    from edge_sdk.manifest import Bundle
+    from edge_sdk.manifest_check import check_batch
+    from edge_sdk.trt.profiles import batch_range
+
+    loaded = Bundle.load(bundle, verify=False)
+    recorded = loaded.get("batch")
+    if max_batch is not None and recorded is not None:
+        check_batch(loaded, max_batch)
+    return batch_range(max_batch, opt_batch, dla=dla, recorded=recorded)
 
 
 def _has_reference(bundle: Path) -> bool:

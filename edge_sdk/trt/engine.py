@@ -108,7 +108,7 @@ def build_engine(bundle_dir: PathLike, options: BuildOptions = BuildOptions()) -
 
     With `options.target` and `options.require`, a target whose GPU or TensorRT differs from this
     machine's is a TargetError (engines are not portable) instead of a wrong engine. The batch
-    range (default: `batch_range()`, from the ROI settings) is written as an optimization profile
+    range (default: `batch_range()`, from the bundle's recorded range, else the ROI settings) is written as an optimization profile
     when the model's batch is dynamic. Calibration batch buffers are made by `options.allocate`
     (default: the SDK's CUDA layer, opened in the primary context before the build starts).
     """
@@ -134,7 +134,7 @@ def build_engine(bundle_dir: PathLike, options: BuildOptions = BuildOptions()) -
         if reason:
             raise TargetError(f"cannot build the engine here: {reason}. {PORTABILITY}")
     plan = plan_build(bundle, api, precision, dla_core)
-    batch = options.batch if options.batch is not None else batch_range(dla=dla_core is not None)
+    batch = options.batch if options.batch is not None else batch_range(dla=dla_core is not None, recorded=bundle.get("batch"))
     made_for = (bundle.get("target") or {}).get("sm")
     if made_for and made_for != gpu.sm:
         plan.notes.append(f"the bundle was made for SM {made_for}; building for this GPU (SM {gpu.sm})")

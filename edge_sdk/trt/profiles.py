@@ -33,15 +33,23 @@ class BatchRange:
         return {"min": self.min, "opt": self.opt, "max": self.max}
 
 
-def batch_range(max_batch: Optional[int] = None, opt_batch: Optional[int] = None, dla: bool = False) -> BatchRange:
-    """min 1; max from `max_batch`, else the ROI settings' `max_fine_inputs` (fine-pass model
-    inputs per frame); opt from `opt_batch`, else max (the fullest fine pass is the one that
-    bounds a frame's latency). On the DLA (`dla`) the engine runs exactly `opt` inputs at a time
-    (static shapes only), so opt defaults to 1 there: the default mode, full, runs one frame."""
+def batch_range(max_batch: Optional[int] = None, opt_batch: Optional[int] = None, dla: bool = False,
+                recorded: Optional[Mapping[str, Any]] = None) -> BatchRange:
+    """min 1; max from `max_batch`, else the bundle's range (`recorded`: the manifest's `batch`
+    entry, what `edge-sdk build --max-batch` checked), else the ROI settings' `max_fine_inputs`
+    (fine-pass model inputs per frame); opt from `opt_batch`, else the bundle's preferred batch
+    (where it lies within max), else max (the fullest fine pass is the one that bounds a frame's
+    latency). On the DLA (`dla`) the engine runs exactly `opt` inputs at a time (static shapes
+    only), so opt defaults to 1 there: the default mode, full, runs one frame."""
+    recorded = recorded if isinstance(recorded, Mapping) else None
+    if max_batch is None and recorded is not None:
+        max_batch = int(recorded["max"])
     if max_batch is None:
         from edge_sdk.roi.config import RoiConfig
 
         max_batch = max(1, RoiConfig().max_fine_inputs)
+    if opt_batch is None and not dla and recorded is not None and int(recorded["opt"]) <= max_batch:
+        opt_batch = int(recorded["opt"])
     if opt_batch is None:
         opt_batch = 1 if dla else max_batch
     return BatchRange(1, opt_batch, max_batch)
