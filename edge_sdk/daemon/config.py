@@ -1,7 +1,7 @@
 """The device config of `edge-sdk run`: the pipeline's keys plus the daemon's tables.
 
 One TOML file holds the pipeline's keys (edge_sdk/runtime/config.py: bundle, backend,
-precision, mode, score_threshold, nms_iou, [source], [cache], [roi]...) plus:
+precision, mode, score_threshold, nms_iou, [source] or [[sources]], [cache], [roi]...) plus:
 
 ```toml
 [device]
