@@ -120,3 +120,25 @@ def test_command_line_overrides_replace_the_sources_list(tmp_path: Path) -> None
     path.write_text(TWO)
     cfg = load_config(path, {"sources": [{"id": "0", "uri": "synthetic://faces"}]})
     assert cfg.stream_ids() == ["0"]
+
+
+def test_one_source_table_runs_in_the_pipeline_and_every_result_carries_its_id(tiny_bundle: Path) -> None:
+    from edge_sdk.runtime.pipeline import Pipeline
+
+    cfg = config_from_dict({"bundle": str(tiny_bundle), "backend": "onnxruntime-cpu", "max_frames": 3,
+                            "sources": [{"id": "door", "uri": "synthetic://faces?width=128&height=64&count=1&min_size=16&max_size=24",
+                                         "mode": "tiles"}]})
+    with Pipeline(cfg) as pipeline:
+        results = list(pipeline)
+        assert pipeline.config.mode == "tiles"  # the source's own mode
+    assert len(results) == 3
+    assert {r.stream for r in results} == {"door"} and all(r.to_json()["stream"] == "door" for r in results)
+    assert {r.captured.stream_id for r in results} == {"door"}
+
+
+def test_the_pipeline_refuses_several_sources_before_opening_any(tiny_bundle: Path) -> None:
+    from edge_sdk.runtime.pipeline import Pipeline
+
+    cfg = config_from_dict({"bundle": str(tiny_bundle), "sources": _many(2)})
+    with pytest.raises(ConfigError, match="running several sources in one process is not available yet"):
+        Pipeline(cfg)
