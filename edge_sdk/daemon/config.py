@@ -86,6 +86,7 @@ class DaemonConfig:
         then what needs the environment; ConfigError naming the key and `origin`."""
         if not self.device.id:
             self.device.id = socket.gethostname() or "edge-device"
+        self.pipeline = self.pipeline.single_stream(origin)  # the daemon's frame loop runs one source
         check_fields(self.device, origin, "device")
         check_fields(self.telemetry, origin, "telemetry")
         self.health.validate(origin)

@@ -198,6 +198,7 @@ class Daemon:
             "mode": model["mode"],
             "thresholds": model["thresholds"],
             "source": self.config.pipeline.source.uri or None,
+            "streams": {s.id: {"source": s.uri or None, "mode": model["mode"]} for s in self.config.pipeline.streams()},
             "telemetry_interval_s": self.reporter.interval_s,
             "instance_id": self.instance_id,
             "host": socket.gethostname(),

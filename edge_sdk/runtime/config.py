@@ -128,7 +128,7 @@ class PipelineConfig:
         """Every key against its type and bounds (edge_sdk.config_schema); ConfigError naming it."""
         check_fields(self, origin)
         self.roi.validate(origin)
-        if self.sources and self.source != SourceConfig():
+        if self.sources and self.source not in (SourceConfig(), self.sources[0].source()):  # single_stream's form
             raise ConfigError(f"{origin}: both [source] and [[sources]] are set: keep one (several cameras: one "
                               "[[sources]] table each, with its id)")
         seen = set()
@@ -153,8 +153,9 @@ class PipelineConfig:
         return [s.id for s in self.streams()]
 
     def single_stream(self, origin: str = "config") -> "PipelineConfig":
-        """This config for a pipeline that runs one source: that source in `source`, its own mode
-        and ROI settings where it has them. ConfigError when there are several."""
+        """This config for a pipeline that runs one source: that source in `source` too (its
+        [[sources]] table stays, with its id), its own mode and ROI settings where it has them.
+        ConfigError when there are several."""
         streams = self.streams()
         if len(streams) > 1:
             raise ConfigError(f"{origin}: {len(streams)} sources ({', '.join(s.id for s in streams)}), but this "

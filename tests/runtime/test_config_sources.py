@@ -142,3 +142,10 @@ def test_the_pipeline_refuses_several_sources_before_opening_any(tiny_bundle: Pa
     cfg = config_from_dict({"bundle": str(tiny_bundle), "sources": _many(2)})
     with pytest.raises(ConfigError, match="running several sources in one process is not available yet"):
         Pipeline(cfg)
+
+
+def test_the_one_stream_form_is_itself_valid_and_stays_the_same() -> None:
+    one = config_from_dict({"sources": [{"id": "door", "uri": "csi://0", "mode": "roi"}]}).single_stream()
+    assert one.validate() is one and one.single_stream() == one and one.stream_ids() == ["door"]
+    with pytest.raises(ConfigError, match="both \\[source\\] and \\[\\[sources\\]\\]"):
+        one.replace(source=SourceConfig(uri="csi://1")).validate()  # another source beside the table
