@@ -212,9 +212,16 @@ def config_from_dict(data: Mapping[str, Any], origin: str = "config") -> Pipelin
 
 
 def load_config(path: Any, overrides: Optional[Mapping[str, Any]] = None) -> PipelineConfig:
-    """Read a TOML config file; `overrides` (same layout, e.g. from CLI flags) win over the file."""
+    """Read a TOML config file; `overrides` (same layout, e.g. from CLI flags) win over the file.
+    Sources given there replace the file's in either form: a `source` override drops the file's
+    [[sources]], a `sources` override its [source]."""
     path = Path(path)
-    merged = merge_tables(read_toml(path), overrides or {})
+    data = read_toml(path)
+    overrides = overrides or {}
+    for given, dropped in (("source", "sources"), ("sources", "source")):
+        if given in overrides:
+            data.pop(dropped, None)
+    merged = merge_tables(data, overrides)
     cfg = config_from_dict(merged, origin=str(path))
     if cfg.bundle and not Path(cfg.bundle).is_absolute():
         cfg.bundle = str((path.parent / cfg.bundle))
