@@ -73,3 +73,13 @@ def test_sources_on_the_command_line_replace_the_config_files(bundle: Path,  # n
                     "--jsonl", out, "-q")
     assert result.exit_code == 0, result.output
     assert [json.loads(line)["stream"] for line in out.read_text().splitlines()] == ["0", "0"]
+
+
+def test_several_sources_are_refused_before_the_default_bundle_is_built(monkeypatch: pytest.MonkeyPatch) -> None:
+    from edge_sdk import default_bundle
+
+    built: list = []
+    monkeypatch.setattr(default_bundle, "ensure_default_bundle", lambda *a, **k: built.append(a) or "unused")
+    result = invoke(SYNTH, SYNTH)
+    assert result.exit_code == 2 and "not available yet" in result.output.replace("\n", " "), result.output
+    assert built == []  # building the default bundle takes a minute: nothing was started
