@@ -46,7 +46,7 @@ from typing import Any, Dict, Mapping, Optional
 from edge_sdk.config_schema import ENV_VAR, NAME_CHARS, check_fields, from_table, key
 from edge_sdk.errors import ConfigError
 from edge_sdk.fsutil import read_toml
-from edge_sdk.runtime.config import PipelineConfig, config_from_dict, merge_tables
+from edge_sdk.runtime.config import PipelineConfig, config_from_dict, overlay
 from edge_sdk.telemetry.broker import BrokerConfig
 from edge_sdk.telemetry.health import HealthConfig
 from edge_sdk.telemetry.reporter import DETECTIONS_MODES
@@ -135,4 +135,4 @@ def load_daemon_config(path: Optional[Path], overrides: Optional[Mapping[str, An
         origin = str(path)
         base_dir = path.parent
         data = read_toml(path)
-    return daemon_config_from_dict(merge_tables(data, overrides or {}), origin, base_dir)
+    return daemon_config_from_dict(overlay(data, overrides or {}), origin, base_dir)

@@ -212,20 +212,25 @@ def config_from_dict(data: Mapping[str, Any], origin: str = "config") -> Pipelin
 
 
 def load_config(path: Any, overrides: Optional[Mapping[str, Any]] = None) -> PipelineConfig:
-    """Read a TOML config file; `overrides` (same layout, e.g. from CLI flags) win over the file.
-    Sources given there replace the file's in either form: a `source` override drops the file's
-    [[sources]], a `sources` override its [source]."""
+    """Read a TOML config file; `overrides` (same layout, e.g. from CLI flags) win over the file,
+    and sources given there replace the file's (:func:`overlay`)."""
     path = Path(path)
-    data = read_toml(path)
-    overrides = overrides or {}
-    for given, dropped in (("source", "sources"), ("sources", "source")):
-        if given in overrides:
-            data.pop(dropped, None)
-    merged = merge_tables(data, overrides)
+    merged = overlay(read_toml(path), overrides or {})
     cfg = config_from_dict(merged, origin=str(path))
     if cfg.bundle and not Path(cfg.bundle).is_absolute():
         cfg.bundle = str((path.parent / cfg.bundle))
     return cfg
+
+
+def overlay(data: Mapping[str, Any], overrides: Mapping[str, Any]) -> Dict[str, Any]:
+    """`overrides` laid over a config file's tables (merge_tables), where sources given in either
+    form replace the file's: a `source` override drops the file's [[sources]], a `sources`
+    override its [source]."""
+    data = dict(data)
+    for given, dropped in (("source", "sources"), ("sources", "source")):
+        if given in overrides:
+            data.pop(dropped, None)
+    return merge_tables(data, overrides)
 
 
 def merge_tables(base: Mapping[str, Any], extra: Mapping[str, Any]) -> Dict[str, Any]:

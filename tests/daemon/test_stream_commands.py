@@ -97,3 +97,13 @@ def test_with_several_streams_configured_an_unknown_one_is_refused_naming_them_a
             handlers.table()[name]({"stream": "dock", "mode": "roi"} if name == "set" else {"stream": "dock"})
         assert isinstance(err.value, CommandRejected) and err.value.known == ["door", "yard"]
         assert "this device runs 'door', 'yard'" in str(err.value)
+
+
+def test_run_source_replaces_the_config_files_sources(tmp_path: Path) -> None:
+    from edge_sdk.daemon.config import load_daemon_config
+
+    path = tmp_path / "device.toml"
+    path.write_text(f'[[sources]]\nid = "door"\nuri = "{SOURCE}"\nmode = "roi"\n\n[device]\nid = "cam-1"\n')
+    assert load_daemon_config(path).pipeline.stream_ids() == ["door"]
+    cfg = load_daemon_config(path, {"source": {"uri": "csi://0"}})  # edge-sdk run --config device.toml --source csi://0
+    assert cfg.pipeline.stream_ids() == ["0"] and cfg.pipeline.source.uri == "csi://0"
