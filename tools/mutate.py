@@ -70,6 +70,9 @@ GROUPS: Dict[str, Group] = {
     "disk-queue": Group(("edge_sdk/telemetry/disk_queue.py",), ("tests/telemetry/test_disk_queue.py",)),
     "snapshots": Group(("edge_sdk/daemon/snapshots.py",), ("tests/daemon/test_snapshots.py",)),
     "batch": Group(("edge_sdk/builder/batch.py",), ("tests/builder/test_batch.py", "tests/trt/test_batch_profile.py")),
+    "sources": Group(("edge_sdk/runtime/config.py", "edge_sdk/daemon/handlers.py", "edge_sdk/cli/detect.py"),
+                     ("tests/runtime/test_config_sources.py", "tests/cli/test_detect_sources.py",
+                      "tests/daemon/test_stream_commands.py")),
     # the CUDA preprocessing and the TensorRT backend join here as they land
     # signing, commands, validation, manifest, atomic writes, builder steps, CUDA launch plan, decoders
     "signing": Group(("edge_sdk/telemetry/signing.py",), ("tests/test_validate_bounds.py", "tests/daemon/test_command_promises.py",
@@ -212,6 +215,7 @@ NMS, GEO, CAL = "edge_sdk/decoders/nms.py", "edge_sdk/roi/geometry.py", "edge_sd
 CC, TC, Q = "edge_sdk/builder/calib_cache.py", "edge_sdk/trt/cache.py", "edge_sdk/telemetry/disk_queue.py"
 SNAP = "edge_sdk/daemon/snapshots.py"
 BATCH, PIPE, MCHECK = "edge_sdk/builder/batch.py", "edge_sdk/builder/pipeline.py", "edge_sdk/manifest_check.py"
+RCFG, HND, DET = "edge_sdk/runtime/config.py", "edge_sdk/daemon/handlers.py", "edge_sdk/cli/detect.py"
 
 MUTANTS: List[Mutant] = [
     # --- preprocess -----------------------------------------------------------------------------
@@ -373,6 +377,22 @@ MUTANTS: List[Mutant] = [
       "", "edge-sdk engine builds a profile beyond the range the bundle was checked for"),
     M("BA8", "batch", "edge_sdk/trt/engine.py", 'batch_range(dla=dla_core is not None, recorded=bundle.get("batch"))',
       "batch_range(dla=dla_core is not None)", "the engine's default profile ignores the bundle's range"),
+    # --- several sources: the config, the commands per stream, detect's arguments ---------------
+    M("SR1", "sources", RCFG, "            seen.add(stream.id)\n", "", "duplicate stream ids pass"),
+    M("SR2", "sources", RCFG, "        if len(streams) > 1:\n", "        if len(streams) > 2:\n",
+      "two sources run in the one-stream pipeline, the second one ignored"),
+    M("SR3", "sources", RCFG, "return self.replace(source=only.source(), mode=only.mode or self.mode, roi=only.roi or self.roi)",
+      "return self.replace(source=only.source())", "a source's own mode and ROI settings are ignored"),
+    M("SR4", "sources", RCFG, "    if len(sources) > MAX_SOURCES:\n", "    if len(sources) > MAX_SOURCES + 1:\n",
+      "one source beyond the documented limit is taken"),
+    M("SR5", "sources", HND, "device_wide = sorted(set(args) & DEVICE_SETTINGS)", "device_wide = []",
+      "a stream's set changes the device's telemetry settings"),
+    M("SR6", "sources", HND, "        self.streams(args)\n        result = d.last_result", "        result = d.last_result",
+      "snapshot does not check its stream"),
+    M("SR7", "sources", DET, "            out.append((str(position), value))", "            out.append((\"0\", value))",
+      "plain sources all get id 0"),
+    M("SR8", "sources", DET, "    cfg = cfg.single_stream(\"command line\")  # several sources: refused before a bundle is built\n", "",
+      "several sources are refused only after the bundle is read"),
 ]
 
 

@@ -4,8 +4,9 @@ Annotations here are not postponed: Typer on Python 3.8 must see the evaluated o
 metadata (tests/test_imports.py checks).
 """
 
+import re
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 import typer
 from typing_extensions import Annotated
@@ -13,6 +14,40 @@ from typing_extensions import Annotated
 from edge_sdk.cli._common import cli_errors
 from edge_sdk.precision import RUNTIME_PRECISIONS
 from edge_sdk.runtime.backends import BACKEND_NAMES
+
+_NAMED = re.compile(r"([A-Za-z0-9_-]+)=(.*)", re.DOTALL)  # ID=URI: a URI's own "=" comes after ":", "/" or "?"
+
+
+def split_sources(values: List[str]) -> List[Tuple[str, str]]:
+    """(stream id, URI) of each SOURCE argument: `ID=URI`, or a plain URI whose id is its position
+    ("0", "1", ...). The ids are checked with the config (edge_sdk.runtime.config.StreamConfig)."""
+    from edge_sdk.errors import ConfigError
+
+    out = []
+    for position, value in enumerate(values):
+        named = _NAMED.fullmatch(value)
+        if named is None:
+            out.append((str(position), value))
+        elif not named.group(2):
+            raise ConfigError(f"SOURCE {value!r}: no URI after the id; write ID=URI, e.g. door=rtsp://cam-door/stream")
+        else:
+            out.append((named.group(1), named.group(2)))
+    return out
+
+
+def source_overrides(values: List[str], loop: bool, fps: Optional[float]) -> Dict[str, Any]:
+    """The config overrides for the SOURCE arguments: one plain URI is the one [source] (stream
+    "0", merged with a config file's [source] options); anything else one [[sources]] table each."""
+    extra: Dict[str, Any] = {}
+    if loop:
+        extra["loop"] = True
+    if fps is not None:
+        extra["fps"] = fps
+    streams = split_sources(values)
+    if len(values) == 1 and _NAMED.fullmatch(values[0]) is None:
+        return {"source": dict(extra, uri=values[0])}
+    return {"sources": [dict(extra, id=stream, uri=uri) for stream, uri in streams]}
+
 
 def _summary(pipeline: Any, wall_s: float, console: Any) -> None:
     from rich.table import Table
@@ -52,7 +87,7 @@ def _summary(pipeline: Any, wall_s: float, console: Any) -> None:
 
 @cli_errors
 def detect(
-    source: Annotated[str, typer.Argument(help="csi://0, v4l2:///dev/video0, rtsp://…, a video file, a folder of images, or synthetic://faces?width=1920&height=1080")],
+    sources: Annotated[List[str], typer.Argument(metavar="SOURCE", help="csi://0, v4l2:///dev/video0, rtsp://…, a video file, a folder of images, or synthetic://faces?width=1920&height=1080; ID=URI names its stream (letters, digits, - and _), otherwise its position does (0, 1, ...). One source per process for now: several are refused.")],
     bundle: Annotated[Optional[Path], typer.Option("--bundle", help="Bundle folder from `edge-sdk build`. Default: the embedded CenterFace bundle, built once into the user cache.")] = None,
     precision: Annotated[Optional[str], typer.Option("--precision", help=f"Model variant: {', '.join(RUNTIME_PRECISIONS)}. auto: the bundle's gated choice where the backend runs it well (TensorRT), fp32 on ONNX Runtime's CPU provider. Default: auto.")] = None,
     backend: Annotated[Optional[str], typer.Option("--backend", help=f"{', '.join(BACKEND_NAMES)}. auto: TensorRT when installed, else ONNX Runtime.")] = None,
@@ -78,13 +113,10 @@ def detect(
     from edge_sdk.runtime.sinks import JsonlSink, Sink, VideoSink
     from edge_sdk.runtime.sources import parse_uri
 
-    parse_uri(source)  # a missing file or unknown scheme fails now, before any bundle is built
+    for _, uri in split_sources(sources):
+        parse_uri(uri)  # a missing file or unknown scheme fails now, before any bundle is built
     console = Console(stderr=True)
-    overrides: Dict[str, Any] = {"source": {"uri": source}}
-    if loop:
-        overrides["source"]["loop"] = True
-    if fps is not None:
-        overrides["source"]["fps"] = fps
+    overrides = source_overrides(sources, loop, fps)
     for key, value in (("precision", precision), ("backend", backend), ("max_frames", max_frames), ("threads", threads), ("mode", mode)):
         if value is not None:
             overrides[key] = value
@@ -93,6 +125,7 @@ def detect(
     if no_cache:
         overrides["cache"] = {"enabled": False}
     cfg = load_config(config, overrides) if config is not None else config_from_dict(overrides, origin="command line")
+    cfg = cfg.single_stream("command line")  # several sources: refused before a bundle is built
     if not cfg.bundle:
         cfg.bundle = str(ensure_default_bundle(cfg.precision, echo=None if quiet else console.print))
 

@@ -32,7 +32,7 @@ import logging
 import sqlite3
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 from edge_sdk.errors import ConfigError, EdgeSdkError
 from edge_sdk.telemetry import schemas
@@ -41,7 +41,7 @@ from edge_sdk.telemetry.signing import MAX_DEPTH, MAX_PAYLOAD, canonical, loads_
 from edge_sdk.validate import UntrustedInput
 
 __all__ = ["ALLOWED", "LIMITS", "MAX_DEPTH", "MAX_PAYLOAD", "REASONS", "CommandProcessor", "CommandRejected",
-           "RateLimited", "ReplayWindow", "TokenBucket", "canonical", "sign"]
+           "RateLimited", "ReplayWindow", "TokenBucket", "UnknownStream", "canonical", "sign"]
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +66,16 @@ class CommandRejected(EdgeSdkError, ValueError):
     def __init__(self, message: str, reason: str = "refused") -> None:
         super().__init__(message)
         self.reason = reason
+
+
+class UnknownStream(CommandRejected):
+    """A command for a stream this device does not run; the message names the ones it runs."""
+
+    def __init__(self, stream: str, known: List[str]) -> None:
+        super().__init__(f"unknown stream {stream!r}: this device runs {', '.join(repr(k) for k in known)}; "
+                         "name one of them, or leave `stream` out to apply the command to all")
+        self.stream = stream
+        self.known = list(known)
 
 
 class RateLimited(CommandRejected):

@@ -1,7 +1,7 @@
 """The device config of `edge-sdk run`: the pipeline's keys plus the daemon's tables.
 
 One TOML file holds the pipeline's keys (edge_sdk/runtime/config.py: bundle, backend,
-precision, mode, score_threshold, nms_iou, [source], [cache], [roi]...) plus:
+precision, mode, score_threshold, nms_iou, [source] or [[sources]], [cache], [roi]...) plus:
 
 ```toml
 [device]
@@ -46,7 +46,7 @@ from typing import Any, Dict, Mapping, Optional
 from edge_sdk.config_schema import ENV_VAR, NAME_CHARS, check_fields, from_table, key
 from edge_sdk.errors import ConfigError
 from edge_sdk.fsutil import read_toml
-from edge_sdk.runtime.config import PipelineConfig, config_from_dict, merge_tables
+from edge_sdk.runtime.config import PipelineConfig, config_from_dict, overlay
 from edge_sdk.telemetry.broker import BrokerConfig
 from edge_sdk.telemetry.health import HealthConfig
 from edge_sdk.telemetry.reporter import DETECTIONS_MODES
@@ -86,6 +86,7 @@ class DaemonConfig:
         then what needs the environment; ConfigError naming the key and `origin`."""
         if not self.device.id:
             self.device.id = socket.gethostname() or "edge-device"
+        self.pipeline = self.pipeline.single_stream(origin)  # the daemon's frame loop runs one source
         check_fields(self.device, origin, "device")
         check_fields(self.telemetry, origin, "telemetry")
         self.health.validate(origin)
@@ -134,4 +135,4 @@ def load_daemon_config(path: Optional[Path], overrides: Optional[Mapping[str, An
         origin = str(path)
         base_dir = path.parent
         data = read_toml(path)
-    return daemon_config_from_dict(merge_tables(data, overrides or {}), origin, base_dir)
+    return daemon_config_from_dict(overlay(data, overrides or {}), origin, base_dir)

@@ -3,13 +3,18 @@ daemon. The CommandProcessor (edge_sdk.daemon.commands) checks a command (allow-
 signature, rate limit) and calls the handler of its kind on the frame loop, between two frames;
 a handler answers with the response's `result`, or raises CommandRejected (or a ConfigError from
 the model) to refuse it.
+
+`set` (mode, thresholds) and `snapshot` take an optional `stream`, a stream id of the config
+(`[[sources]]` ids, "0" for the one `[source]`): without it they apply to every stream; an id the
+device does not run is refused (UnknownStream, naming the ones it runs). The telemetry settings
+of `set` are the device's, not a stream's: with `stream` they are refused.
 """
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any, Dict, Protocol
+from typing import TYPE_CHECKING, Any, Dict, List, Protocol
 
-from edge_sdk.daemon.commands import CommandRejected, Handler
+from edge_sdk.daemon.commands import CommandRejected, Handler, UnknownStream
 from edge_sdk.daemon.snapshots import write_snapshot
 from edge_sdk.runtime.detectors.base import THRESHOLDS
 
@@ -20,6 +25,9 @@ if TYPE_CHECKING:
     from edge_sdk.daemon.reload import HotReloader
     from edge_sdk.telemetry.publisher import Publisher
     from edge_sdk.telemetry.reporter import Reporter
+
+
+DEVICE_SETTINGS = frozenset({"telemetry_interval", "detections", "target_fps"})  # set's keys no stream has
 
 
 class RunningDaemon(Protocol):
@@ -53,11 +61,29 @@ class CommandHandlers:
         d = self.daemon
         return {"pong": True, "frames": d.frames, "uptime_s": round(time.time() - d.started_ms / 1000, 3)}
 
+    def streams(self, args: Dict[str, Any]) -> List[str]:
+        """The streams a command applies to: its `stream`, when the device runs it, else all."""
+        known = self.daemon.config.pipeline.stream_ids()
+        if "stream" not in args:
+            return known
+        if args["stream"] not in known:
+            raise UnknownStream(args["stream"], known)
+        return [args["stream"]]
+
     def set(self, args: Dict[str, Any]) -> Dict[str, Any]:
         """The model's settings first: they are checked in full before any is applied (a
         ConfigError changes nothing); the telemetry settings, valid by the command's schema,
-        cannot fail after them."""
+        cannot fail after them. One model serves every stream today, so a `stream` is checked
+        and its settings apply to the model."""
         d = self.daemon
+        streams = self.streams(args)
+        if "stream" in args:
+            device_wide = sorted(set(args) & DEVICE_SETTINGS)
+            if device_wide:
+                raise CommandRejected(f"{', '.join(device_wide)} apply to the whole device, not to stream "
+                                      f"{args['stream']!r}: send them in a set without `stream`")
+            if not set(args) - {"stream"}:
+                raise CommandRejected("set with only `stream` changes nothing: add mode, score_threshold or nms_iou")
         applied: Dict[str, Any] = {}
         thresholds = {key: args[key] for key in THRESHOLDS if key in args}
         if "mode" in args and args["mode"] != d.model.mode:
@@ -77,22 +103,25 @@ class CommandHandlers:
             applied["target_fps"] = d.reporter.target_fps
         if {"mode", "telemetry_interval"} & set(args) or thresholds:
             d.publisher.set_status(d.status())
-        return {"applied": applied}
+        return {"applied": applied, "streams": streams}
 
     def snapshot(self, args: Dict[str, Any]) -> Dict[str, Any]:
         d = self.daemon
+        self.streams(args)
         result = d.last_result
         device = d.config.device
         if device.snapshot_dir is None:
             raise CommandRejected("snapshots need device.snapshot_dir in the config")
         if result is None or result.frame is None:
             raise CommandRejected("no frame processed yet")
+        if "stream" in args and result.stream != args["stream"]:
+            raise CommandRejected(f"no frame of stream {args['stream']!r} processed yet")
         name = args.get("name") or f"{device.id}-{int(time.time() * 1000)}-{result.index}"
         written = write_snapshot(device.snapshot_dir, name, result.frame,
                                  dict(result.to_json(), bundle_hash=d.model.describe()["bundle_hash"]),
                                  device.snapshot_max_files, int(device.snapshot_max_mb * 1024 * 1024))
-        return {"image": written["image"], "detections": written["detections"], "frame": int(result.index),
-                "count": len(result.detections), "removed": written["removed"]}
+        return {"image": written["image"], "detections": written["detections"], "stream": result.stream,
+                "frame": int(result.index), "count": len(result.detections), "removed": written["removed"]}
 
     def reload(self, args: Dict[str, Any]) -> Dict[str, Any]:
         d = self.daemon

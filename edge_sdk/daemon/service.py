@@ -198,6 +198,7 @@ class Daemon:
             "mode": model["mode"],
             "thresholds": model["thresholds"],
             "source": self.config.pipeline.source.uri or None,
+            "streams": {s.id: {"source": s.uri or None, "mode": model["mode"]} for s in self.config.pipeline.streams()},
             "telemetry_interval_s": self.reporter.interval_s,
             "instance_id": self.instance_id,
             "host": socket.gethostname(),
@@ -321,7 +322,7 @@ class Daemon:
                 log.error("SIGHUP: bundle %s not loaded: %s", new.pipeline.bundle, exc)
                 self.reporter.raise_alert("reload_failed", True, f"reload of {new.pipeline.bundle} refused, the old "
                                           f"model keeps running: {exc}", "critical", repeat=True)
-        restart = [k for k in ("source", "backend", "threads", "mode", "score_threshold", "nms_iou")
+        restart = [k for k in ("source", "sources", "backend", "threads", "mode", "score_threshold", "nms_iou")
                    if getattr(new.pipeline, k) != getattr(old.pipeline, k)]
         if new.mqtt != old.mqtt or new.device.id != old.device.id:
             restart.append("mqtt/device")

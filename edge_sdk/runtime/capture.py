@@ -53,7 +53,7 @@ import numpy as np
 from edge_sdk.cuda.frames import FrameBuffer, FrameMemory, HostMemory
 from edge_sdk.errors import SourceError
 from edge_sdk.runtime.config import ReconnectConfig
-from edge_sdk.runtime.frame import Frame
+from edge_sdk.runtime.frame import DEFAULT_STREAM_ID, Frame
 from edge_sdk.runtime.sources import Source, to_bgr
 from edge_sdk.runtime.types import PipelineStats
 
@@ -87,9 +87,9 @@ class FrameSlot:
     timestamp = _OnFrame("timestamp")
     t_capture = _OnFrame("t_capture")
 
-    def __init__(self, slot_id: int) -> None:
+    def __init__(self, slot_id: int, stream_id: str = DEFAULT_STREAM_ID) -> None:
         self.slot_id = slot_id
-        self.view = Frame()
+        self.view = Frame(stream_id=stream_id)
         # Where a kernel reads the frame: the mapping of `buffer` (mapped memory), the slot's
         # device buffer once Capture.upload has queued the copy (pinned memory), else None.
         self.device_ptr: Optional[int] = None
@@ -161,6 +161,7 @@ class Capture:
 
     `memory` allocates the slots' frame buffers (default: ordinary host memory); see
     :func:`edge_sdk.cuda.frames.frame_memory` for the choice between host, mapped and pinned.
+    `stream_id` is the id every Frame of this ring carries (the config's source id).
     """
 
     STOP_WAIT_S = 5.0  # how long stop() waits for a live source's thread blocked in its driver
@@ -178,6 +179,7 @@ class Capture:
         read_ahead: Optional[int] = None,
         prepare: Optional[Callable[[FrameSlot], None]] = None,
         memory: Optional[FrameMemory] = None,
+        stream_id: str = DEFAULT_STREAM_ID,
     ) -> None:
         if pool_size < 3:
             raise ValueError("the frame pool needs at least 3 slots (writer, ready, consumer)")
@@ -194,7 +196,7 @@ class Capture:
         if not 1 <= self.read_ahead <= pool_size - 2:
             raise ValueError(f"read_ahead must be between 1 and pool_size - 2 ({pool_size - 2}), got {read_ahead}")
         self._pacer = Pacer(0.0 if self.live else fps)
-        self._slots = [FrameSlot(i) for i in range(pool_size)]
+        self._slots = [FrameSlot(i, stream_id) for i in range(pool_size)]
         self._free: List[FrameSlot] = list(reversed(self._slots))
         self._ready: Deque[FrameSlot] = collections.deque(maxlen=pool_size)
         self._cond = threading.Condition()

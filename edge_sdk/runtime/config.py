@@ -9,11 +9,19 @@ max_frames = 0             # 0 = until the source ends
 mode = "full"              # per-frame detection strategy: full | tiles | roi
 capture_nice = 10          # capture thread priority below inference (0..19); > 0 with a CPU backend: SCHED_IDLE
 
-[source]
+[source]                   # one camera, stream id "0"; or several [[sources]] tables instead
 uri = "csi://0"
 loop = false
 fps = 0                    # pace file/folder/synthetic sources; 0 = as fast as possible
 options = { width = 1920, height = 1080, framerate = 30, flip = 0 }
+
+# [[sources]]              # several cameras: one table each (not together with [source])
+# id = "door"              # the stream id in every result: letters, digits, - and _; unique
+# uri = "rtsp://cam-door/stream"
+# mode = "roi"             # optional: this stream's strategy (default: the top-level mode)
+# fps = 15                 # optional cap; loop and options as in [source]
+# [sources.roi]            # optional: this stream's ROI settings (default: the top-level [roi])
+# sweep_tiles = 3
 
 [cache]
 enabled = true             # used in mode "full" only: a thumbnail cannot see small objects move
@@ -36,7 +44,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, Mapping, Optional, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from edge_sdk.config_schema import check_fields, from_table, key
 from edge_sdk.cuda.frames import CHOICES as FRAME_MEMORY  # the one list; importing it loads no CUDA
@@ -45,6 +53,10 @@ from edge_sdk.fsutil import read_toml
 from edge_sdk.precision import AUTO, RUNTIME_PRECISIONS
 from edge_sdk.roi.config import MODES, RoiConfig
 from edge_sdk.runtime.backends import BACKEND_NAMES
+from edge_sdk.runtime.frame import DEFAULT_STREAM_ID
+
+MAX_SOURCES = 16  # [[sources]] tables in one config: beyond, one process per group of cameras
+STREAM_ID = {"max_len": 64, "pattern": r"[A-Za-z0-9_-]+", "allows": "letters, digits, '-' and '_'"}
 
 PREPROCESS_PLACEMENTS = ("auto", "capture", "inline")
 
@@ -55,6 +67,20 @@ class SourceConfig:
     loop: bool = False
     fps: float = key(0.0, low=0, high=1000)  # target rate for file/folder/synthetic sources; 0 = unpaced
     options: Dict[str, Any] = key(factory=dict, max_len=64)  # scheme-specific: width, height, framerate, flip, latency...
+
+
+@dataclass
+class StreamConfig:
+    id: str = key(**STREAM_ID)  # the stream id in every result, JSONL row and MQTT message; unique
+    uri: str = key(max_len=4096)  # csi://0, v4l2:///dev/video0, rtsp://..., a file, a folder, synthetic://...
+    loop: bool = False  # restart a file, folder or finite synthetic source at its end
+    fps: float = key(0.0, low=0, high=1000)  # as in [source]: paces file/folder/synthetic sources; 0 = unpaced
+    options: Dict[str, Any] = key(factory=dict, max_len=64)  # as in [source]
+    mode: Optional[str] = key(None, choices=MODES)  # this stream's strategy; None: the top-level mode
+    roi: Optional[RoiConfig] = None  # [sources.roi]: this stream's ROI settings; None: the top-level [roi]
+
+    def source(self) -> SourceConfig:
+        return SourceConfig(uri=self.uri, loop=self.loop, fps=self.fps, options=dict(self.options))
 
 
 @dataclass
@@ -90,6 +116,7 @@ class PipelineConfig:
     cache: CacheConfig = field(default_factory=CacheConfig)
     reconnect: ReconnectConfig = field(default_factory=ReconnectConfig)
     roi: RoiConfig = field(default_factory=RoiConfig)
+    sources: List[StreamConfig] = key(factory=list, max_len=MAX_SOURCES)  # [[sources]]: several cameras, each with its id (instead of [source])
 
     @property
     def cache_enabled(self) -> bool:
@@ -101,7 +128,43 @@ class PipelineConfig:
         """Every key against its type and bounds (edge_sdk.config_schema); ConfigError naming it."""
         check_fields(self, origin)
         self.roi.validate(origin)
+        if self.sources and self.source not in (SourceConfig(), self.sources[0].source()):  # single_stream's form
+            raise ConfigError(f"{origin}: both [source] and [[sources]] are set: keep one (several cameras: one "
+                              "[[sources]] table each, with its id)")
+        seen = set()
+        for i, stream in enumerate(self.sources):
+            if stream.id in seen:
+                raise ConfigError(f"{origin}: sources[{i}].id {stream.id!r} is the id of an earlier source: "
+                                  "give each source its own id")
+            seen.add(stream.id)
+            if stream.roi is not None:
+                stream.roi.validate(origin)
         return self
+
+    def streams(self) -> List[StreamConfig]:
+        """The sources to run, each with its id: the [[sources]] tables, or the one [source] as
+        stream "0"."""
+        if self.sources:
+            return list(self.sources)
+        s = self.source
+        return [StreamConfig(id=DEFAULT_STREAM_ID, uri=s.uri, loop=s.loop, fps=s.fps, options=dict(s.options))]
+
+    def stream_ids(self) -> List[str]:
+        return [s.id for s in self.streams()]
+
+    def single_stream(self, origin: str = "config") -> "PipelineConfig":
+        """This config for a pipeline that runs one source: that source in `source` too (its
+        [[sources]] table stays, with its id), its own mode and ROI settings where it has them.
+        ConfigError when there are several."""
+        streams = self.streams()
+        if len(streams) > 1:
+            raise ConfigError(f"{origin}: {len(streams)} sources ({', '.join(s.id for s in streams)}), but this "
+                              "pipeline runs one: running several sources in one process is not available yet; "
+                              "start one process per source")
+        if not self.sources:
+            return self
+        only = streams[0]
+        return self.replace(source=only.source(), mode=only.mode or self.mode, roi=only.roi or self.roi)
 
     def replace(self, **changes: Any) -> "PipelineConfig":
         """A copy with top-level fields changed (`source=`, `cache=` take whole sub-configs)."""
@@ -109,6 +172,29 @@ class PipelineConfig:
 
 
 _SECTIONS = {"source": SourceConfig, "cache": CacheConfig, "reconnect": ReconnectConfig, "roi": RoiConfig}
+
+
+def _check_sources_table(data: Mapping[str, Any], origin: str) -> None:
+    """What the table layout says before the keys are checked: [source] and [[sources]] at
+    once, [sources] written as one table, more than MAX_SOURCES of them."""
+    sources = data.get("sources")
+    if sources is None:
+        return
+    if "source" in data:
+        raise ConfigError(f"{origin}: both [source] and [[sources]] are set: keep one (several cameras: one "
+                          "[[sources]] table each, with its id)")
+    if isinstance(sources, Mapping):
+        raise ConfigError(f"{origin}: sources must be a list of tables: write [[sources]] (two brackets), one per camera")
+    if not isinstance(sources, (list, tuple)):
+        return  # the key check names the type
+    if len(sources) > MAX_SOURCES:
+        raise ConfigError(f"{origin}: sources has {len(sources)} tables; at most {MAX_SOURCES} sources run in one "
+                          "process: split them over several configs")
+    for i, table in enumerate(sources):
+        roi = table.get("roi") if isinstance(table, Mapping) else None
+        if isinstance(roi, Mapping) and "score_threshold" in roi:
+            raise ConfigError(f"{origin}: sources[{i}].roi.score_threshold is not a key: the output threshold is one "
+                              "value for every stream; set the top-level score_threshold instead")
 
 
 def config_from_dict(data: Mapping[str, Any], origin: str = "config") -> PipelineConfig:
@@ -121,17 +207,30 @@ def config_from_dict(data: Mapping[str, Any], origin: str = "config") -> Pipelin
             f"{origin}: roi.score_threshold is not a key any more: the output threshold is one value for every "
             "mode; set the top-level score_threshold (default: the bundle decoder's) instead"
         )
+    _check_sources_table(data, origin)
     return from_table(PipelineConfig, data, origin).validate(origin)
 
 
 def load_config(path: Any, overrides: Optional[Mapping[str, Any]] = None) -> PipelineConfig:
-    """Read a TOML config file; `overrides` (same layout, e.g. from CLI flags) win over the file."""
+    """Read a TOML config file; `overrides` (same layout, e.g. from CLI flags) win over the file,
+    and sources given there replace the file's (:func:`overlay`)."""
     path = Path(path)
-    merged = merge_tables(read_toml(path), overrides or {})
+    merged = overlay(read_toml(path), overrides or {})
     cfg = config_from_dict(merged, origin=str(path))
     if cfg.bundle and not Path(cfg.bundle).is_absolute():
         cfg.bundle = str((path.parent / cfg.bundle))
     return cfg
+
+
+def overlay(data: Mapping[str, Any], overrides: Mapping[str, Any]) -> Dict[str, Any]:
+    """`overrides` laid over a config file's tables (merge_tables), where sources given in either
+    form replace the file's: a `source` override drops the file's [[sources]], a `sources`
+    override its [source]."""
+    data = dict(data)
+    for given, dropped in (("source", "sources"), ("sources", "source")):
+        if given in overrides:
+            data.pop(dropped, None)
+    return merge_tables(data, overrides)
 
 
 def merge_tables(base: Mapping[str, Any], extra: Mapping[str, Any]) -> Dict[str, Any]:

@@ -106,7 +106,8 @@ class _Prepare:
 class Pipeline:
     """Frames in, FrameResults out. Iterate it; use it as a context manager.
 
-    Anything not injected is built from `config`: the source from `config.source`, the model
+    Anything not injected is built from `config`: the source from `config.source` (or its one
+    [[sources]] table, whose id the results carry), the model
     from the bundle at `config.bundle` (backend, precision and threads from the config; the
     pipeline owns and closes it), the detector from `config.mode`. An injected `model` or
     `detector` stays its caller's to close.
@@ -120,7 +121,7 @@ class Pipeline:
         detector: Optional[Detector] = None,
         on_event: Optional[EventCallback] = None,
     ) -> None:
-        self.config = config.validate()
+        self.config = config.validate().single_stream()
         self.stats = PipelineStats()
         self.latency = LatencyWindow()
         self.on_event = on_event
@@ -208,7 +209,7 @@ class Pipeline:
             # With inference on the CPU, capture runs only on cores inference leaves idle (the plan).
             capture = Capture(self._source, cfg.pool_size, fps=cfg.source.fps, reconnect=cfg.reconnect, stats=self.stats,
                               nice=cfg.capture_nice, idle=self.plan().capture_idle, prepare=self._run_prepare,
-                              memory=memory)
+                              memory=memory, stream_id=cfg.stream_ids()[0])
             capture.start()
             self._capture = capture
         except BaseException:

@@ -79,8 +79,10 @@ def _color(class_id: int) -> Tuple[int, int, int]:
 
 
 def draw_detections(frame: np.ndarray, result: FrameResult, thickness: int = 2) -> np.ndarray:
-    """Draw boxes, class names and scores, and landmarks or keypoints of `result` onto `frame` in place; returns `frame`."""
+    """Draw boxes, class names and scores, and landmarks or keypoints of `result` onto `frame` in
+    place, and the stream id and frame number in its top-left corner; returns `frame`."""
     cv2 = _imports.cv2()
+    _draw_caption(cv2, frame, f"stream {result.stream}  frame {result.index}")
     det = result.detections
     points = [det.data[key] for key in POINT_KEYS if key in det.data]
     for i, (box, score, cid) in enumerate(zip(det.xyxy, det.confidence, det.class_id)):
@@ -94,6 +96,13 @@ def draw_detections(frame: np.ndarray, result: FrameResult, thickness: int = 2) 
             for x, y in np.asarray(found[i]).reshape(-1, 2):
                 cv2.circle(frame, (int(round(float(x))), int(round(float(y)))), 2, (0, 0, 255), -1)
     return frame
+
+
+def _draw_caption(cv2: Any, frame: np.ndarray, text: str) -> None:
+    """`text` in white on a black band at the top-left corner, readable over any picture."""
+    (w, h), base = cv2.getTextSize(text, cv2.FONT_HERSHEY_SIMPLEX, 0.45, 1)
+    cv2.rectangle(frame, (0, 0), (w + 6, h + base + 6), (0, 0, 0), -1)
+    cv2.putText(frame, text, (3, h + 3), cv2.FONT_HERSHEY_SIMPLEX, 0.45, (255, 255, 255), 1, cv2.LINE_AA)
 
 
 class VideoSink(Sink):

@@ -8,7 +8,7 @@ from typing import Any, Dict, Optional
 import numpy as np
 
 from edge_sdk.detections import Detections
-from edge_sdk.runtime.frame import Frame
+from edge_sdk.runtime.frame import DEFAULT_STREAM_ID, Frame
 
 # Stage names, in pipeline order. Latencies are milliseconds.
 STAGES = ("capture_wait", "preprocess", "infer", "decode", "merge")
@@ -36,7 +36,9 @@ class FrameResult:
     source delivered the frame) to result. `frame` is the source's buffer, valid only until
     the next result is requested unless the consumer copies it; `captured` is the Frame it is
     the host view of (stream id, capture clocks, the device pointer where a device held it),
-    equally the capture ring's until the next result.
+    equally the capture ring's until the next result. `stream` is the id of the source the
+    frame came from (its Frame's `stream_id`; "0" for the one `[source]`), in every JSONL row
+    and MQTT detections message.
     """
 
     index: int
@@ -48,10 +50,16 @@ class FrameResult:
     info: Dict[str, Any] = field(default_factory=dict)  # e.g. ROI scheduler report, source events
     ground_truth: Optional[Detections] = None  # synthetic sources: the true boxes (not serialized)
     captured: Optional[Frame] = None
+    stream: str = ""  # "": the captured Frame's stream id (DEFAULT_STREAM_ID without one)
+
+    def __post_init__(self) -> None:
+        if not self.stream:
+            self.stream = self.captured.stream_id if self.captured is not None else DEFAULT_STREAM_ID
 
     def to_json(self) -> Dict[str, Any]:
         """The `--jsonl` line format."""
         out: Dict[str, Any] = {
+            "stream": self.stream,
             "frame": self.index,
             "ts": round(self.timestamp, 3),
             "detections": self.detections.to_records(),

@@ -61,7 +61,7 @@ class Reporter:
         self.error: Optional[BaseException] = None
         self.reports = 0
         self.busy_s = 0.0  # CPU time spent building reports (thread time)
-        self._summary = {"frames": 0, "count": 0, "max_per_frame": 0}
+        self._summary: Dict[str, Dict[str, int]] = {}  # per stream id
 
     # -- frame loop ------------------------------------------------------------------------------
     def observe(self, result: FrameResult) -> None:
@@ -77,10 +77,13 @@ class Reporter:
         n = len(result.detections)
         if mode == "frame":
             self.publisher.publish("detections", {
-                "kind": "frame", "frame": int(result.index), "frame_ts": round(result.timestamp, 3),
-                "cached": bool(result.cached), "detections": result.detections.to_records()}, qos=0)
+                "kind": "frame", "stream": result.stream, "frame": int(result.index),
+                "frame_ts": round(result.timestamp, 3), "cached": bool(result.cached),
+                "detections": result.detections.to_records()}, qos=0)
         else:
-            s = self._summary
+            s = self._summary.get(result.stream)
+            if s is None:
+                s = self._summary[result.stream] = {"frames": 0, "count": 0, "max_per_frame": 0}
             s["frames"] += 1
             s["count"] += n
             if n > s["max_per_frame"]:
@@ -150,9 +153,10 @@ class Reporter:
                 probe["fps_ratio"] = message["fps"] / self.target_fps
             events = self.health.evaluate(probe)
             message["alerts_open"] = self.health.open
-            if self.detections == "summary" and self._summary["frames"]:
-                s, self._summary = self._summary, {"frames": 0, "count": 0, "max_per_frame": 0}
-                self.publisher.publish("detections", dict(s, kind="summary"))
+            if self.detections == "summary" and self._summary:
+                summaries, self._summary = self._summary, {}
+                for stream, s in summaries.items():  # one message per stream that had frames
+                    self.publisher.publish("detections", dict(s, kind="summary", stream=stream))
             self.publisher.publish("telemetry", message)
             for event in events:
                 self.publisher.publish("alerts", event)

@@ -41,7 +41,8 @@ def test_video_to_jsonl_and_video(bundle: Path, tmp_path: Path) -> None:
     for i, line in enumerate(lines):
         record = json.loads(line)
         # "info" rides along only when capture reports an event (e.g. leaving SCHED_IDLE on a busy machine)
-        assert [k for k in record if k != "info"] == ["frame", "ts", "detections", "latency_ms"]
+        assert [k for k in record if k != "info"] == ["stream", "frame", "ts", "detections", "latency_ms"]
+        assert record["stream"] == "0"  # the one source
         assert all(e["event"].startswith("capture_") for e in record.get("info", {}).get("events", [])), record
         assert record["frame"] == i and isinstance(record["ts"], float) and record["ts"] > 1.6e9
         assert set(record["latency_ms"]) == STAGE_KEYS

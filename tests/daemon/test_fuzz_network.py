@@ -106,9 +106,12 @@ TARGETED_SET_ARGS: List[Any] = (
        {"mode": "fast"}, {"mode": None}, {"mode": ["full"]},
        {"telemetry_intervall": 1}, {"__proto__": {"score_threshold": 0.1}}, {"score_threshold": 0.3, "unknown": 1},
        {"telemetry_interval": 0.5, "score_threshold": 2}, {"nms_iou": 0.3, "target_fps": "fast"},
-       MISSING, {}, [], "telemetry_interval=1", 1, True, None]
+       MISSING, {}, [], "telemetry_interval=1", 1, True, None,
+       {"stream": "door", "score_threshold": 0.4}, {"stream": "0", "telemetry_interval": 1}, {"stream": "0"},
+       {"stream": 0, "nms_iou": 0.3}, {"stream": "0/1", "nms_iou": 0.3}]
     + [{"telemetry_interval": 0.5, "score_threshold": 0.4}, {"nms_iou": 0.3}, {"score_threshold": 0},
-       {"score_threshold": 1}, {"target_fps": 15}, {"telemetry_interval": 0.1}, {"detections": "summary"}]
+       {"score_threshold": 1}, {"target_fps": 15}, {"telemetry_interval": 0.1}, {"detections": "summary"},
+       {"stream": "0", "score_threshold": 0.35}]
 )
 
 
@@ -146,6 +149,10 @@ def valid_set(payload: bytes) -> Optional[Dict[str, Any]]:
     args = body.get("args")
     if body.get("schema") != "edge-sdk/cmd/1" or body.get("cmd") != "set" or not isinstance(args, dict) or not args:
         return None
+    if "stream" in args:  # the device runs one stream, "0"; a stream's set changes its mode and thresholds only
+        if args["stream"] != "0" or set(args) & {"telemetry_interval", "detections", "target_fps"} or len(args) == 1:
+            return None
+        args = {k: v for k, v in args.items() if k != "stream"}
     for key, value in args.items():
         if key in SET_NUMBERS:
             low, high = SET_NUMBERS[key]
