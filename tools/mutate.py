@@ -87,6 +87,8 @@ GROUPS: Dict[str, Group] = {
     "decoders-all": Group(("edge_sdk/decoders/end2end.py", "edge_sdk/decoders/__init__.py", "edge_sdk/decoders/_base.py",
                            "edge_sdk/decoders/yolo.py", "edge_sdk/decoders/yolox.py", "edge_sdk/decoders/ssd.py",
                            "edge_sdk/decoders/centerface.py"), ("tests/decoders", "tests/runtime/test_letterbox.py")),
+    "batcher": Group(("edge_sdk/runtime/batcher.py",), ("tests/runtime/test_batcher.py",)),
+    "batched-detector": Group(("edge_sdk/runtime/detectors/batched.py",), ("tests/runtime/test_batched_detector.py",)),
 }
 
 # The generated-operator sweep (`--sweep`): one row per module, its files and the tests that pin
@@ -210,6 +212,7 @@ PLACE = "edge_sdk/geometry.py"
 NMS, GEO, CAL = "edge_sdk/decoders/nms.py", "edge_sdk/roi/geometry.py", "edge_sdk/builder/calibration.py"
 CC, TC, Q = "edge_sdk/builder/calib_cache.py", "edge_sdk/trt/cache.py", "edge_sdk/telemetry/disk_queue.py"
 SNAP = "edge_sdk/daemon/snapshots.py"
+BAT, BATD = "edge_sdk/runtime/batcher.py", "edge_sdk/runtime/detectors/batched.py"
 
 MUTANTS: List[Mutant] = [
     # --- preprocess -----------------------------------------------------------------------------
@@ -353,6 +356,30 @@ MUTANTS: List[Mutant] = [
     M("S3", "snapshots", SNAP, "size = st.st_size + (meta.stat().st_size if meta.exists() else 0)", "size = st.st_size",
       "the byte cap leaves out the .json files"),
     M("S4", "snapshots", SNAP, 'folder.glob("*.jpg")', 'folder.glob("*")', "pruning takes files that are not snapshots"),
+    # --- the dynamic batcher and one backend call per batch of frames ----------------------------
+    M("DB1", "batcher", BAT, "if self._queued >= policy.target:", "if self._queued >= policy.max_batch_size:",
+      "the largest preferred size no longer goes at once: it waits for the max"),
+    M("DB2", "batcher", BAT, "* 1000.0 >= policy.max_queue_delay_ms", "* 1000.0 > policy.max_queue_delay_ms",
+      "a request that has waited exactly the delay waits on"),
+    M("DB3", "batcher", BAT, "return min((q[0] for q in self._queues.values() if q), key=lambda r: r.seq)",
+      "return max((q[0] for q in self._queues.values() if q), key=lambda r: r.seq)",
+      "the delay is counted from the newest stream's head: an old request waits for a stalled stream"),
+    M("DB4", "batcher", BAT, "            row = sorted((q[depth] for q in queues), key=lambda r: r.seq)\n",
+      "            row = sorted((r for q in queues for r in q), key=lambda r: r.seq)\n            queues = []\n",
+      "first in, first out across streams: a flooding stream fills the batch"),
+    M("DB5", "batcher", BAT, "        taken.sort(key=lambda r: r.seq)\n", "", "a batch's rows are in round order, not arrival order"),
+    M("DB6", "batcher", BAT, "efficiency = sum(n for n, _, _ in window) / (size * len(window))",
+      "efficiency = sum(n for n, _, _ in window) / (size * self._batches)", "efficiency averaged over every batch, not the window"),
+    M("DB7", "batcher", BAT, "                if self._closed:  # and nothing queued: _take_due flushes a closed batcher\n                    return None\n", "",
+      "a drained batcher keeps its model thread waiting"),
+    M("SB1", "batched-detector", BATD, "[o[row: row + 1] for o in outputs]", "[o[:1] for o in outputs]",
+      "every frame gets the first row's detections"),
+    M("SB2", "batched-detector", BATD, "(transforms[row],)", "(transforms[0],)", "every row is mapped back through the first frame's placement"),
+    M("SB3", "batched-detector", BATD, "else pre.tensor[:n]", "else pre.tensor", "a short batch is inferred with the stale rows of the last"),
+    M("SB4", "batched-detector", BATD, "                pre.tensor[row] = prepared.tensor[0]\n", "",
+      "a frame prepared ahead leaves its row unfilled"),
+    M("SB5", "batched-detector", BATD, "        return spec.batch\n", "        return None\n",
+      "a backend that cannot tell its input's shape is taken to have a free batch dimension"),
 ]
 
 

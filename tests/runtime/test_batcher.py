@@ -280,8 +280,8 @@ def test_many_producers_one_consumer_every_request_once_and_in_order_per_stream(
             for r in batch:
                 received.setdefault(r.stream_id, []).append(r.item)
 
-    producers = [threading.Thread(target=producer, args=(f"s{k}",)) for k in range(streams)]
-    reader = threading.Thread(target=consumer)
+    producers = [threading.Thread(target=producer, args=(f"s{k}",), daemon=True) for k in range(streams)]
+    reader = threading.Thread(target=consumer, daemon=True)
     for t in producers + [reader]:
         t.start()
     for t in producers:
