@@ -89,6 +89,7 @@ GROUPS: Dict[str, Group] = {
                            "edge_sdk/decoders/centerface.py"), ("tests/decoders", "tests/runtime/test_letterbox.py")),
     "batcher": Group(("edge_sdk/runtime/batcher.py",), ("tests/runtime/test_batcher.py",)),
     "batched-detector": Group(("edge_sdk/runtime/detectors/batched.py",), ("tests/runtime/test_batched_detector.py",)),
+    "streams": Group(("edge_sdk/runtime/streams.py",), ("tests/runtime/test_streams.py",)),
 }
 
 # The generated-operator sweep (`--sweep`): one row per module, its files and the tests that pin
@@ -212,7 +213,7 @@ PLACE = "edge_sdk/geometry.py"
 NMS, GEO, CAL = "edge_sdk/decoders/nms.py", "edge_sdk/roi/geometry.py", "edge_sdk/builder/calibration.py"
 CC, TC, Q = "edge_sdk/builder/calib_cache.py", "edge_sdk/trt/cache.py", "edge_sdk/telemetry/disk_queue.py"
 SNAP = "edge_sdk/daemon/snapshots.py"
-BAT, BATD = "edge_sdk/runtime/batcher.py", "edge_sdk/runtime/detectors/batched.py"
+BAT, BATD, STR = "edge_sdk/runtime/batcher.py", "edge_sdk/runtime/detectors/batched.py", "edge_sdk/runtime/streams.py"
 
 MUTANTS: List[Mutant] = [
     # --- preprocess -----------------------------------------------------------------------------
@@ -380,6 +381,13 @@ MUTANTS: List[Mutant] = [
       "a frame prepared ahead leaves its row unfilled"),
     M("SB5", "batched-detector", BATD, "        return spec.batch\n", "        return None\n",
       "a backend that cannot tell its input's shape is taken to have a free batch dimension"),
+    M("MS1", "streams", STR, "                stream.cond.wait_for(lambda: stream.in_flight == 0)\n", "                pass\n",
+      "a ring is stopped while its frames still wait in the batcher"),
+    M("MS2", "streams", STR, "last = self._feeding == 0", "last = True", "the first stream to end closes the batcher on the others"),
+    M("MS3", "streams", STR, "if cfg.max_attempts and stream.failures >= cfg.max_attempts:", "if False:",
+      "a source that never opens is retried for ever"),
+    M("MS4", "streams", STR, "                    return not self._stop.is_set()\n", "                    return False\n",
+      "a stream that ended is reopened as if it had failed"),
 ]
 
 

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from astronaut import FACE, assert_finds_her_face, astronaut_bgr
+from batch_model import dynamic_batch_path  # noqa: F401 (a fixture)
 from edge_sdk.detections import box_iou
 from edge_sdk.errors import ConfigError, SourceError
 from edge_sdk.runtime.backends.onnxruntime import OnnxRuntimeBackend
@@ -21,22 +22,6 @@ from edge_sdk.runtime.model import Model
 from runtime_factories import CENTERFACE_DECODER, CENTERFACE_SPEC
 
 pytestmark = pytest.mark.host  # the batch axis is set with onnx
-
-
-@pytest.fixture(scope="module")
-def dynamic_batch_path(centerface_384x640_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The default model at 384 x 640 with a symbolic batch dimension on its input and outputs."""
-    onnx = pytest.importorskip("onnx")
-    model = onnx.load(str(centerface_384x640_path))
-    for value in list(model.graph.input) + list(model.graph.output):
-        dim = value.type.tensor_type.shape.dim[0]
-        dim.Clear()
-        dim.dim_param = "batch"
-    del model.graph.value_info[:]
-    onnx.checker.check_model(model)
-    path = tmp_path_factory.mktemp("batch") / "centerface_batch.onnx"
-    onnx.save(model, str(path))
-    return path
 
 
 def model_of(path: Path) -> Model:
