@@ -19,7 +19,7 @@ one comes back.
 A source that cannot be opened, or whose capture fails, is reported (an event, :meth:`events`) and
 opened again after an exponential backoff (`reconnect`: initial_s, doubling up to max_s; after
 max_attempts failures in a row, 0 for never, the stream is given up), while the other streams run
-on; a live source's own reconnects happen inside its Capture. The pipeline ends when every stream
+on; a reopened stream's frame numbers go on from the last one it delivered; a live source's own reconnects happen inside its Capture. The pipeline ends when every stream
 has ended or been given up, or on :meth:`stop`. An error of the model (not of a source) stops the
 pipeline and is raised by :meth:`results`.
 """
@@ -69,6 +69,7 @@ class _Stream:
         self.state = "starting"  # running, retrying, ended, given_up, stopped
         self.failures = 0  # failures in a row
         self.in_flight = 0  # slots of its ring in the batcher or the batch thread
+        self.next_index = 0  # frame numbers go on across the rings of its reopened source
         self.cond = threading.Condition()
         self.thread: Optional[threading.Thread] = None
         self.capture: Optional[Capture] = None
@@ -226,6 +227,7 @@ class MultiStreamPipeline:
             return False
         stream.capture = capture
         stream.state = "running"
+        base = stream.next_index
         try:
             while True:
                 slot = capture.get(cancel=self._stop)
@@ -233,6 +235,8 @@ class MultiStreamPipeline:
                     return not self._stop.is_set()
                 stream.failures = 0
                 slot.view.stream_id = stream.id
+                slot.index += base  # a ring numbers its frames from 0; the stream goes on
+                stream.next_index = slot.index + 1
                 with stream.cond:
                     stream.in_flight += 1
                 try:

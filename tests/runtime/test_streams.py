@@ -106,6 +106,39 @@ def test_a_source_that_fails_to_open_is_retried_while_the_others_run(model):
     assert flaky.opens == 3
 
 
+class DiesOnce(SyntheticSource):
+    """A synthetic source whose first life ends in an error after `frames` frames."""
+
+    def __init__(self, uri: str, frames: int) -> None:
+        super().__init__(uri)
+        self.frames = frames
+        self.opens = 0
+
+    def open(self) -> None:
+        self.opens += 1
+        self.served = 0
+        super().open()
+
+    def read(self, out=None):
+        if self.opens == 1 and self.served == self.frames:
+            raise SourceError(f"{self.name}: the stream died")
+        self.served += 1
+        return super().read(out)
+
+
+def test_a_source_that_dies_is_reopened_and_its_frame_numbers_go_on(model):
+    dying = DiesOnce(uri(10), frames=2)
+    sources = [("ok", uri(11)), ("dying", dying)]
+    with MultiStreamPipeline(sources, make_batch_detector(model, 2), BatchPolicy(2, (), 20), reconnect=FAST_RETRY) as p:
+        streams = by_stream(list(p.results(timeout=60)))
+    assert [r.index for r in streams["ok"]] == list(range(FRAMES))
+    # two frames, the error, then the reopened source's five frames numbered on from 2
+    assert [r.index for r in streams["dying"]] == list(range(2 + FRAMES))
+    assert [(e["event"], "died" in e.get("error", "")) for e in p.events() if e["stream"] == "dying"] == [
+        ("source_failed", True), ("stream_ended", False)]
+    assert dying.opens == 2
+
+
 def test_a_source_that_never_opens_is_given_up_and_the_others_finish(model):
     dead = FailingOpens(uri(6), failures=10 ** 6)
     sources = [("ok", uri(7)), ("dead", dead)]
