@@ -12,9 +12,12 @@ feeder thread that puts each captured frame into the :class:`~edge_sdk.runtime.b
 under the stream's id. The batch thread takes the batches the batcher forms (Triton's rules,
 oldest first with one frame per stream per round), runs them through the detector in one backend
 call (:class:`~edge_sdk.runtime.detectors.batched.StreamBatchDetector`) and hands the results on,
-in order for each stream, before giving the frames' slots back to their rings. A slot is the
-stream's back-pressure: a stream whose frames all wait in the batcher captures no more until
-one comes back.
+in order for each stream, before giving the frames' slots back to their rings. At most
+`frames_in_flight` frames of a stream (default 1) wait in the batcher or the model at once; the
+next waits in the stream's ring, where a live source keeps only the newest frame (the older ones
+are dropped and counted) and a file or synthetic source reads ahead as far as the ring allows. So
+a frame's queue delay is at most the batcher's delay plus the batch ahead of it, and a stream that
+delivers faster than the model runs cannot fill the batcher.
 
 A source that cannot be opened, or whose capture fails, is reported (an event, :meth:`events`) and
 opened again after an exponential backoff (`reconnect`: initial_s, doubling up to max_s; after
@@ -89,7 +92,8 @@ class MultiStreamPipeline:
     (anything with ``detect_batch(frames)``). Python API; `start()` or use it as a context manager."""
 
     def __init__(self, sources: Sequence[Tuple[str, SourceSpec]], detector: Any, policy: BatchPolicy,
-                 reconnect: Optional[ReconnectConfig] = None, pool_size: int = 4, loop: bool = False) -> None:
+                 reconnect: Optional[ReconnectConfig] = None, pool_size: int = 4, loop: bool = False,
+                 frames_in_flight: int = 1) -> None:
         ids = [str(sid) for sid, _ in sources]
         if not ids:
             raise ConfigError("no sources: give at least one (stream id, URI) pair")
@@ -102,6 +106,11 @@ class MultiStreamPipeline:
         self.batcher = DynamicBatcher(policy)
         self.reconnect = reconnect or ReconnectConfig()
         self.pool_size = int(pool_size)
+        if isinstance(frames_in_flight, bool) or not isinstance(frames_in_flight, int) \
+                or not 1 <= frames_in_flight <= self.pool_size - 2:
+            raise ConfigError(f"frames_in_flight must be an integer from 1 to pool_size - 2 = {self.pool_size - 2}, "
+                              f"got {frames_in_flight!r}; raise pool_size for more")
+        self.frames_in_flight = frames_in_flight
         self._stop = threading.Event()
         self._results: "queue.Queue[Any]" = queue.Queue()
         self._events: List[Dict[str, Any]] = []
@@ -230,6 +239,8 @@ class MultiStreamPipeline:
         base = stream.next_index
         try:
             while True:
+                with stream.cond:  # the stream's frames waiting for the model: at most frames_in_flight
+                    stream.cond.wait_for(lambda: stream.in_flight < self.frames_in_flight or self._stop.is_set())
                 slot = capture.get(cancel=self._stop)
                 if slot is None:
                     return not self._stop.is_set()

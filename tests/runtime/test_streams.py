@@ -93,6 +93,27 @@ def test_three_streams_one_model_every_frame_once_in_order_with_single_frame_det
     assert {s["state"] for s in stats["streams"].values()} == {"ended"}
 
 
+def test_a_stream_has_at_most_frames_in_flight_frames_in_a_batch(model):
+    detector = make_batch_detector(model, max_batch_size=4)
+    calls: List[List[str]] = []
+    detect_batch = detector.detect_batch
+    detector.detect_batch = lambda frames: (calls.append([f.stream_id for f in frames]), detect_batch(frames))[1]
+    # a delay no batch waits out: with one frame of each stream in flight, the two streams' frames go together
+    policy = BatchPolicy(4, (2,), max_queue_delay_ms=60_000)
+    with MultiStreamPipeline([("a", uri(12)), ("b", uri(13))], detector, policy, frames_in_flight=1) as p:
+        streams = by_stream(list(p.results(timeout=60)))
+    assert [len(streams[s]) for s in ("a", "b")] == [FRAMES, FRAMES]
+    assert [sorted(c) for c in calls] == [["a", "b"]] * FRAMES  # each call: one frame of each, in arrival order
+    assert p.stats()["batcher"]["efficiency"] == 0.5
+
+
+@pytest.mark.parametrize("in_flight", [0, 3, 1.0])
+def test_frames_in_flight_must_fit_the_ring(model, in_flight):
+    with pytest.raises(ConfigError, match="frames_in_flight"):
+        MultiStreamPipeline([("a", uri(1))], make_batch_detector(model, 2), BatchPolicy(2), pool_size=4,
+                            frames_in_flight=in_flight)
+
+
 def test_a_source_that_fails_to_open_is_retried_while_the_others_run(model):
     flaky = FailingOpens(uri(5), failures=2)
     sources = [("ok", uri(4)), ("flaky", flaky)]
