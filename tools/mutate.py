@@ -388,6 +388,8 @@ MUTANTS: List[Mutant] = [
       "a source that never opens is retried for ever"),
     M("MS4", "streams", STR, "                    return not self._stop.is_set()\n", "                    return False\n",
       "a stream that ended is reopened as if it had failed"),
+    M("MS5", "streams", STR, "lambda: stream.in_flight < self.frames_in_flight or", "lambda: True or",
+      "a stream puts every frame it captures into the batcher, however many wait there"),
 ]
 
 
