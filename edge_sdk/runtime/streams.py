@@ -12,7 +12,9 @@ feeder thread that puts each captured frame into the :class:`~edge_sdk.runtime.b
 under the stream's id. The batch thread takes the batches the batcher forms (Triton's rules,
 oldest first with one frame per stream per round), runs them through the detector in one backend
 call (:class:`~edge_sdk.runtime.detectors.batched.StreamBatchDetector`) and hands the results on,
-in order for each stream, before giving the frames' slots back to their rings. At most
+in order for each stream, before giving the frames' slots back to their rings. Each frame's
+network input is prepared on its stream's capture thread (a PreparedInput kept with the slot), so
+preprocessing runs beside inference and the batch thread only copies the rows in. At most
 `frames_in_flight` frames of a stream (default 1) wait in the batcher or the model at once; the
 next waits in the stream's ring, where a live source keeps only the newest frame (the older ones
 are dropped and counted) and a file or synthetic source reads ahead as far as the ring allows. So
@@ -39,6 +41,7 @@ from edge_sdk.errors import ConfigError, SourceError
 from edge_sdk.runtime.batcher import BatchPolicy, BatcherClosed, DynamicBatcher
 from edge_sdk.runtime.capture import Capture, FrameSlot
 from edge_sdk.runtime.config import ReconnectConfig
+from edge_sdk.runtime.detectors.base import PreparedInput
 from edge_sdk.runtime.frame import DEFAULT_STREAM_ID
 from edge_sdk.runtime.sources import Source, open_source
 from edge_sdk.runtime.types import FrameResult, PipelineStats
@@ -226,7 +229,7 @@ class MultiStreamPipeline:
     def _run_capture(self, stream: _Stream) -> bool:
         """One life of the stream's ring: True when its source ended, False when it failed (or
         the pipeline stops)."""
-        capture = Capture(stream.source, pool_size=self.pool_size, stats=stream.stats)
+        capture = Capture(stream.source, pool_size=self.pool_size, stats=stream.stats, prepare=self._prepare)
         try:
             capture.start()
         except SourceError as exc:
@@ -264,6 +267,17 @@ class MultiStreamPipeline:
                 stream.cond.wait_for(lambda: stream.in_flight == 0)
             stream.capture = None
             capture.stop()
+
+    def _prepare(self, slot: FrameSlot) -> None:
+        """On the stream's capture thread: the frame's network input, filled beside the model's
+        work on other frames (the slot keeps its PreparedInput from frame to frame)."""
+        spec = self.detector.prepared_spec
+        if spec is None:
+            return
+        prepared = slot.view.prepared
+        if prepared is None or prepared.spec != spec:
+            prepared = slot.view.prepared = PreparedInput(spec)
+        prepared.fill(slot.buffer)
 
     # -- the batch thread
     def _run_batches(self) -> None:

@@ -69,6 +69,10 @@ class FailingOpens(SyntheticSource):
 def test_three_streams_one_model_every_frame_once_in_order_with_single_frame_detections(model):
     sources = [("a", uri(1)), ("b", uri(2)), ("c", uri(3))]
     detector = make_batch_detector(model, max_batch_size=3)
+    prepared: List[bool] = []
+    detect_batch = detector.detect_batch
+    detector.detect_batch = lambda frames: (prepared.extend(f.prepared is not None and f.prepared.ready for f in frames),
+                                            detect_batch(frames))[1]
     with MultiStreamPipeline(sources, detector, BatchPolicy(3, (), max_queue_delay_ms=50)) as pipeline:
         results = list(pipeline.results(timeout=60))
     streams = by_stream(results)
@@ -86,6 +90,7 @@ def test_three_streams_one_model_every_frame_once_in_order_with_single_frame_det
             assert r.to_json()["stream"] == sid
             found_faces += len(r.detections)
     assert found_faces > 0  # the comparison is not between empty results
+    assert prepared == [True] * 3 * FRAMES  # every network input was prepared on its capture thread
     stats = pipeline.stats()
     assert stats["batcher"]["total"]["requests"] == 3 * FRAMES
     assert max(stats["batcher"]["histogram"]) > 1  # frames of several streams shared a call

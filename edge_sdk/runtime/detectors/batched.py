@@ -53,6 +53,7 @@ class StreamBatchDetector(DecoderDetector):
         self.backend = backend
         self.decoder = decoder
         self.input_spec = input_spec
+        self.prepared_spec = input_spec  # a frame's network input may be prepared ahead (PreparedInput)
         self.max_batch_size = max_batch_size
         fixed = fixed_batch(backend, input_spec)
         self.fixed_batch = fixed
