@@ -1,6 +1,6 @@
 """N streams through one model in one process against N processes of one stream each.
 
-    python bench/bench_streams.py                            # N = 1, 2, 4; 60 frames per stream
+    python bench/bench_streams.py                            # N = 1, 2, 4; 60 frames per stream, 100 ms delay
     python bench/bench_streams.py --streams 1,2,4,8 --frames 200
 
 Every stream is a synthetic 1280x720 colour scene of real faces (its own seed), read to its end.
@@ -111,7 +111,7 @@ def main(argv: List[str]) -> int:
     parser.add_argument("--bundle", type=Path, help="bundle folder (default: the embedded CenterFace bundle)")
     parser.add_argument("--streams", default="1,2,4", help="the stream counts N, comma-separated")
     parser.add_argument("--frames", type=int, default=60, help="frames per stream")
-    parser.add_argument("--delay-ms", type=float, default=20.0, help="the batcher's max_queue_delay_ms")
+    parser.add_argument("--delay-ms", type=float, default=100.0, help="the batcher's max_queue_delay_ms")
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="ONNX Runtime threads in all")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--model", type=Path, help=argparse.SUPPRESS)
