@@ -89,7 +89,7 @@ GROUPS: Dict[str, Group] = {
                            "edge_sdk/decoders/centerface.py"), ("tests/decoders", "tests/runtime/test_letterbox.py")),
     "batcher": Group(("edge_sdk/runtime/batcher.py",), ("tests/runtime/test_batcher.py",)),
     "batched-detector": Group(("edge_sdk/runtime/detectors/batched.py",), ("tests/runtime/test_batched_detector.py",)),
-    "streams": Group(("edge_sdk/runtime/streams.py",), ("tests/runtime/test_streams.py",)),
+    "streams": Group(("edge_sdk/runtime/streams.py",), ("tests/runtime/test_streams.py", "tests/runtime/test_streams_tiny.py")),
 }
 
 # The generated-operator sweep (`--sweep`): one row per module, its files and the tests that pin

@@ -114,6 +114,11 @@ class MultiStreamPipeline:
             raise ConfigError(f"frames_in_flight must be an integer from 1 to pool_size - 2 = {self.pool_size - 2}, "
                               f"got {frames_in_flight!r}; raise pool_size for more")
         self.frames_in_flight = frames_in_flight
+        most = len(self._streams) * frames_in_flight
+        if policy.target > most:
+            logger.warning("a batch of %d never forms with %d streams of %d frame(s) in flight: every batch waits the "
+                           "full %g ms queue delay; set max_batch_size (and the preferred sizes) to at most %d",
+                           policy.target, len(self._streams), frames_in_flight, policy.max_queue_delay_ms, most)
         self._stop = threading.Event()
         self._results: "queue.Queue[Any]" = queue.Queue()
         self._events: List[Dict[str, Any]] = []

@@ -71,3 +71,19 @@ def test_streams_share_calls_of_a_free_batch_model_and_match_single_frame_runs(t
     finally:
         model.close()
         single.close()
+
+
+def test_a_batch_size_the_streams_cannot_fill_is_warned_of(tmp_path: Path, caplog: pytest.LogCaptureFixture):
+    model = tiny_model(tmp_path / "batch.onnx", "batch")
+    try:
+        detector = make_batch_detector(model, max_batch_size=4)
+        sources = [("a", uri(1)), ("b", uri(2))]
+        with caplog.at_level("WARNING", logger="edge_sdk.runtime.streams"):
+            MultiStreamPipeline(sources, detector, BatchPolicy(4, (2,), 20))  # 2 streams fill a preferred 2
+            assert caplog.records == []
+            MultiStreamPipeline(sources, detector, BatchPolicy(4, (2, 4), 20))
+        assert len(caplog.records) == 1
+        assert "a batch of 4 never forms with 2 streams" in caplog.records[0].getMessage()
+        assert "at most 2" in caplog.records[0].getMessage()
+    finally:
+        model.close()
