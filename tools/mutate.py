@@ -386,8 +386,10 @@ MUTANTS: List[Mutant] = [
     M("MS2", "streams", STR, "last = self._feeding == 0", "last = True", "the first stream to end closes the batcher on the others"),
     M("MS3", "streams", STR, "if cfg.max_attempts and stream.failures >= cfg.max_attempts:", "if False:",
       "a source that never opens is retried for ever"),
-    M("MS4", "streams", STR, "                    return not self._stop.is_set()\n", "                    return False\n",
-      "a stream that ended is reopened as if it had failed"),
+    M("MS4", "streams", STR, "                    self._leave(stream)  # before waiting for its last frames: they may be all that is queued\n                    return True\n",
+      "                    return False\n", "a stream that ended is reopened as if it had failed"),
+    M("MS6", "streams", STR, "                    self._leave(stream)  # before waiting for its last frames: they may be all that is queued\n",
+      "", "the last stream to end waits the queue delay for its last frames before it closes the batcher"),
     M("MS5", "streams", STR, "lambda: stream.in_flight < self.frames_in_flight or", "lambda: True or",
       "a stream puts every frame it captures into the batcher, however many wait there"),
 ]

@@ -24,9 +24,10 @@ delivers faster than the model runs cannot fill the batcher.
 A source that cannot be opened, or whose capture fails, is reported (an event, :meth:`events`) and
 opened again after an exponential backoff (`reconnect`: initial_s, doubling up to max_s; after
 max_attempts failures in a row, 0 for never, the stream is given up), while the other streams run
-on; a reopened stream's frame numbers go on from the last one it delivered; a live source's own reconnects happen inside its Capture. The pipeline ends when every stream
-has ended or been given up, or on :meth:`stop`. An error of the model (not of a source) stops the
-pipeline and is raised by :meth:`results`.
+on; a reopened stream's frame numbers go on from the last one it delivered; a live source's own
+reconnects happen inside its Capture. The pipeline ends when every stream has ended or been given
+up (the last one to end closes the batcher, so its last frames go at once), or on :meth:`stop`. An
+error of the model (not of a source) stops the pipeline and is raised by :meth:`results`.
 """
 from __future__ import annotations
 
@@ -76,6 +77,7 @@ class _Stream:
         self.failures = 0  # failures in a row
         self.in_flight = 0  # slots of its ring in the batcher or the batch thread
         self.next_index = 0  # frame numbers go on across the rings of its reopened source
+        self.left = False  # puts no more frames
         self.cond = threading.Condition()
         self.thread: Optional[threading.Thread] = None
         self.capture: Optional[Capture] = None
@@ -225,11 +227,19 @@ class MultiStreamPipeline:
             stream.state = "stopped"
             self._fail(exc)
         finally:
-            with self._lock:
-                self._feeding -= 1
-                last = self._feeding == 0
-            if last:
-                self.batcher.close()
+            self._leave(stream)
+
+    def _leave(self, stream: _Stream) -> None:
+        """The stream puts no more frames (once per stream); the last one to leave closes the
+        batcher, so that what is still queued goes at once instead of after the queue delay."""
+        with self._lock:
+            if stream.left:
+                return
+            stream.left = True
+            self._feeding -= 1
+            last = self._feeding == 0
+        if last:
+            self.batcher.close()
 
     def _run_capture(self, stream: _Stream) -> bool:
         """One life of the stream's ring: True when its source ended, False when it failed (or
@@ -251,7 +261,10 @@ class MultiStreamPipeline:
                     stream.cond.wait_for(lambda: stream.in_flight < self.frames_in_flight or self._stop.is_set())
                 slot = capture.get(cancel=self._stop)
                 if slot is None:
-                    return not self._stop.is_set()
+                    if self._stop.is_set():
+                        return False
+                    self._leave(stream)  # before waiting for its last frames: they may be all that is queued
+                    return True
                 stream.failures = 0
                 slot.view.stream_id = stream.id
                 slot.index += base  # a ring numbers its frames from 0; the stream goes on
