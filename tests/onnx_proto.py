@@ -82,9 +82,10 @@ def make_node(op_type: str, inputs: Sequence[str], outputs: Sequence[str], name:
     return out + b"".join(_bytes(5, _attribute(k, attrs[k])) for k in sorted(attrs))
 
 
-def value_info(name: str, shape: Sequence[int], elem_type: int = FLOAT) -> bytes:
-    """ValueInfoProto name (1), type (2) -> TypeProto.tensor_type (1) -> elem_type (1), shape (2) -> dim (1) -> dim_value (1)."""
-    shape_proto = b"".join(_bytes(1, _int(1, d)) for d in shape)
+def value_info(name: str, shape: Sequence[Union[int, str]], elem_type: int = FLOAT) -> bytes:
+    """ValueInfoProto name (1), type (2) -> TypeProto.tensor_type (1) -> elem_type (1), shape (2) -> dim (1) ->
+    dim_value (1), or dim_param (2) for a str: a symbolic dimension."""
+    shape_proto = b"".join(_bytes(1, _bytes(2, d) if isinstance(d, str) else _int(1, d)) for d in shape)
     tensor_type = _int(1, elem_type) + _bytes(2, shape_proto)
     return _bytes(1, name) + _bytes(2, _bytes(1, tensor_type))
 

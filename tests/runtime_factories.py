@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 import threading
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Union
 
 import numpy as np
 
@@ -26,7 +26,8 @@ def tiny_centerface_model(path: Path, height: int = 32, width: int = 64) -> Path
     return path
 
 
-def tiny_centerface_bytes(height: int = 32, width: int = 64) -> bytes:
+def tiny_centerface_bytes(height: int = 32, width: int = 64, batch: Union[int, str] = 1) -> bytes:
+    """The tiny model's bytes; `batch` is its batch dimension (a str: symbolic, any batch runs)."""
     from onnx_proto import make_graph, make_model, make_node, make_tensor, value_info
 
     h4, w4 = height // 4, width // 4
@@ -52,8 +53,8 @@ def tiny_centerface_bytes(height: int = 32, width: int = 64) -> bytes:
         make_tensor("s10", np.array([10], np.int64)),
         make_tensor("s_axis", np.array([1], np.int64)),
     ]
-    outs = [value_info(name, [1, c, h4, w4]) for name, c in (("537", 1), ("538", 2), ("539", 2), ("540", 10))]
-    graph = make_graph(nodes, "tiny_centerface", [value_info("input.1", [1, 3, height, width])], outs, inits)
+    outs = [value_info(name, [batch, c, h4, w4]) for name, c in (("537", 1), ("538", 2), ("539", 2), ("540", 10))]
+    graph = make_graph(nodes, "tiny_centerface", [value_info("input.1", [batch, 3, height, width])], outs, inits)
     return make_model(graph, opset=13, ir_version=7)
 
 

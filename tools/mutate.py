@@ -91,6 +91,9 @@ GROUPS: Dict[str, Group] = {
     "decoders-all": Group(("edge_sdk/decoders/end2end.py", "edge_sdk/decoders/__init__.py", "edge_sdk/decoders/_base.py",
                            "edge_sdk/decoders/yolo.py", "edge_sdk/decoders/yolox.py", "edge_sdk/decoders/ssd.py",
                            "edge_sdk/decoders/centerface.py"), ("tests/decoders", "tests/runtime/test_letterbox.py")),
+    "batcher": Group(("edge_sdk/runtime/batcher.py",), ("tests/runtime/test_batcher.py",)),
+    "batched-detector": Group(("edge_sdk/runtime/detectors/batched.py",), ("tests/runtime/test_batched_detector.py",)),
+    "streams": Group(("edge_sdk/runtime/streams.py",), ("tests/runtime/test_streams.py", "tests/runtime/test_streams_tiny.py")),
 }
 
 # The generated-operator sweep (`--sweep`): one row per module, its files and the tests that pin
@@ -216,6 +219,7 @@ CC, TC, Q = "edge_sdk/builder/calib_cache.py", "edge_sdk/trt/cache.py", "edge_sd
 SNAP = "edge_sdk/daemon/snapshots.py"
 BATCH, PIPE, MCHECK = "edge_sdk/builder/batch.py", "edge_sdk/builder/pipeline.py", "edge_sdk/manifest_check.py"
 RCFG, HND, DET = "edge_sdk/runtime/config.py", "edge_sdk/daemon/handlers.py", "edge_sdk/cli/detect.py"
+BAT, BATD, STR = "edge_sdk/runtime/batcher.py", "edge_sdk/runtime/detectors/batched.py", "edge_sdk/runtime/streams.py"
 
 MUTANTS: List[Mutant] = [
     # --- preprocess -----------------------------------------------------------------------------
@@ -393,6 +397,41 @@ MUTANTS: List[Mutant] = [
       "plain sources all get id 0"),
     M("SR8", "sources", DET, "    cfg = cfg.single_stream(\"command line\")  # several sources: refused before a bundle is built\n", "",
       "several sources are refused only after the bundle is read"),
+    # --- the dynamic batcher and one backend call per batch of frames ----------------------------
+    M("DB1", "batcher", BAT, "if self._queued >= policy.target:", "if self._queued >= policy.max_batch_size:",
+      "the largest preferred size no longer goes at once: it waits for the max"),
+    M("DB2", "batcher", BAT, "* 1000.0 >= policy.max_queue_delay_ms", "* 1000.0 > policy.max_queue_delay_ms",
+      "a request that has waited exactly the delay waits on"),
+    M("DB3", "batcher", BAT, "return min((q[0] for q in self._queues.values() if q), key=lambda r: r.seq)",
+      "return max((q[0] for q in self._queues.values() if q), key=lambda r: r.seq)",
+      "the delay is counted from the newest stream's head: an old request waits for a stalled stream"),
+    M("DB4", "batcher", BAT, "            row = sorted((q[depth] for q in queues), key=lambda r: r.seq)\n",
+      "            row = sorted((r for q in queues for r in q), key=lambda r: r.seq)\n            queues = []\n",
+      "first in, first out across streams: a flooding stream fills the batch"),
+    M("DB5", "batcher", BAT, "        taken.sort(key=lambda r: r.seq)\n", "", "a batch's rows are in round order, not arrival order"),
+    M("DB6", "batcher", BAT, "efficiency = sum(n for n, _, _ in window) / (size * len(window))",
+      "efficiency = sum(n for n, _, _ in window) / (size * self._batches)", "efficiency averaged over every batch, not the window"),
+    M("DB7", "batcher", BAT, "                if self._closed:  # and nothing queued: _take_due flushes a closed batcher\n                    return None\n", "",
+      "a drained batcher keeps its model thread waiting"),
+    M("SB1", "batched-detector", BATD, "[o[row: row + 1] for o in outputs]", "[o[:1] for o in outputs]",
+      "every frame gets the first row's detections"),
+    M("SB2", "batched-detector", BATD, "(transforms[row],)", "(transforms[0],)", "every row is mapped back through the first frame's placement"),
+    M("SB3", "batched-detector", BATD, "else pre.tensor[:n]", "else pre.tensor", "a short batch is inferred with the stale rows of the last"),
+    M("SB4", "batched-detector", BATD, "                pre.tensor[row] = prepared.tensor[0]\n", "",
+      "a frame prepared ahead leaves its row unfilled"),
+    M("SB5", "batched-detector", BATD, "        return spec.batch\n", "        return None\n",
+      "a backend that cannot tell its input's shape is taken to have a free batch dimension"),
+    M("MS1", "streams", STR, "                stream.cond.wait_for(lambda: stream.in_flight == 0)\n", "                pass\n",
+      "a ring is stopped while its frames still wait in the batcher"),
+    M("MS2", "streams", STR, "last = self._feeding == 0", "last = True", "the first stream to end closes the batcher on the others"),
+    M("MS3", "streams", STR, "if cfg.max_attempts and stream.failures >= cfg.max_attempts:", "if False:",
+      "a source that never opens is retried for ever"),
+    M("MS4", "streams", STR, "                    self._leave(stream)  # before waiting for its last frames: they may be all that is queued\n                    return True\n",
+      "                    return False\n", "a stream that ended is reopened as if it had failed"),
+    M("MS6", "streams", STR, "                    self._leave(stream)  # before waiting for its last frames: they may be all that is queued\n",
+      "", "the last stream to end waits the queue delay for its last frames before it closes the batcher"),
+    M("MS5", "streams", STR, "lambda: stream.in_flight < self.frames_in_flight or", "lambda: True or",
+      "a stream puts every frame it captures into the batcher, however many wait there"),
 ]
 
 

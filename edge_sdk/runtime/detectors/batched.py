@@ -1,0 +1,127 @@
+"""Frames of several streams in one backend call: each frame preprocessed into its row of one
+batch tensor, the model run once, the outputs decoded row by row.
+
+    detector = make_batch_detector(model, max_batch_size=4)
+    found = detector.detect_batch([frame_a, frame_b, frame_c])   # one FrameDetections per Frame
+    found = detector.detect(frame)                               # a batch of one
+
+The frames may come from different streams and differ in size: each row has its own Placement,
+so each frame's detections come back in its own pixels. A model whose batch dimension is free
+runs up to `max_batch_size` frames per call. A model whose batch dimension is fixed runs them
+in calls of that size (the unused rows of the last one are left out of the results); fixed at 1,
+that is one call per frame, one after another, and `describe()` says so.
+
+Latency per frame (ms): `preprocess` and `decode` are that frame's own row; `infer` is the whole
+call, which the frame waited for; `info["batch"]` tells the call's size and the frame's row.
+"""
+from __future__ import annotations
+
+from typing import Any, Dict, List, Mapping, Optional, Sequence
+
+import numpy as np
+
+from edge_sdk.errors import ConfigError
+from edge_sdk.preprocess import InputSpec
+from edge_sdk.runtime.backends.base import Backend
+from edge_sdk.runtime.detectors.base import BatchDetector, DecodeFn, DecoderDetector, clock, model_decoder
+from edge_sdk.runtime.detectors.full import FullFrameDetector
+from edge_sdk.runtime.frame import Frame
+from edge_sdk.runtime.types import FrameDetections
+
+
+def fixed_batch(backend: Backend, spec: InputSpec) -> Optional[int]:
+    """The batch dimension the model `backend` opened fixes for input `spec` (None: free, any
+    batch runs). A backend that cannot tell its input's shape runs the bundle's: `spec.batch`."""
+    shape = backend.input_shape(spec.name)
+    if shape is None:
+        return spec.batch
+    first = shape[0] if shape else None
+    if isinstance(first, (int, np.integer)) and not isinstance(first, bool) and first > 0:
+        return int(first)
+    return None
+
+
+class StreamBatchDetector(DecoderDetector):
+    """Mode ``full`` over a batch of Frames: one :class:`BatchDetector` (its preprocessor's rows,
+    its backend call, its decoder) run once per batch of up to `max_batch_size` frames."""
+
+    mode = "full"
+
+    def __init__(self, backend: Backend, decoder: DecodeFn, input_spec: InputSpec, max_batch_size: int) -> None:
+        if isinstance(max_batch_size, bool) or not isinstance(max_batch_size, int) or max_batch_size < 1:
+            raise ConfigError(f"max_batch_size must be an integer >= 1, got {max_batch_size!r}")
+        self.backend = backend
+        self.decoder = decoder
+        self.input_spec = input_spec
+        self.prepared_spec = input_spec  # a frame's network input may be prepared ahead (PreparedInput)
+        self.max_batch_size = max_batch_size
+        fixed = fixed_batch(backend, input_spec)
+        self.fixed_batch = fixed
+        rows = max_batch_size if fixed is None else fixed
+        self.batch = BatchDetector(self._infer, input_spec, decoder, batch=rows, dynamic_batch=fixed is None)
+        self._checked = False
+
+    # the backend call of mode full: the bundle's input checked against the model once, then infer
+    _infer = FullFrameDetector._infer
+
+    @property
+    def stage(self) -> str:
+        return self.batch.stage or "decode"
+
+    def describe(self) -> Dict[str, Any]:
+        if self.fixed_batch is None:
+            how = f"one call per batch of up to {self.max_batch_size} frames"
+        elif self.fixed_batch == 1:
+            how = "consecutive calls, one frame each: the model's batch dimension is fixed at 1"
+        else:
+            how = f"calls of {self.fixed_batch} rows: the model's batch dimension is fixed at {self.fixed_batch}"
+        return dict(super().describe(), batch={"max_batch_size": self.max_batch_size, "rows_per_call": self.batch.batch,
+                                               "calls": how})
+
+    def detect(self, frame: Frame) -> FrameDetections:
+        return self.detect_batch([frame])[0]
+
+    def detect_batch(self, frames: Sequence[Frame]) -> List[FrameDetections]:
+        """One FrameDetections per Frame, in the order given."""
+        rows = self.batch.batch
+        results: List[FrameDetections] = []
+        for start in range(0, len(frames), rows):
+            results.extend(self._call(frames[start: start + rows]))
+        return results
+
+    def _call(self, frames: Sequence[Frame]) -> List[FrameDetections]:
+        batch = self.batch
+        pre = batch.preprocessor
+        n = len(frames)
+        latencies: List[Dict[str, float]] = []
+        transforms = []
+        for row, frame in enumerate(frames):
+            batch.stage = "preprocess"
+            t0 = clock()
+            prepared = frame.prepared
+            if prepared is not None and prepared.ready and prepared.spec == self.input_spec:
+                pre.tensor[row] = prepared.tensor[0]
+                transforms.append(prepared.transform)
+                ms = prepared.ms
+            else:
+                transforms.append(pre.fill(frame.image, row))
+                ms = 0.0
+            latencies.append({"preprocess": ms + (clock() - t0) * 1000.0})
+        tensor = pre.tensor if n == batch.batch or not batch.dynamic_batch else pre.tensor[:n]  # fixed: full rows
+        batch.reset_timings()
+        outputs = [np.asarray(o) for o in batch.infer_tensor(tensor)]
+        infer_ms = batch.timings["infer"]
+        batch.stage = "decode"
+        results = []
+        for row, latency in enumerate(latencies):
+            t2 = clock()
+            detections = batch.decoder([o[row: row + 1] for o in outputs], (transforms[row],))[0]
+            latency.update(infer=infer_ms, decode=(clock() - t2) * 1000.0, merge=0.0)
+            results.append(FrameDetections(detections, latency, {"batch": {"size": n, "row": row}}))
+        batch.stage = ""
+        return results
+
+
+def make_batch_detector(model: Any, max_batch_size: int, thresholds: Optional[Mapping[str, Any]] = None) -> StreamBatchDetector:
+    """The StreamBatchDetector of a loaded Model, with its bundle's decoder (`thresholds` in place)."""
+    return StreamBatchDetector(model.backend, model_decoder(model, thresholds), model.input_spec, max_batch_size)

@@ -1,0 +1,333 @@
+"""Several sources, one model: a capture ring per source, one dynamic batcher, one batch thread.
+
+    detector = make_batch_detector(model, max_batch_size=4)
+    with MultiStreamPipeline([("door", "rtsp://cam1/live"), ("yard", "rtsp://cam2/live")], detector,
+                             BatchPolicy(4, (2, 4), max_queue_delay_ms=10)) as pipeline:
+        for result in pipeline.results():       # StreamResult: result.stream, its index, detections
+            ...
+        pipeline.stats()                        # the batcher's window, each stream's state and counts
+
+Each source has its own :class:`~edge_sdk.runtime.capture.Capture` (its ring of frame slots) and a
+feeder thread that puts each captured frame into the :class:`~edge_sdk.runtime.batcher.DynamicBatcher`
+under the stream's id. The batch thread takes the batches the batcher forms (Triton's rules,
+oldest first with one frame per stream per round), runs them through the detector in one backend
+call (:class:`~edge_sdk.runtime.detectors.batched.StreamBatchDetector`) and hands the results on,
+in order for each stream, before giving the frames' slots back to their rings. Each frame's
+network input is prepared on its stream's capture thread (a PreparedInput kept with the slot), so
+preprocessing runs beside inference and the batch thread only copies the rows in. At most
+`frames_in_flight` frames of a stream (default 1) wait in the batcher or the model at once; the
+next waits in the stream's ring, where a live source keeps only the newest frame (the older ones
+are dropped and counted) and a file or synthetic source reads ahead as far as the ring allows. So
+a frame's queue delay is at most the batcher's delay plus the batch ahead of it, and a stream that
+delivers faster than the model runs cannot fill the batcher.
+
+A source that cannot be opened, or whose capture fails, is reported (an event, :meth:`events`) and
+opened again after an exponential backoff (`reconnect`: initial_s, doubling up to max_s; after
+max_attempts failures in a row, 0 for never, the stream is given up), while the other streams run
+on; a reopened stream's frame numbers go on from the last one it delivered; a live source's own
+reconnects happen inside its Capture. The pipeline ends when every stream has ended or been given
+up (the last one to end closes the batcher, so its last frames go at once), or on :meth:`stop`. An
+error of the model (not of a source) stops the pipeline and is raised by :meth:`results`.
+"""
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
+
+from edge_sdk.errors import ConfigError, SourceError
+from edge_sdk.runtime.batcher import BatchPolicy, BatcherClosed, DynamicBatcher
+from edge_sdk.runtime.capture import Capture, FrameSlot
+from edge_sdk.runtime.config import ReconnectConfig
+from edge_sdk.runtime.detectors.base import PreparedInput
+from edge_sdk.runtime.frame import DEFAULT_STREAM_ID
+from edge_sdk.runtime.sources import Source, open_source
+from edge_sdk.runtime.types import FrameResult, PipelineStats
+
+logger = logging.getLogger(__name__)
+
+clock = time.perf_counter  # the capture clock: t_capture and the total latency
+
+_END = object()
+
+
+@dataclass
+class StreamResult(FrameResult):
+    """A FrameResult of one stream: `stream` is its id. `latency_ms` adds `queue` (the time the
+    frame waited in the batcher); `frame` and `captured` are not kept (the slot goes back to its
+    ring once the batch is decoded)."""
+
+    stream: str = DEFAULT_STREAM_ID
+
+    def to_json(self) -> Dict[str, Any]:
+        return dict({"stream": self.stream}, **super().to_json())
+
+
+class _Stream:
+    """One source and what the pipeline knows of it."""
+
+    def __init__(self, stream_id: str, source: Source) -> None:
+        self.id = stream_id
+        self.source = source
+        self.stats = PipelineStats()
+        self.state = "starting"  # running, retrying, ended, given_up, stopped
+        self.failures = 0  # failures in a row
+        self.in_flight = 0  # slots of its ring in the batcher or the batch thread
+        self.next_index = 0  # frame numbers go on across the rings of its reopened source
+        self.left = False  # puts no more frames
+        self.cond = threading.Condition()
+        self.thread: Optional[threading.Thread] = None
+        self.capture: Optional[Capture] = None
+
+    def release(self, capture: Capture, slot: FrameSlot) -> None:
+        capture.release(slot)
+        with self.cond:
+            self.in_flight -= 1
+            self.cond.notify_all()
+
+
+SourceSpec = Union[str, Source]
+
+
+class MultiStreamPipeline:
+    """`sources`: (stream id, URI or Source) pairs, ids unique. `detector`: a StreamBatchDetector
+    (anything with ``detect_batch(frames)``). Python API; `start()` or use it as a context manager."""
+
+    def __init__(self, sources: Sequence[Tuple[str, SourceSpec]], detector: Any, policy: BatchPolicy,
+                 reconnect: Optional[ReconnectConfig] = None, pool_size: int = 4, loop: bool = False,
+                 frames_in_flight: int = 1) -> None:
+        ids = [str(sid) for sid, _ in sources]
+        if not ids:
+            raise ConfigError("no sources: give at least one (stream id, URI) pair")
+        duplicates = sorted({sid for sid in ids if ids.count(sid) > 1})
+        if duplicates:
+            raise ConfigError(f"duplicate stream ids {duplicates}: give every source its own id")
+        self._streams = [_Stream(str(sid), src if isinstance(src, Source) else open_source(str(src), loop=loop))
+                         for sid, src in sources]
+        self.detector = detector
+        self.batcher = DynamicBatcher(policy)
+        self.reconnect = reconnect or ReconnectConfig()
+        self.pool_size = int(pool_size)
+        if isinstance(frames_in_flight, bool) or not isinstance(frames_in_flight, int) \
+                or not 1 <= frames_in_flight <= self.pool_size - 2:
+            raise ConfigError(f"frames_in_flight must be an integer from 1 to pool_size - 2 = {self.pool_size - 2}, "
+                              f"got {frames_in_flight!r}; raise pool_size for more")
+        self.frames_in_flight = frames_in_flight
+        most = len(self._streams) * frames_in_flight
+        if policy.target > most:
+            logger.warning("a batch of %d never forms with %d streams of %d frame(s) in flight: every batch waits the "
+                           "full %g ms queue delay; set max_batch_size (and the preferred sizes) to at most %d",
+                           policy.target, len(self._streams), frames_in_flight, policy.max_queue_delay_ms, most)
+        self._stop = threading.Event()
+        self._results: "queue.Queue[Any]" = queue.Queue()
+        self._events: List[Dict[str, Any]] = []
+        self._lock = threading.Lock()
+        self._feeding = len(self._streams)
+        self._error: Optional[BaseException] = None
+        self._batch_thread: Optional[threading.Thread] = None
+
+    # -- the caller's side
+    def start(self) -> "MultiStreamPipeline":
+        if self._batch_thread is not None:
+            return self
+        for stream in self._streams:
+            stream.thread = threading.Thread(target=self._feed, args=(stream,), name=f"edge-sdk-feed[{stream.id}]",
+                                             daemon=True)
+            stream.thread.start()
+        self._batch_thread = threading.Thread(target=self._run_batches, name="edge-sdk-batch", daemon=True)
+        self._batch_thread.start()
+        return self
+
+    def results(self, timeout: Optional[float] = None) -> Iterator[StreamResult]:
+        """The results as they come, each stream's in order, until the pipeline ends; raises the
+        model's error if it stopped on one. `timeout`: SourceError when no result came for
+        that many seconds."""
+        while True:
+            try:
+                item = self._results.get(timeout=timeout)
+            except queue.Empty:
+                raise SourceError(f"no result from any stream within {timeout:.1f} s") from None
+            if item is _END:
+                self._results.put(_END)  # a second iterator ends too
+                if self._error is not None:
+                    raise self._error
+                return
+            yield item
+
+    def stop(self) -> None:
+        """Stop every stream and the batch thread; frames still queued are decoded first."""
+        self._stop.set()
+        self.batcher.close()
+        for stream in self._streams:
+            capture = stream.capture
+            if capture is not None:
+                capture.wake()
+            with stream.cond:
+                stream.cond.notify_all()
+        for stream in self._streams:
+            if stream.thread is not None:
+                stream.thread.join()
+        if self._batch_thread is not None:
+            self._batch_thread.join()
+
+    def __enter__(self) -> "MultiStreamPipeline":
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+    def events(self) -> List[Dict[str, Any]]:
+        """What happened to the sources: source_failed, source_given_up, stream_ended (with the stream id)."""
+        with self._lock:
+            return list(self._events)
+
+    def stats(self) -> Dict[str, Any]:
+        """The batcher's statistics and, per stream, its state and counters."""
+        streams = {s.id: {"state": s.state, "frames_captured": s.stats.frames_captured, "failures": s.failures,
+                          "source_errors": s.stats.source_errors, "reconnects": s.stats.reconnects} for s in self._streams}
+        return {"batcher": self.batcher.stats(), "streams": streams}
+
+    # -- a feeder thread per stream
+    def _report(self, stream: _Stream, event: str, **details: Any) -> None:
+        record = dict({"event": event, "stream": stream.id, "source": stream.source.name}, **details)
+        with self._lock:
+            self._events.append(record)
+        if event != "stream_ended":
+            logger.warning("stream %s: %s %s", stream.id, event, details)
+
+    def _fail(self, exc: BaseException) -> None:
+        """An error that is not a source's: every stream stops, results() raises it."""
+        with self._lock:
+            if self._error is None:
+                self._error = exc
+        self._stop.set()
+        self.batcher.close()
+
+    def _feed(self, stream: _Stream) -> None:
+        try:
+            while not self._stop.is_set():
+                if self._run_capture(stream):
+                    stream.state = "ended"
+                    self._report(stream, "stream_ended")
+                    return
+                if self._stop.is_set():
+                    break
+                cfg = self.reconnect
+                if cfg.max_attempts and stream.failures >= cfg.max_attempts:
+                    stream.state = "given_up"
+                    self._report(stream, "source_given_up", failures=stream.failures)
+                    return
+                stream.state = "retrying"
+                self._stop.wait(min(cfg.max_s, cfg.initial_s * (2 ** (stream.failures - 1))))
+            stream.state = "stopped"
+        except BaseException as exc:  # not a source's failure (those are reported and retried)
+            stream.state = "stopped"
+            self._fail(exc)
+        finally:
+            self._leave(stream)
+
+    def _leave(self, stream: _Stream) -> None:
+        """The stream puts no more frames (once per stream); the last one to leave closes the
+        batcher, so that what is still queued goes at once instead of after the queue delay."""
+        with self._lock:
+            if stream.left:
+                return
+            stream.left = True
+            self._feeding -= 1
+            last = self._feeding == 0
+        if last:
+            self.batcher.close()
+
+    def _run_capture(self, stream: _Stream) -> bool:
+        """One life of the stream's ring: True when its source ended, False when it failed (or
+        the pipeline stops)."""
+        capture = Capture(stream.source, pool_size=self.pool_size, stats=stream.stats, prepare=self._prepare)
+        try:
+            capture.start()
+        except SourceError as exc:
+            stream.failures += 1
+            self._report(stream, "source_failed", error=str(exc), failures=stream.failures)
+            stream.source.close()
+            return False
+        stream.capture = capture
+        stream.state = "running"
+        base = stream.next_index
+        try:
+            while True:
+                with stream.cond:  # the stream's frames waiting for the model: at most frames_in_flight
+                    stream.cond.wait_for(lambda: stream.in_flight < self.frames_in_flight or self._stop.is_set())
+                slot = capture.get(cancel=self._stop)
+                if slot is None:
+                    if self._stop.is_set():
+                        return False
+                    self._leave(stream)  # before waiting for its last frames: they may be all that is queued
+                    return True
+                stream.failures = 0
+                slot.view.stream_id = stream.id
+                slot.index += base  # a ring numbers its frames from 0; the stream goes on
+                stream.next_index = slot.index + 1
+                with stream.cond:
+                    stream.in_flight += 1
+                try:
+                    self.batcher.put(stream.id, (capture, slot))
+                except BatcherClosed:
+                    stream.release(capture, slot)
+                    return False
+        except SourceError as exc:
+            stream.failures += 1
+            self._report(stream, "source_failed", error=str(exc), failures=stream.failures)
+            return False
+        finally:
+            with stream.cond:  # its frames still in the batcher are decoded before the ring goes
+                stream.cond.wait_for(lambda: stream.in_flight == 0)
+            stream.capture = None
+            capture.stop()
+
+    def _prepare(self, slot: FrameSlot) -> None:
+        """On the stream's capture thread: the frame's network input, filled beside the model's
+        work on other frames (the slot keeps its PreparedInput from frame to frame)."""
+        spec = self.detector.prepared_spec
+        if spec is None:
+            return
+        prepared = slot.view.prepared
+        if prepared is None or prepared.spec != spec:
+            prepared = slot.view.prepared = PreparedInput(spec)
+        prepared.fill(slot.buffer)
+
+    # -- the batch thread
+    def _run_batches(self) -> None:
+        streams = {s.id: s for s in self._streams}
+        try:
+            while True:
+                batch = self.batcher.next_batch()
+                if batch is None:
+                    return
+                held = [(streams[r.stream_id], r.item[0], r.item[1]) for r in batch]
+                try:
+                    found = self.detector.detect_batch([slot.view for _, _, slot in held])
+                    for (stream, _, slot), result, waited in zip(held, found, batch.queue_delays_ms()):
+                        latency = dict(result.latency, queue=waited, total=(clock() - slot.t_capture) * 1000.0)
+                        info = dict(result.info, events=list(slot.events)) if slot.events else result.info
+                        self._results.put(StreamResult(index=slot.index, timestamp=slot.timestamp,
+                                                       detections=result.detections, latency_ms=latency, info=info,
+                                                       ground_truth=slot.ground_truth, stream=stream.id))
+                finally:
+                    for stream, capture, slot in held:
+                        stream.release(capture, slot)
+        except BaseException as exc:  # the model failed: every stream stops, results() raises it
+            self._fail(exc)
+            self._drain(streams)
+        finally:
+            self._results.put(_END)
+
+    def _drain(self, streams: Dict[str, _Stream]) -> None:
+        """Give back the slots of what is still queued once the model has failed."""
+        while True:
+            batch = self.batcher.next_batch(timeout=0)
+            if batch is None:
+                return
+            for r in batch:
+                streams[r.stream_id].release(*r.item)

@@ -1,0 +1,209 @@
+"""Several synthetic streams through one model on real ONNX Runtime: every frame of every stream
+comes back once, in its stream's order, with the detections a single-frame run finds in it; a
+source that fails to open is reported and retried while the others run; one that never opens is
+given up and the rest finish."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Dict, List
+
+import numpy as np
+import pytest
+
+from batch_model import dynamic_batch_path  # noqa: F401 (a fixture)
+from edge_sdk.errors import BackendError, ConfigError, SourceError
+from edge_sdk.runtime.backends.onnxruntime import OnnxRuntimeBackend
+from edge_sdk.runtime.batcher import BatchPolicy
+from edge_sdk.runtime.config import ReconnectConfig
+from edge_sdk.runtime.detectors.base import model_decoder
+from edge_sdk.runtime.detectors.batched import make_batch_detector
+from edge_sdk.runtime.detectors.full import FullFrameDetector
+from edge_sdk.runtime.frame import Frame
+from edge_sdk.runtime.model import Model
+from edge_sdk.runtime.sources import SyntheticSource
+from edge_sdk.runtime.streams import MultiStreamPipeline, StreamResult
+from edge_sdk.runtime.synthetic import SyntheticFaces
+from runtime_factories import CENTERFACE_DECODER, CENTERFACE_SPEC
+
+pytestmark = pytest.mark.host  # the batch axis is set with onnx
+
+FRAMES = 5
+FAST_RETRY = ReconnectConfig(initial_s=0.01, max_s=0.02, max_attempts=3)
+
+
+def uri(seed: int, frames: int = FRAMES) -> str:
+    return f"synthetic://faces?width=320&height=240&frames={frames}&seed={seed}&count=2&min_size=60&max_size=90"
+
+
+@pytest.fixture(scope="module")
+def model(dynamic_batch_path: Path):  # noqa: F811
+    backend = OnnxRuntimeBackend(dynamic_batch_path, provider="cpu", threads=1)
+    backend.activate()
+    model = Model(backend, CENTERFACE_SPEC, dict(CENTERFACE_DECODER))
+    yield model
+    model.close()
+
+
+def by_stream(results: List[StreamResult]) -> Dict[str, List[StreamResult]]:
+    out: Dict[str, List[StreamResult]] = {}
+    for r in results:
+        out.setdefault(r.stream, []).append(r)
+    return out
+
+
+class FailingOpens(SyntheticSource):
+    """A synthetic source whose first `failures` opens fail, as a camera that is not up yet."""
+
+    def __init__(self, uri: str, failures: int) -> None:
+        super().__init__(uri)
+        self.failures = failures
+        self.opens = 0
+
+    def open(self) -> None:
+        self.opens += 1
+        if self.opens <= self.failures:
+            raise SourceError(f"{self.name}: camera not reachable (attempt {self.opens})")
+        super().open()
+
+
+def test_three_streams_one_model_every_frame_once_in_order_with_single_frame_detections(model):
+    sources = [("a", uri(1)), ("b", uri(2)), ("c", uri(3))]
+    detector = make_batch_detector(model, max_batch_size=3)
+    prepared: List[bool] = []
+    detect_batch = detector.detect_batch
+    detector.detect_batch = lambda frames: (prepared.extend(f.prepared is not None and f.prepared.ready for f in frames),
+                                            detect_batch(frames))[1]
+    with MultiStreamPipeline(sources, detector, BatchPolicy(3, (), max_queue_delay_ms=50)) as pipeline:
+        results = list(pipeline.results(timeout=60))
+    streams = by_stream(results)
+    assert sorted(streams) == ["a", "b", "c"]
+    oracle = FullFrameDetector(model.backend, model_decoder(model), model.input_spec)
+    found_faces = 0
+    for sid, seed in (("a", 1), ("b", 2), ("c", 3)):
+        assert [r.index for r in streams[sid]] == list(range(FRAMES))  # each stream in order, none lost
+        scene = SyntheticFaces.from_uri(uri(seed))
+        for r in streams[sid]:
+            want = oracle.detect(Frame(scene.render(r.index))).detections
+            assert len(r.detections) == len(want)
+            np.testing.assert_allclose(r.detections.xyxy, want.xyxy, atol=0.05)
+            assert r.latency_ms["queue"] >= 0 and r.latency_ms["total"] >= r.latency_ms["infer"]
+            assert r.to_json()["stream"] == sid
+            found_faces += len(r.detections)
+    assert found_faces > 0  # the comparison is not between empty results
+    assert prepared == [True] * 3 * FRAMES  # every network input was prepared on its capture thread
+    stats = pipeline.stats()
+    assert stats["batcher"]["total"]["requests"] == 3 * FRAMES
+    assert max(stats["batcher"]["histogram"]) > 1  # frames of several streams shared a call
+    assert detector.batch.inferences == stats["batcher"]["total"]["batches"]
+    assert {s["state"] for s in stats["streams"].values()} == {"ended"}
+
+
+def test_a_stream_has_at_most_frames_in_flight_frames_in_a_batch(model):
+    detector = make_batch_detector(model, max_batch_size=4)
+    calls: List[List[str]] = []
+    detect_batch = detector.detect_batch
+    detector.detect_batch = lambda frames: (calls.append([f.stream_id for f in frames]), detect_batch(frames))[1]
+    # a delay no batch waits out: with one frame of each stream in flight, the two streams' frames go together
+    policy = BatchPolicy(4, (2,), max_queue_delay_ms=60_000)
+    with MultiStreamPipeline([("a", uri(12)), ("b", uri(13))], detector, policy, frames_in_flight=1) as p:
+        streams = by_stream(list(p.results(timeout=60)))
+    assert [len(streams[s]) for s in ("a", "b")] == [FRAMES, FRAMES]
+    assert [sorted(c) for c in calls] == [["a", "b"]] * FRAMES  # each call: one frame of each, in arrival order
+    assert p.stats()["batcher"]["efficiency"] == 0.5
+
+
+@pytest.mark.parametrize("in_flight", [0, 3, 1.0])
+def test_frames_in_flight_must_fit_the_ring(model, in_flight):
+    with pytest.raises(ConfigError, match="frames_in_flight"):
+        MultiStreamPipeline([("a", uri(1))], make_batch_detector(model, 2), BatchPolicy(2), pool_size=4,
+                            frames_in_flight=in_flight)
+
+
+def test_a_source_that_fails_to_open_is_retried_while_the_others_run(model):
+    flaky = FailingOpens(uri(5), failures=2)
+    sources = [("ok", uri(4)), ("flaky", flaky)]
+    with MultiStreamPipeline(sources, make_batch_detector(model, 2), BatchPolicy(2, (), 20), reconnect=FAST_RETRY) as p:
+        streams = by_stream(list(p.results(timeout=60)))
+    assert [r.index for r in streams["ok"]] == list(range(FRAMES))
+    assert [r.index for r in streams["flaky"]] == list(range(FRAMES))  # back after two failed opens
+    failed = [e for e in p.events() if e["event"] == "source_failed"]
+    assert [(e["stream"], e["failures"]) for e in failed] == [("flaky", 1), ("flaky", 2)]
+    assert "camera not reachable" in failed[0]["error"]
+    assert flaky.opens == 3
+
+
+class DiesOnce(SyntheticSource):
+    """A synthetic source whose first life ends in an error after `frames` frames."""
+
+    def __init__(self, uri: str, frames: int) -> None:
+        super().__init__(uri)
+        self.frames = frames
+        self.opens = 0
+
+    def open(self) -> None:
+        self.opens += 1
+        self.served = 0
+        super().open()
+
+    def read(self, out=None):
+        if self.opens == 1 and self.served == self.frames:
+            raise SourceError(f"{self.name}: the stream died")
+        self.served += 1
+        return super().read(out)
+
+
+def test_a_source_that_dies_is_reopened_and_its_frame_numbers_go_on(model):
+    dying = DiesOnce(uri(10), frames=2)
+    sources = [("ok", uri(11)), ("dying", dying)]
+    with MultiStreamPipeline(sources, make_batch_detector(model, 2), BatchPolicy(2, (), 20), reconnect=FAST_RETRY) as p:
+        streams = by_stream(list(p.results(timeout=60)))
+    assert [r.index for r in streams["ok"]] == list(range(FRAMES))
+    # two frames, the error, then the reopened source's five frames numbered on from 2
+    assert [r.index for r in streams["dying"]] == list(range(2 + FRAMES))
+    assert [(e["event"], "died" in e.get("error", "")) for e in p.events() if e["stream"] == "dying"] == [
+        ("source_failed", True), ("stream_ended", False)]
+    assert dying.opens == 2
+
+
+def test_a_source_that_never_opens_is_given_up_and_the_others_finish(model):
+    dead = FailingOpens(uri(6), failures=10 ** 6)
+    sources = [("ok", uri(7)), ("dead", dead)]
+    with MultiStreamPipeline(sources, make_batch_detector(model, 2), BatchPolicy(2, (), 20), reconnect=FAST_RETRY) as p:
+        streams = by_stream(list(p.results(timeout=60)))
+    assert sorted(streams) == ["ok"] and [r.index for r in streams["ok"]] == list(range(FRAMES))
+    assert [e["event"] for e in p.events() if e["stream"] == "dead"] == ["source_failed"] * 3 + ["source_given_up"]
+    assert p.stats()["streams"]["dead"]["state"] == "given_up" and dead.opens == 3
+
+
+class BrokenBackend(OnnxRuntimeBackend):
+    """Fails on its third call, as a backend that loses its device."""
+
+    calls = 0
+
+    def _infer_impl(self, feed):
+        self.calls += 1
+        if self.calls == 3:
+            raise BackendError("the device was lost")
+        return super()._infer_impl(feed)
+
+
+def test_a_model_error_stops_every_stream_and_is_raised(dynamic_batch_path):  # noqa: F811
+    backend = BrokenBackend(dynamic_batch_path, provider="cpu", threads=1)
+    with backend:
+        broken = Model(backend, CENTERFACE_SPEC, dict(CENTERFACE_DECODER))
+        pipeline = MultiStreamPipeline([("a", uri(8, 50)), ("b", uri(9, 50))], make_batch_detector(broken, 2),
+                                       BatchPolicy(2, (), 20))
+        with pipeline:
+            got: List[StreamResult] = []
+            with pytest.raises(BackendError, match="device was lost"):
+                for r in pipeline.results(timeout=60):
+                    got.append(r)
+        assert len(got) <= 4  # two calls of two frames at most came back
+        assert {s["state"] for s in pipeline.stats()["streams"].values()} == {"stopped"}
+
+
+def test_duplicate_stream_ids_are_refused(model):
+    with pytest.raises(ConfigError, match="duplicate stream ids \\['a'\\]"):
+        MultiStreamPipeline([("a", uri(1)), ("a", uri(2))], make_batch_detector(model, 2), BatchPolicy(2))
+    with pytest.raises(ConfigError, match="no sources"):
+        MultiStreamPipeline([], make_batch_detector(model, 2), BatchPolicy(2))
