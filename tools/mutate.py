@@ -73,6 +73,8 @@ GROUPS: Dict[str, Group] = {
     "sources": Group(("edge_sdk/runtime/config.py", "edge_sdk/daemon/handlers.py", "edge_sdk/cli/detect.py"),
                      ("tests/runtime/test_config_sources.py", "tests/cli/test_detect_sources.py",
                       "tests/daemon/test_stream_commands.py")),
+    "detect-streams": Group(("edge_sdk/runtime/config.py", "edge_sdk/cli/detect.py", "edge_sdk/runtime/streams.py"),
+                            ("tests/cli/test_detect_streams.py", "tests/runtime/test_config_sources.py")),
     # the CUDA preprocessing and the TensorRT backend join here as they land
     # signing, commands, validation, manifest, atomic writes, builder steps, CUDA launch plan, decoders
     "signing": Group(("edge_sdk/telemetry/signing.py",), ("tests/test_validate_bounds.py", "tests/daemon/test_command_promises.py",
@@ -395,8 +397,21 @@ MUTANTS: List[Mutant] = [
       "snapshot does not check its stream"),
     M("SR7", "sources", DET, "            out.append((str(position), value))", "            out.append((\"0\", value))",
       "plain sources all get id 0"),
-    M("SR8", "sources", DET, "    cfg = cfg.single_stream(\"command line\")  # several sources: refused before a bundle is built\n", "",
-      "several sources are refused only after the bundle is read"),
+    M("SR8", "sources", DET, "        cfg.batched_streams(\"command line\")\n", "        pass\n",
+      "several sources in a mode they cannot run are refused only after the bundle is read"),
+    # --- detect with several sources: the [batching] table, the batch the bundle takes, --max-frames
+    M("DS1", "detect-streams", RCFG, "size = max(1, min(streams, limit) if limit else streams)", "size = streams",
+      "a default max batch is not capped at what the bundle takes"),
+    M("DS2", "detect-streams", DET, "        for owner in (model.bundle, model.backend):\n            check_batch(owner, cfg.batching.max_batch_size)\n",
+      "", "a max_batch_size beyond the bundle's range runs instead of being refused"),
+    M("DS3", "detect-streams", DET, "                if cap and len(mine) >= cap:\n                    continue", "                if False:\n                    continue",
+      "a stream that has its --max-frames goes on writing rows while the others catch up"),
+    M("DS4", "detect-streams", RCFG, "            mode = stream.mode or self.mode\n", "            mode = stream.mode or \"full\"\n",
+      "the top-level mode is not checked for several sources"),
+    M("DS5", "detect-streams", "edge_sdk/runtime/streams.py", "fps=stream.fps, ", "",
+      "a source's fps cap is ignored when several run"),
+    M("DS6", "detect-streams", RCFG, "if self.batching.frames_in_flight > self.pool_size - 2:", "if self.batching.frames_in_flight > self.pool_size:",
+      "more frames in flight than the ring can give are taken"),
     # --- the dynamic batcher and one backend call per batch of frames ----------------------------
     M("DB1", "batcher", BAT, "if self._queued >= policy.target:", "if self._queued >= policy.max_batch_size:",
       "the largest preferred size no longer goes at once: it waits for the max"),

@@ -94,6 +94,20 @@ def test_max_frames_counts_the_frames_of_each_stream(batch_bundle: Path, tmp_pat
     assert {sid: [r["frame"] for r in mine] for sid, mine in rows.items()} == {"0": [0, 1, 2], "1": [0, 1, 2]}
 
 
+def test_max_frames_holds_a_fast_stream_while_a_paced_one_catches_up(batch_bundle: Path, tmp_path: Path) -> None:
+    cfg = tmp_path / "edge.toml"
+    cfg.write_text(f'max_frames = 3\n\n[[sources]]\nid = "fast"\nuri = "{synth(1, None)}"\n\n'
+                   f'[[sources]]\nid = "slow"\nuri = "{synth(2, None)}"\nfps = 20\n')
+    out = tmp_path / "rows.jsonl"
+    result = invoke("--config", cfg, "--bundle", batch_bundle, "--backend", "onnxruntime-cpu", "--threads", 1,
+                    "--jsonl", out, "-q")
+    assert result.exit_code == 0, result.output
+    rows = rows_by_stream(out)
+    assert {sid: [r["frame"] for r in mine] for sid, mine in rows.items()} == {"fast": [0, 1, 2], "slow": [0, 1, 2]}
+    slow = [r["ts"] for r in rows["slow"]]
+    assert slow[2] - slow[0] >= 0.09  # its fps: two periods of 50 ms between its first and third frame
+
+
 def test_a_config_with_several_sources_runs_them_with_its_batching(batch_bundle: Path, tmp_path: Path) -> None:
     cfg = tmp_path / "edge.toml"
     cfg.write_text(f'[[sources]]\nid = "a"\nuri = "{synth(3)}"\n\n[[sources]]\nid = "b"\nuri = "{synth(4)}"\n\n'
@@ -122,6 +136,7 @@ def test_a_bundle_fixed_at_batch_1_runs_the_streams_one_frame_per_call_with_a_no
     assert {sid: [r["frame"] for r in mine] for sid, mine in rows.items()} == {"0": list(range(FRAMES)),
                                                                               "1": list(range(FRAMES))}
     assert {r["info"]["batch"]["size"] for mine in rows.values() for r in mine} == {1}
+    assert "batches of up to 1" in text
 
 
 @pytest.mark.parametrize("table, message", [
