@@ -412,6 +412,10 @@ MUTANTS: List[Mutant] = [
       "a source's fps cap is ignored when several run"),
     M("DS6", "detect-streams", RCFG, "if self.batching.frames_in_flight > self.pool_size - 2:", "if self.batching.frames_in_flight > self.pool_size:",
       "more frames in flight than the ring can give are taken"),
+    M("DS7", "detect-streams", DET, "            table.loop = table.loop or loop\n", "",
+      "--loop is lost when the sources come from the config"),
+    M("DS8", "detect-streams", DET, "        if event[\"event\"] != \"stream_ended\":", "        if event[\"event\"] == \"source_failed\":",
+      "a source given up is not said in the summary"),
     # --- the dynamic batcher and one backend call per batch of frames ----------------------------
     M("DB1", "batcher", BAT, "if self._queued >= policy.target:", "if self._queued >= policy.max_batch_size:",
       "the largest preferred size no longer goes at once: it waits for the max"),

@@ -133,9 +133,13 @@ def detect(
     if no_cache:
         overrides["cache"] = {"enabled": False}
     cfg = load_config(config, overrides) if config is not None else config_from_dict(overrides, origin="command line")
-    for stream in cfg.streams():
-        if not sources:
-            parse_uri(stream.uri)  # the config's sources, checked as SOURCE arguments are
+    if not sources:  # the config's own: checked as SOURCE arguments are; --loop and --fps apply to each
+        for table in cfg.sources or [cfg.source]:
+            parse_uri(table.uri)
+            table.loop = table.loop or loop
+            if fps is not None:
+                table.fps = fps
+        cfg.validate("command line")
     several = len(cfg.streams()) > 1
     if several:  # what several sources cannot do is refused before a bundle is built
         cfg.batched_streams("command line")

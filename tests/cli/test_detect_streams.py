@@ -177,3 +177,32 @@ def test_a_config_without_a_source_uri_is_refused(tmp_path: Path) -> None:
     result = invoke("--config", cfg, "--bundle", tmp_path / "no-bundle-here")  # a bundle error would be exit 8
     assert result.exit_code == 9, result.output  # as an empty SOURCE argument: a source error
     assert "empty source URI; pass a file, a folder, csi://0" in said(result)
+
+
+def test_loop_applies_to_the_config_s_own_sources(batch_bundle: Path, tmp_path: Path) -> None:
+    cfg = tmp_path / "edge.toml"
+    cfg.write_text(f'max_frames = 4\n\n[[sources]]\nid = "a"\nuri = "{synth(1, 3)}"\n\n'
+                   f'[[sources]]\nid = "b"\nuri = "{synth(2, 3)}"\n')
+    out = tmp_path / "rows.jsonl"
+    result = invoke("--config", cfg, "--loop", "--bundle", batch_bundle, "--backend", "onnxruntime-cpu",
+                    "--threads", 1, "--jsonl", out, "-q")
+    assert result.exit_code == 0, result.output
+    # three frames a pass: the fourth of each stream is the first of its second pass
+    assert {sid: len(mine) for sid, mine in rows_by_stream(out).items()} == {"a": 4, "b": 4}
+
+
+def test_a_source_that_cannot_be_opened_is_reported_and_the_others_run_on(batch_bundle: Path, tmp_path: Path) -> None:
+    broken = tmp_path / "broken.avi"
+    broken.write_bytes(b"not a video at all" * 64)
+    cfg = tmp_path / "edge.toml"
+    cfg.write_text("[reconnect]\ninitial_s = 0\nmax_attempts = 2\n")
+    out = tmp_path / "rows.jsonl"
+    result = invoke("good=" + synth(1), f"bad={broken}", "--config", cfg, "--bundle", batch_bundle,
+                    "--backend", "onnxruntime-cpu", "--threads", 1, "--jsonl", out)
+    assert result.exit_code == 0, result.output
+    rows = rows_by_stream(out)
+    assert list(rows) == ["good"] and [r["frame"] for r in rows["good"]] == list(range(FRAMES))
+    text = said(result)
+    assert re.search(r"stream bad: frames 0 · 0\.0 FPS · latency - · dropped 0 · source errors \d+ · given_up", text), text
+    assert "stream bad: source given up after 2 failures in a row" in text, text
+    assert re.search(r"stream good: frames 5 ·", text), text
