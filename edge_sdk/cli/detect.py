@@ -235,9 +235,8 @@ def _detect_streams(cfg: Any, jsonl: Optional[str], quiet: bool, console: Any) -
             sink = JsonlSink(jsonl)
         cap = cfg.max_frames
         totals: Dict[str, List[float]] = {sid: [] for sid in ids}
-        finite = all(not s.loop for s in streams) and cap
         started = time.perf_counter()
-        with _progress(console, cap * len(ids) if finite else None, quiet or (jsonl == "-" and not console.is_terminal)) \
+        with _progress(console, cap * len(ids) if cap else None, quiet or (jsonl == "-" and not console.is_terminal)) \
                 as advance, pipeline:
             for result in pipeline.results():
                 mine = totals[result.stream]
