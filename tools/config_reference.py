@@ -46,7 +46,8 @@ def sections() -> List[Tuple[str, Any, str]]:
     """(TOML table, dataclass, where it lives) in the order of the reference."""
     from edge_sdk.daemon.config import DeviceConfig, TelemetryConfig
     from edge_sdk.roi.config import RoiConfig
-    from edge_sdk.runtime.config import CacheConfig, PipelineConfig, ReconnectConfig, SourceConfig, StreamConfig
+    from edge_sdk.runtime.config import (BatchingConfig, CacheConfig, PipelineConfig, ReconnectConfig, SourceConfig,
+                                         StreamConfig)
     from edge_sdk.telemetry.broker import BrokerConfig
     from edge_sdk.telemetry.health import HealthConfig, Rule
 
@@ -56,6 +57,7 @@ def sections() -> List[Tuple[str, Any, str]]:
         ("[[sources]]", StreamConfig, "edge_sdk/runtime/config.py"),
         ("[cache]", CacheConfig, "edge_sdk/runtime/config.py"),
         ("[reconnect]", ReconnectConfig, "edge_sdk/runtime/config.py"),
+        ("[batching]", BatchingConfig, "edge_sdk/runtime/config.py"),
         ("[roi]", RoiConfig, "edge_sdk/roi/config.py"),
         ("[device]", DeviceConfig, "edge_sdk/daemon/config.py"),
         ("[mqtt]", BrokerConfig, "edge_sdk/telemetry/broker.py"),

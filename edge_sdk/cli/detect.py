@@ -1,4 +1,7 @@
-"""`edge-sdk detect SOURCE`: run a bundle on a camera, stream, video, folder or synthetic scene.
+"""`edge-sdk detect SOURCE [SOURCE ...]`: run a bundle on cameras, streams, videos, folders or
+synthetic scenes. One source runs the Pipeline; several run one MultiStreamPipeline (one model,
+one dynamic batcher) whose JSONL rows carry each frame's stream and whose summary has a line per
+stream and the batcher's efficiency.
 
 Annotations here are not postponed: Typer on Python 3.8 must see the evaluated option
 metadata (tests/test_imports.py checks).
@@ -87,11 +90,11 @@ def _summary(pipeline: Any, wall_s: float, console: Any) -> None:
 
 @cli_errors
 def detect(
-    sources: Annotated[List[str], typer.Argument(metavar="SOURCE", help="csi://0, v4l2:///dev/video0, rtsp://…, a video file, a folder of images, or synthetic://faces?width=1920&height=1080; ID=URI names its stream (letters, digits, - and _), otherwise its position does (0, 1, ...). One source per process for now: several are refused.")],
+    sources: Annotated[Optional[List[str]], typer.Argument(metavar="SOURCE", show_default=False, help="csi://0, v4l2:///dev/video0, rtsp://…, a video file, a folder of images, or synthetic://faces?width=1920&height=1080; ID=URI names its stream (letters, digits, - and _), otherwise its position does (0, 1, ...). Several run through one model in batches (mode full). None: the --config file's [source] or [[sources]].")] = None,
     bundle: Annotated[Optional[Path], typer.Option("--bundle", help="Bundle folder from `edge-sdk build`. Default: the embedded CenterFace bundle, built once into the user cache.")] = None,
     precision: Annotated[Optional[str], typer.Option("--precision", help=f"Model variant: {', '.join(RUNTIME_PRECISIONS)}. auto: the bundle's gated choice where the backend runs it well (TensorRT), fp32 on ONNX Runtime's CPU provider. Default: auto.")] = None,
     backend: Annotated[Optional[str], typer.Option("--backend", help=f"{', '.join(BACKEND_NAMES)}. auto: TensorRT when installed, else ONNX Runtime.")] = None,
-    max_frames: Annotated[Optional[int], typer.Option("--max-frames", help="Stop after N frames (0: until the source ends).")] = None,
+    max_frames: Annotated[Optional[int], typer.Option("--max-frames", help="Stop after N frames (0: until the source ends); with several sources, N frames of each.")] = None,
     jsonl: Annotated[Optional[str], typer.Option("--jsonl", help="Write one JSON line per frame to this file ('-' for stdout).")] = None,
     save_video: Annotated[Optional[Path], typer.Option("--save-video", help="Write the frames with boxes drawn (.avi: MJPG, .mp4: mp4v).")] = None,
     threads: Annotated[Optional[int], typer.Option("--threads", help="Inference threads (ONNX Runtime intra-op; 0: its default).")] = None,
@@ -102,21 +105,26 @@ def detect(
     config: Annotated[Optional[Path], typer.Option("--config", help="TOML pipeline config; flags override it.")] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar and no summary.")] = False,
 ) -> None:
-    """Detect objects in every frame of SOURCE and report per-stage latencies."""
+    """Detect objects in every frame of each SOURCE and report per-stage latencies."""
     import time
 
     from rich.console import Console
 
     from edge_sdk.default_bundle import ensure_default_bundle
+    from edge_sdk.errors import ConfigError
     from edge_sdk.runtime.config import config_from_dict, load_config
     from edge_sdk.runtime.pipeline import Pipeline
     from edge_sdk.runtime.sinks import JsonlSink, Sink, VideoSink
     from edge_sdk.runtime.sources import parse_uri
 
+    sources = list(sources or [])
+    if not sources and config is None:
+        raise ConfigError("no SOURCE: give one or more (e.g. `edge-sdk detect csi://0`), or a --config file with "
+                          "[source] or [[sources]]")
     for _, uri in split_sources(sources):
         parse_uri(uri)  # a missing file or unknown scheme fails now, before any bundle is built
     console = Console(stderr=True)
-    overrides = source_overrides(sources, loop, fps)
+    overrides = source_overrides(sources, loop, fps) if sources else {}
     for key, value in (("precision", precision), ("backend", backend), ("max_frames", max_frames), ("threads", threads), ("mode", mode)):
         if value is not None:
             overrides[key] = value
@@ -125,9 +133,26 @@ def detect(
     if no_cache:
         overrides["cache"] = {"enabled": False}
     cfg = load_config(config, overrides) if config is not None else config_from_dict(overrides, origin="command line")
-    cfg = cfg.single_stream("command line")  # several sources: refused before a bundle is built
+    if not sources:  # the config's own: checked as SOURCE arguments are; --loop and --fps apply to each
+        for table in cfg.sources or [cfg.source]:
+            parse_uri(table.uri)
+            table.loop = table.loop or loop
+            if fps is not None:
+                table.fps = fps
+        cfg.validate("command line")
+    several = len(cfg.streams()) > 1
+    if several:  # what several sources cannot do is refused before a bundle is built
+        cfg.batched_streams("command line")
+        if save_video is not None:
+            raise ConfigError("--save-video writes one source's frames: with several sources, leave it out (or run "
+                              "`edge-sdk detect SOURCE --save-video FILE` for the one to watch)")
+    else:
+        cfg = cfg.single_stream("command line")
     if not cfg.bundle:
         cfg.bundle = str(ensure_default_bundle(cfg.precision, echo=None if quiet else console.print))
+    if several:
+        _detect_streams(cfg, jsonl, quiet, console)
+        return
 
     sinks: List[Sink] = []
     pipeline = Pipeline(cfg, on_event=None if quiet else lambda e: console.print(f"[yellow]{_describe_event(e)}[/yellow]"))
@@ -164,12 +189,126 @@ def detect(
                 console.print(f"wrote {sink.frames} frames to {target}")
 
 
+def _batch_policy(cfg: Any, model: Any, streams: int, console: Optional[Any]) -> Any:
+    """The BatchPolicy of `cfg` for `model`: a max_batch_size set in the config that the bundle
+    (or its model) cannot take is refused with the rebuild to run; left to its default (the
+    number of sources), it is capped at what the bundle takes, with a note."""
+    from edge_sdk.manifest_check import batch_limit, check_batch
+
+    if cfg.batching.max_batch_size is not None:
+        for owner in (model.bundle, model.backend):
+            check_batch(owner, cfg.batching.max_batch_size)
+        return cfg.batching.policy(streams, origin="command line")
+    limits = [limit for limit, _ in (batch_limit(model.bundle), batch_limit(model.backend)) if limit is not None]
+    limit = min(limits) if limits else None
+    policy = cfg.batching.policy(streams, limit, origin="command line")
+    if limit is not None and limit < streams and console is not None:
+        console.print(f"[yellow]bundle {model.bundle.root} takes at most {limit} frame(s) per call: the {streams} streams "
+                      f"share the model in batches of {limit}; rebuild it with `edge-sdk build --max-batch {streams}` "
+                      "to run them in one call[/yellow]")
+    return policy
+
+
+def _detect_streams(cfg: Any, jsonl: Optional[str], quiet: bool, console: Any) -> None:
+    """Several sources through one model: a MultiStreamPipeline, rows in order per stream,
+    `max_frames` frames of each stream (0: until every source ends)."""
+    import time
+
+    from edge_sdk.runtime.detectors.batched import make_batch_detector
+    from edge_sdk.runtime.model import load_model
+    from edge_sdk.runtime.sinks import JsonlSink
+    from edge_sdk.runtime.sources import open_source
+    from edge_sdk.runtime.streams import MultiStreamPipeline
+
+    streams = cfg.batched_streams("command line")
+    ids = [s.id for s in streams]
+    model = load_model(cfg.bundle, backend=cfg.backend, precision=cfg.precision, threads=cfg.threads, warm_runs=1)
+    sink = None
+    try:
+        policy = _batch_policy(cfg, model, len(streams), None if quiet else console)
+        thresholds = {"score_threshold": cfg.score_threshold, "nms_iou": cfg.nms_iou}
+        detector = make_batch_detector(model, policy.max_batch_size, thresholds)
+        pipeline = MultiStreamPipeline([(s.id, open_source(s.uri, loop=s.loop, **s.options)) for s in streams],
+                                       detector, policy, reconnect=cfg.reconnect, pool_size=cfg.pool_size,
+                                       frames_in_flight=cfg.batching.frames_in_flight, fps={s.id: s.fps for s in streams})
+        if jsonl is not None:
+            sink = JsonlSink(jsonl)
+        cap = cfg.max_frames
+        totals: Dict[str, List[float]] = {sid: [] for sid in ids}
+        started = time.perf_counter()
+        with _progress(console, cap * len(ids) if cap else None, quiet or (jsonl == "-" and not console.is_terminal)) \
+                as advance, pipeline:
+            for result in pipeline.results():
+                mine = totals[result.stream]
+                if cap and len(mine) >= cap:
+                    continue  # this stream has its frames; the others run on
+                mine.append(result.latency_ms["total"])
+                if sink is not None:
+                    sink.write(result)
+                advance()
+                if cap and _all_done(pipeline, totals, cap):
+                    break
+        wall = time.perf_counter() - started
+        if not quiet:
+            _streams_summary(pipeline, model, totals, wall, console)
+            if sink is not None and sink.path != "-":
+                console.print(f"wrote {sink.lines} lines to {sink.path}")
+    finally:
+        try:
+            if sink is not None:
+                sink.close()
+        finally:
+            model.close()
+
+
+def _all_done(pipeline: Any, totals: Dict[str, List[float]], cap: int) -> bool:
+    """Every stream has `cap` frames or has ended (or been given up)."""
+    if all(len(rows) >= cap for rows in totals.values()):
+        return True
+    gone = {e["stream"] for e in pipeline.events() if e["event"] in ("stream_ended", "source_given_up")}
+    return all(len(rows) >= cap or sid in gone for sid, rows in totals.items())
+
+
+def _streams_summary(pipeline: Any, model: Any, totals: Dict[str, List[float]], wall_s: float, console: Any) -> None:
+    """A line per stream (frames, fps, p50/p99 of its total latency, drops) and the batcher's line."""
+    import numpy as np
+
+    stats = pipeline.stats()
+    frames = sum(len(rows) for rows in totals.values())
+    per_s = (lambda n: n / wall_s if wall_s > 0 else 0.0)
+    described = model.backend.describe()
+    console.print(f"streams {len(totals)}  ·  frames {frames}  ·  {per_s(frames):.1f} FPS in all  ·  {wall_s:.1f} s  ·  "
+                  f"ran {described.get('precision')} on {described.get('backend')}")
+    for sid, rows in totals.items():
+        state = stats["streams"][sid]
+        if rows:
+            p50, p99 = np.percentile(rows, 50), np.percentile(rows, 99)
+            latency = f"latency p50 {p50:.2f} ms  p99 {p99:.2f} ms"
+        else:
+            latency = "latency -"
+        console.print(f"stream {sid}: frames {len(rows)}  ·  {per_s(len(rows)):.1f} FPS  ·  {latency}  ·  "
+                      f"dropped {state['frames_dropped']}  ·  source errors {state['source_errors']}  ·  {state['state']}")
+    batcher = stats["batcher"]
+    histogram = ", ".join(f"{size}: {count}" for size, count in batcher["histogram"].items())
+    delay = batcher["queue_delay_ms"]
+    queue = f"queue delay p50 {delay['p50']:.2f} ms  p99 {delay['p99']:.2f} ms" if delay else "queue delay -"
+    console.print(f"batch efficiency {batcher['efficiency']:.0%} over {batcher['batches']} batches of up to "
+                  f"{batcher['max_batch_size']} (sizes {{{histogram}}})  ·  {queue}")
+    for event in pipeline.events():
+        if event["event"] != "stream_ended":
+            console.print(f"[yellow]stream {event['stream']}: {_describe_event(event)}[/yellow]")
+
+
 def _describe_event(event: Dict[str, Any]) -> str:
     kind = event.get("event")
     if kind == "source_lost":
         return f"source lost ({event.get('error')}); reconnecting (failure {event.get('failures')})"
     if kind == "source_reconnected":
         return f"source back after {event.get('attempts')} failed attempt(s)"
+    if kind == "source_failed":
+        return f"source failed ({event.get('error')}); retrying (failure {event.get('failures')})"
+    if kind == "source_given_up":
+        return f"source given up after {event.get('failures')} failures in a row"
     if kind == "frame_size_changed":
         return f"frame size changed from {event.get('from')} to {event.get('to')}; the preprocessor replanned"
     return str(event)

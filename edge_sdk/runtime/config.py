@@ -34,6 +34,12 @@ sweep_tiles = 2
 initial_s = 0.5
 max_s = 8.0
 max_attempts = 30          # 0 = keep trying forever
+
+[batching]                 # several sources: their frames go through the model in batches
+max_batch_size = 4         # default: the number of sources (at most what the bundle takes)
+preferred_batch_sizes = [4]  # default: [max_batch_size]; a batch goes as soon as the largest can be formed
+max_queue_delay_ms = 5.0   # the longest a frame waits for a fuller batch
+frames_in_flight = 1       # frames of one stream in the batcher or the model at once (<= pool_size - 2)
 ```
 
 Validation happens once, at the edge (`load_config`, `config_from_dict`, or `Pipeline` calling
@@ -50,9 +56,11 @@ from edge_sdk.config_schema import check_fields, from_table, key
 from edge_sdk.cuda.frames import CHOICES as FRAME_MEMORY  # the one list; importing it loads no CUDA
 from edge_sdk.errors import ConfigError
 from edge_sdk.fsutil import read_toml
+from edge_sdk.manifest_check import MAX_BATCH
 from edge_sdk.precision import AUTO, RUNTIME_PRECISIONS
 from edge_sdk.roi.config import MODES, RoiConfig
 from edge_sdk.runtime.backends import BACKEND_NAMES
+from edge_sdk.runtime.batcher import BatchPolicy
 from edge_sdk.runtime.frame import DEFAULT_STREAM_ID
 
 MAX_SOURCES = 16  # [[sources]] tables in one config: beyond, one process per group of cameras
@@ -99,6 +107,28 @@ class ReconnectConfig:
 
 
 @dataclass
+class BatchingConfig:
+    """How the frames of several sources share the model (edge_sdk.runtime.batcher.BatchPolicy)."""
+
+    max_batch_size: Optional[int] = key(None, low=1, high=MAX_BATCH)  # frames per backend call; unset: the number of sources, at most what the bundle takes
+    preferred_batch_sizes: Optional[List[int]] = key(None, max_len=MAX_BATCH)  # sizes a batch goes out at without waiting, sorted; unset: [max_batch_size]
+    max_queue_delay_ms: float = key(5.0, low=0, high=10000)  # the longest a frame waits for a fuller batch
+    frames_in_flight: int = key(1, low=1, high=62)  # frames of one stream in the batcher or the model at once; at most pool_size - 2
+
+    def policy(self, streams: int, limit: Optional[int] = None, origin: str = "config") -> BatchPolicy:
+        """The BatchPolicy for `streams` sources: max_batch_size defaults to `streams`, capped at
+        `limit` (the largest batch the model takes) when it is not set; ConfigError naming the key."""
+        size = self.max_batch_size
+        if size is None:
+            size = max(1, min(streams, limit) if limit else streams)
+        preferred = self.preferred_batch_sizes if self.preferred_batch_sizes is not None else [size]
+        try:
+            return BatchPolicy(size, tuple(preferred), self.max_queue_delay_ms)
+        except ConfigError as exc:
+            raise ConfigError(f"{origin}: batching.{exc}") from None
+
+
+@dataclass
 class PipelineConfig:
     source: SourceConfig = field(default_factory=SourceConfig)
     bundle: Optional[str] = None
@@ -117,6 +147,7 @@ class PipelineConfig:
     reconnect: ReconnectConfig = field(default_factory=ReconnectConfig)
     roi: RoiConfig = field(default_factory=RoiConfig)
     sources: List[StreamConfig] = key(factory=list, max_len=MAX_SOURCES)  # [[sources]]: several cameras, each with its id (instead of [source])
+    batching: BatchingConfig = field(default_factory=BatchingConfig)
 
     @property
     def cache_enabled(self) -> bool:
@@ -139,6 +170,10 @@ class PipelineConfig:
             seen.add(stream.id)
             if stream.roi is not None:
                 stream.roi.validate(origin)
+        self.batching.policy(len(self.streams()), origin=origin)
+        if self.batching.frames_in_flight > self.pool_size - 2:
+            raise ConfigError(f"{origin}: batching.frames_in_flight must be at most pool_size - 2 = {self.pool_size - 2}, "
+                              f"got {self.batching.frames_in_flight}; raise pool_size for more")
         return self
 
     def streams(self) -> List[StreamConfig]:
@@ -166,12 +201,25 @@ class PipelineConfig:
         only = streams[0]
         return self.replace(source=only.source(), mode=only.mode or self.mode, roi=only.roi or self.roi)
 
+    def batched_streams(self, origin: str = "config") -> List[StreamConfig]:
+        """The sources of a run of several through one model, each in mode full (its own mode or
+        the top-level one); ConfigError naming the source whose mode is another."""
+        streams = self.streams()
+        for i, stream in enumerate(streams):
+            mode = stream.mode or self.mode
+            if mode != "full":
+                where = f"sources[{i}] ({stream.id!r}) runs mode" if stream.mode else "mode is"
+                raise ConfigError(f"{origin}: {where} {mode!r}, but several sources run mode \"full\" only for now: set "
+                                  f"mode = \"full\" (tiles and roi work with one source per process)")
+        return streams
+
     def replace(self, **changes: Any) -> "PipelineConfig":
         """A copy with top-level fields changed (`source=`, `cache=` take whole sub-configs)."""
         return dataclasses.replace(self, **changes)
 
 
-_SECTIONS = {"source": SourceConfig, "cache": CacheConfig, "reconnect": ReconnectConfig, "roi": RoiConfig}
+_SECTIONS = {"source": SourceConfig, "cache": CacheConfig, "reconnect": ReconnectConfig, "roi": RoiConfig,
+             "batching": BatchingConfig}
 
 
 def _check_sources_table(data: Mapping[str, Any], origin: str) -> None:

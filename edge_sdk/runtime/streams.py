@@ -69,9 +69,10 @@ class StreamResult(FrameResult):
 class _Stream:
     """One source and what the pipeline knows of it."""
 
-    def __init__(self, stream_id: str, source: Source) -> None:
+    def __init__(self, stream_id: str, source: Source, fps: float = 0.0) -> None:
         self.id = stream_id
         self.source = source
+        self.fps = fps  # paces a file, folder or synthetic source (Capture's `fps`); 0: unpaced
         self.stats = PipelineStats()
         self.state = "starting"  # running, retrying, ended, given_up, stopped
         self.failures = 0  # failures in a row
@@ -94,19 +95,20 @@ SourceSpec = Union[str, Source]
 
 class MultiStreamPipeline:
     """`sources`: (stream id, URI or Source) pairs, ids unique. `detector`: a StreamBatchDetector
-    (anything with ``detect_batch(frames)``). Python API; `start()` or use it as a context manager."""
+    (anything with ``detect_batch(frames)``). `fps`: {stream id: the rate to pace its file, folder or
+    synthetic source to}. Python API; `start()` or use it as a context manager."""
 
     def __init__(self, sources: Sequence[Tuple[str, SourceSpec]], detector: Any, policy: BatchPolicy,
                  reconnect: Optional[ReconnectConfig] = None, pool_size: int = 4, loop: bool = False,
-                 frames_in_flight: int = 1) -> None:
+                 frames_in_flight: int = 1, fps: Optional[Dict[str, float]] = None) -> None:
         ids = [str(sid) for sid, _ in sources]
         if not ids:
             raise ConfigError("no sources: give at least one (stream id, URI) pair")
         duplicates = sorted({sid for sid in ids if ids.count(sid) > 1})
         if duplicates:
             raise ConfigError(f"duplicate stream ids {duplicates}: give every source its own id")
-        self._streams = [_Stream(str(sid), src if isinstance(src, Source) else open_source(str(src), loop=loop))
-                         for sid, src in sources]
+        self._streams = [_Stream(str(sid), src if isinstance(src, Source) else open_source(str(src), loop=loop),
+                                 float((fps or {}).get(str(sid), 0.0))) for sid, src in sources]
         self.detector = detector
         self.batcher = DynamicBatcher(policy)
         self.reconnect = reconnect or ReconnectConfig()
@@ -186,7 +188,8 @@ class MultiStreamPipeline:
 
     def stats(self) -> Dict[str, Any]:
         """The batcher's statistics and, per stream, its state and counters."""
-        streams = {s.id: {"state": s.state, "frames_captured": s.stats.frames_captured, "failures": s.failures,
+        streams = {s.id: {"state": s.state, "frames_captured": s.stats.frames_captured,
+                          "frames_dropped": s.stats.frames_dropped, "failures": s.failures,
                           "source_errors": s.stats.source_errors, "reconnects": s.stats.reconnects} for s in self._streams}
         return {"batcher": self.batcher.stats(), "streams": streams}
 
@@ -244,7 +247,8 @@ class MultiStreamPipeline:
     def _run_capture(self, stream: _Stream) -> bool:
         """One life of the stream's ring: True when its source ended, False when it failed (or
         the pipeline stops)."""
-        capture = Capture(stream.source, pool_size=self.pool_size, stats=stream.stats, prepare=self._prepare)
+        capture = Capture(stream.source, pool_size=self.pool_size, fps=stream.fps, stats=stream.stats,
+                          prepare=self._prepare)
         try:
             capture.start()
         except SourceError as exc:

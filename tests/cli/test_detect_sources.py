@@ -1,6 +1,7 @@
 """`edge-sdk detect SOURCE [SOURCE ...]`: ids from `ID=URI` or the position, checked as the config
-checks `[[sources]]`; several sources are refused (exit 2) until one process runs them, before any
-bundle is built; one named source runs and every JSONL row carries its id. Real ONNX Runtime."""
+checks `[[sources]]`; bad ones are refused (exit 2) before any bundle is built; one named source
+runs and every JSONL row carries its id. Real ONNX Runtime. Several sources running together:
+test_detect_streams.py."""
 from __future__ import annotations
 
 import json
@@ -40,14 +41,12 @@ def test_one_plain_source_stays_the_one_source_and_anything_else_is_tables() -> 
 
 
 @pytest.mark.parametrize("args, message", [
-    ([SYNTH, SYNTH], "2 sources \\(0, 1\\), but this pipeline runs one: running several sources in one process "
-                     "is not available yet"),
-    (["door=" + SYNTH, "yard=" + SYNTH, SYNTH], "3 sources \\(door, yard, 2\\)"),
+    ([SYNTH, SYNTH, "--mode", "roi"], 'mode is \'roi\', but several sources run mode "full" only for now'),
     (["door=" + SYNTH, "door=" + SYNTH], "sources\\[1\\].id 'door' is the id of an earlier source"),
     (["x" * 65 + "=" + SYNTH], "sources\\[0\\].id must have at most 64 characters"),
     (["door="], "no URI after the id"),
 ])
-def test_bad_or_several_sources_exit_2_before_any_bundle_is_read(tmp_path: Path, args: list, message: str) -> None:
+def test_bad_sources_exit_2_before_any_bundle_is_read(tmp_path: Path, args: list, message: str) -> None:
     result = invoke(*args, "--bundle", tmp_path / "no-bundle-here")  # a bundle error would be exit 8
     assert result.exit_code == 2, result.output
     assert "Traceback" not in result.output
@@ -75,11 +74,12 @@ def test_sources_on_the_command_line_replace_the_config_files(bundle: Path,  # n
     assert [json.loads(line)["stream"] for line in out.read_text().splitlines()] == ["0", "0"]
 
 
-def test_several_sources_are_refused_before_the_default_bundle_is_built(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_several_sources_in_a_mode_they_cannot_run_are_refused_before_the_default_bundle_is_built(
+        monkeypatch: pytest.MonkeyPatch) -> None:
     from edge_sdk import default_bundle
 
     built: list = []
     monkeypatch.setattr(default_bundle, "ensure_default_bundle", lambda *a, **k: built.append(a) or "unused")
-    result = invoke(SYNTH, SYNTH)
-    assert result.exit_code == 2 and "not available yet" in result.output.replace("\n", " "), result.output
+    result = invoke(SYNTH, SYNTH, "--mode", "tiles")
+    assert result.exit_code == 2 and "full\" only for now" in result.output.replace("\n", " "), result.output
     assert built == []  # building the default bundle takes a minute: nothing was started

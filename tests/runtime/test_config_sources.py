@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from edge_sdk.errors import ConfigError
+from edge_sdk.runtime.batcher import BatchPolicy
 from edge_sdk.runtime.config import MAX_SOURCES, PipelineConfig, SourceConfig, StreamConfig, config_from_dict, load_config
 from edge_sdk.roi.config import RoiConfig
 
@@ -149,3 +150,40 @@ def test_the_one_stream_form_is_itself_valid_and_stays_the_same() -> None:
     assert one.validate() is one and one.single_stream() == one and one.stream_ids() == ["door"]
     with pytest.raises(ConfigError, match="both \\[source\\] and \\[\\[sources\\]\\]"):
         one.replace(source=SourceConfig(uri="csi://1")).validate()  # another source beside the table
+
+
+def _three(**batching: object) -> PipelineConfig:
+    tables = [{"id": sid, "uri": "synthetic://faces"} for sid in ("a", "b", "c")]
+    return config_from_dict({"sources": tables, "batching": batching})
+
+
+def test_batching_defaults_to_one_batch_of_every_source_at_once() -> None:
+    assert _three().batching.policy(3) == BatchPolicy(3, (3,), 5.0)
+    # the bundle takes fewer: a default max is capped there, a max the config sets is kept (the CLI refuses it)
+    assert _three().batching.policy(3, limit=1) == BatchPolicy(1, (1,), 5.0)
+    assert _three(max_batch_size=4).batching.policy(3, limit=1) == BatchPolicy(4, (4,), 5.0)
+    assert _three(max_batch_size=4, preferred_batch_sizes=[2, 4], max_queue_delay_ms=2).batching.policy(3) == \
+        BatchPolicy(4, (2, 4), 2.0)
+
+
+@pytest.mark.parametrize("batching, message", [
+    ({"max_batch_size": 0}, r"batching.max_batch_size must be an integer in \[1, 64\], got 0"),
+    ({"preferred_batch_sizes": [4]}, r"batching.preferred_batch_sizes: 4 is not an integer in \[1, max_batch_size = 3\]"),
+    ({"preferred_batch_sizes": [2, 2]}, r"batching.preferred_batch_sizes must be sorted and unique"),
+    ({"max_queue_delay_ms": -1}, r"batching.max_queue_delay_ms must be a number in \[0, 10000\], got -1"),
+    ({"frames_in_flight": 3}, r"batching.frames_in_flight must be at most pool_size - 2 = 2, got 3; raise pool_size"),
+    ({"max_batch_size": "4"}, r"batching.max_batch_size must be an integer"),
+])
+def test_bad_batching_is_a_config_error_naming_the_key(batching: dict, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        _three(**batching)
+
+
+def test_the_mode_of_several_sources_is_full_for_now() -> None:
+    tables = [{"id": "a", "uri": "synthetic://faces"}, {"id": "b", "uri": "synthetic://faces", "mode": "full"}]
+    assert [s.id for s in config_from_dict({"sources": tables}).batched_streams()] == ["a", "b"]
+    with pytest.raises(ConfigError, match=r"config: mode is 'roi', but several sources run mode \"full\" only for now"):
+        config_from_dict({"sources": tables, "mode": "roi"}).batched_streams()
+    tables[0]["mode"] = "tiles"
+    with pytest.raises(ConfigError, match=r"sources\[0\] \('a'\) runs mode 'tiles'.*tiles and roi work with one source"):
+        config_from_dict({"sources": tables}).batched_streams()
