@@ -100,6 +100,7 @@ class Daemon:
         self._looping = threading.Event()  # set once the frame loop runs (reporter started)
         self._done = threading.Event()
         self._last_result: Any = None
+        self._last_of: Dict[str, Any] = {}  # each stream's last FrameResult (a snapshot of that stream)
         self.pipeline: Any = None  # built by run(), around the model it loads there
         # the publisher's own alerts (a full disk, a refused login) until the first status is out
         self._alert_lock = threading.Lock()
@@ -179,6 +180,10 @@ class Daemon:
     def last_result(self) -> Any:
         """The frame loop's last FrameResult (what a snapshot writes), or None before the first."""
         return self._last_result
+
+    def last_result_of(self, stream: str) -> Any:
+        """Stream `stream`'s last FrameResult, or None before its first."""
+        return self._last_of.get(stream)
 
     def _streams_report(self) -> Optional[Dict[str, Any]]:
         """With several sources: the batcher's figures and each stream's state and counters."""
@@ -435,7 +440,7 @@ class Daemon:
         reporter, reloader, inbox, model, heartbeat = self.reporter, self.reloader, self._inbox, self.model, self.heartbeat
         for result in self.pipeline:
             reporter.observe(result)
-            self._last_result = result
+            self._last_result = self._last_of[result.stream] = result
             self.frames += 1
             heartbeat.beat(self.frames)  # WATCHDOG=1 and the health file, at most once per period
             if model.retiring:

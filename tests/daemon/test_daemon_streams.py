@@ -3,6 +3,7 @@ daemon on a real Mosquitto with two synthetic streams (and an unreadable third w
 must fail), every message checked against its schema."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any, Dict, List
 
@@ -13,7 +14,8 @@ from edge_sdk.daemon.config import DaemonConfig
 from edge_sdk.errors import ConfigError
 from edge_sdk.telemetry import schemas
 
-from test_daemon import Running, models  # noqa: F401 (models: a fixture)
+from polling import wait_until
+from test_daemon import Running, command, models, responses  # noqa: F401 (models: a fixture)
 
 pytest.importorskip("onnxruntime")
 pytest.importorskip("paho.mqtt.client")
@@ -120,3 +122,52 @@ def test_several_sources_in_tiles_or_roi_are_refused_at_start_naming_what_runs(c
     data.update(change)
     with pytest.raises(ConfigError, match="device.toml: " + ".*" + words):
         daemon_config_from_dict(data, "device.toml")
+
+
+def test_commands_per_stream_and_a_reload_that_keeps_both_streams_running(models: Path, tmp_path: Path,  # noqa: F811
+                                                                          broker, message_log) -> None:
+    log = message_log(broker.url, ["edge-sdk/cam-1/#"])
+    daemon = Daemon(two_streams(models, tmp_path, broker.url))
+    seen: List[Any] = []  # (stream, frame index) of every result the frame loop handled, in order
+    observe = daemon.reporter.observe
+
+    def record(result: Any) -> None:
+        seen.append((result.stream, result.index))
+        observe(result)
+
+    daemon.reporter.observe = record  # type: ignore[method-assign]
+    running = Running(daemon)
+    cmd_topic = schemas.topic("cam-1", "cmd")
+    sent = [
+        {"cmd": "snapshot", "args": {"name": "yard-shot", "stream": "yard"}},
+        {"cmd": "set", "args": {"stream": "door", "score_threshold": 0.9}},  # the model's: every stream's
+        {"cmd": "set", "args": {"score_threshold": 0.8}},
+        {"cmd": "reload", "args": {"bundle": "b"}},
+    ]
+
+    def frames_of(sid: str) -> int:
+        return sum(1 for s, _ in seen if s == sid)
+
+    try:
+        assert wait_until(lambda: frames_of("door") > 0 and frames_of("yard") > 0, 30)
+        for i, cmd in enumerate(sent):
+            command(log, cmd_topic, dict(cmd, schema="edge-sdk/cmd/1", id=f"c{i}"))
+        assert log.wait(lambda m: any(r.get("final") for r in responses(log)), timeout=30), responses(log)
+        after = {sid: frames_of(sid) for sid in ("door", "yard")}
+        assert wait_until(lambda: all(frames_of(sid) > after[sid] + 3 for sid in after), 30)
+    finally:
+        assert running.stop() == 0
+    all_valid(log)
+    r = {x["id"]: x for x in responses(log) if not x.get("final")}
+    final = next(x for x in responses(log) if x.get("final"))
+    assert r["c0"]["ok"] and r["c0"]["result"]["stream"] == "yard"
+    snapshot = json.loads(Path(r["c0"]["result"]["detections"]).read_text())
+    assert snapshot["stream"] == "yard" and Path(r["c0"]["result"]["image"]).stat().st_size > 0
+    assert not r["c1"]["ok"] and "every stream runs through (door, yard)" in r["c1"]["error"]
+    assert r["c2"]["ok"] and r["c2"]["result"] == {"applied": {"score_threshold": 0.8}, "streams": ["door", "yard"]}
+    assert final["ok"] and final["result"]["bundle_hash"] == daemon.model.describe()["bundle_hash"]
+    assert final["result"]["thresholds"]["score_threshold"] == 0.8  # kept across the reload
+    assert daemon.model.reloads == 1
+    for sid in ("door", "yard"):  # every frame of each stream went through a model, in order, none left out
+        indices = [i for s, i in seen if s == sid]
+        assert indices == list(range(len(indices))), sid
