@@ -168,6 +168,7 @@ def test_commands_per_stream_and_a_reload_that_keeps_both_streams_running(models
     assert final["ok"] and final["result"]["bundle_hash"] == daemon.model.describe()["bundle_hash"]
     assert final["result"]["thresholds"]["score_threshold"] == 0.8  # kept across the reload
     assert daemon.model.reloads == 1
+    assert daemon.pipeline.multi.detector is daemon.model.detector  # the new model is the one that runs
     for sid in ("door", "yard"):  # every frame of each stream went through a model, in order, none left out
         indices = [i for s, i in seen if s == sid]
         assert indices == list(range(len(indices))), sid
