@@ -96,7 +96,8 @@ GROUPS: Dict[str, Group] = {
     "streams": Group(("edge_sdk/runtime/streams.py",), ("tests/runtime/test_streams.py", "tests/runtime/test_streams_tiny.py")),
     "daemon-streams": Group(("edge_sdk/daemon/streams.py", "edge_sdk/daemon/service.py", "edge_sdk/daemon/handlers.py",
                              "edge_sdk/telemetry/reporter.py", "edge_sdk/telemetry/exposition.py", "edge_sdk/runtime/streams.py"),
-                            ("tests/daemon/test_daemon_streams.py", "tests/daemon/test_stream_metrics.py")),
+                            ("tests/daemon/test_daemon_streams.py", "tests/daemon/test_stream_metrics.py",
+                             "tests/telemetry/test_reporter.py")),
 }
 
 # The generated-operator sweep (`--sweep`): one row per module, its files and the tests that pin
@@ -416,6 +417,10 @@ MUTANTS: List[Mutant] = [
       "                formed = clock()\n", "a reload's model never runs: the batch thread keeps the old detector"),
     M("DS7", "daemon-streams", REP, '            message["streams"] = self._streams_block(report["streams"], now)\n', "",
       "telemetry without the per-stream block"),
+    M("DS8", "daemon-streams", DSTR, 'if event["event"] == "source_failed" and event.get("failures") == 1:',
+      'if event["event"] == "source_failed":', "every failed retry counts as one more camera loss"),
+    M("DS9", "daemon-streams", REP, "                self._camera_back(sid, camera)\n            camera[\"lost\"] += 1\n",
+      "            camera[\"lost\"] += 1\n", "a camera lost and back within one interval is never reported back"),
     # --- the dynamic batcher and one backend call per batch of frames ----------------------------
     M("DB1", "batcher", BAT, "if self._queued >= policy.target:", "if self._queued >= policy.max_batch_size:",
       "the largest preferred size no longer goes at once: it waits for the max"),

@@ -189,20 +189,31 @@ class Reporter:
         return out
 
     def _camera(self, sid: str, state: Dict[str, Any]) -> Dict[str, Any]:
+        """The camera block of stream `sid` from its pipeline state and its `losses` so far: each
+        loss raises `camera_lost` for the stream, a return to "running" clears it; a camera lost
+        and back within one interval is counted and alerted both ways."""
         camera = self._cameras.setdefault(sid, {"state": "ok", "lost": 0, "back": 0})
-        lost = state.get("state") in LOST_STATES
-        if lost and camera["state"] == "ok":
-            camera["state"] = "lost"
+        now = state.get("state")
+        losses = int(state.get("losses", 0))
+        if now in LOST_STATES and losses <= camera["lost"] and camera["state"] == "ok":
+            losses = camera["lost"] + 1  # lost without a failure counted yet
+        while camera["lost"] < losses:
+            if camera["state"] == "lost":  # it came back between two reports, then was lost again
+                self._camera_back(sid, camera)
             camera["lost"] += 1
+            camera["state"] = "lost"
             self._pending_alerts.extend(self.health.set(
-                "camera_lost", True, f"stream {sid}: camera lost ({state.get('state')}, {state.get('failures', 0)} "
-                f"failures in a row); the other streams run on", "warning", stream=sid))
-        elif not lost and camera["state"] == "lost" and state.get("state") == "running":
-            camera["state"] = "ok"
-            camera["back"] += 1
-            self._pending_alerts.extend(self.health.set("camera_lost", False, f"stream {sid}: camera back",
-                                                        "warning", stream=sid))
+                "camera_lost", True, f"stream {sid}: camera lost ({now}, {state.get('failures', 0)} failures in a "
+                "row); the other streams run on", "warning", stream=sid))
+        if camera["state"] == "lost" and now == "running":
+            self._camera_back(sid, camera)
         return dict(camera)
+
+    def _camera_back(self, sid: str, camera: Dict[str, Any]) -> None:
+        camera["state"] = "ok"
+        camera["back"] += 1
+        self._pending_alerts.extend(self.health.set("camera_lost", False, f"stream {sid}: camera back", "warning",
+                                                    stream=sid))
 
     def report(self) -> Dict[str, Any]:
         """Build and publish one telemetry message (and any alert transitions); returns it."""
