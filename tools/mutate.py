@@ -421,6 +421,8 @@ MUTANTS: List[Mutant] = [
       'if event["event"] == "source_failed":', "every failed retry counts as one more camera loss"),
     M("DS9", "daemon-streams", REP, "                self._camera_back(sid, camera)\n            camera[\"lost\"] += 1\n",
       "            camera[\"lost\"] += 1\n", "a camera lost and back within one interval is never reported back"),
+    M("DS10", "streams", STR, "frame=slot.buffer.copy() if self.keep_frames else None",
+      "frame=slot.buffer if self.keep_frames else None", "kept frames are the ring's slots, overwritten by later frames"),
     # --- the dynamic batcher and one backend call per batch of frames ----------------------------
     M("DB1", "batcher", BAT, "if self._queued >= policy.target:", "if self._queued >= policy.max_batch_size:",
       "the largest preferred size no longer goes at once: it waits for the max"),
