@@ -6,6 +6,7 @@
         for result in pipeline.results():       # StreamResult: result.stream, its index, detections
             ...
         pipeline.stats()                        # the batcher's window, each stream's state and counts
+        pipeline.swap_detector(new_detector)    # from the next batch on, for every stream (hot reload)
 
 Each source has its own :class:`~edge_sdk.runtime.capture.Capture` (its ring of frame slots) and a
 feeder thread that puts each captured frame into the :class:`~edge_sdk.runtime.batcher.DynamicBatcher`
