@@ -96,6 +96,10 @@ GROUPS: Dict[str, Group] = {
     "batcher": Group(("edge_sdk/runtime/batcher.py",), ("tests/runtime/test_batcher.py",)),
     "batched-detector": Group(("edge_sdk/runtime/detectors/batched.py",), ("tests/runtime/test_batched_detector.py",)),
     "streams": Group(("edge_sdk/runtime/streams.py",), ("tests/runtime/test_streams.py", "tests/runtime/test_streams_tiny.py")),
+    "daemon-streams": Group(("edge_sdk/daemon/streams.py", "edge_sdk/daemon/service.py", "edge_sdk/daemon/handlers.py",
+                             "edge_sdk/telemetry/reporter.py", "edge_sdk/telemetry/exposition.py", "edge_sdk/runtime/streams.py"),
+                            ("tests/daemon/test_daemon_streams.py", "tests/daemon/test_stream_metrics.py",
+                             "tests/telemetry/test_reporter.py")),
 }
 
 # The generated-operator sweep (`--sweep`): one row per module, its files and the tests that pin
@@ -222,6 +226,8 @@ SNAP = "edge_sdk/daemon/snapshots.py"
 BATCH, PIPE, MCHECK = "edge_sdk/builder/batch.py", "edge_sdk/builder/pipeline.py", "edge_sdk/manifest_check.py"
 RCFG, HND, DET = "edge_sdk/runtime/config.py", "edge_sdk/daemon/handlers.py", "edge_sdk/cli/detect.py"
 BAT, BATD, STR = "edge_sdk/runtime/batcher.py", "edge_sdk/runtime/detectors/batched.py", "edge_sdk/runtime/streams.py"
+DSTR, SVC, REP = "edge_sdk/daemon/streams.py", "edge_sdk/daemon/service.py", "edge_sdk/telemetry/reporter.py"
+EXPO = "edge_sdk/telemetry/exposition.py"
 
 MUTANTS: List[Mutant] = [
     # --- preprocess -----------------------------------------------------------------------------
@@ -393,7 +399,7 @@ MUTANTS: List[Mutant] = [
       "one source beyond the documented limit is taken"),
     M("SR5", "sources", HND, "device_wide = sorted(set(args) & DEVICE_SETTINGS)", "device_wide = []",
       "a stream's set changes the device's telemetry settings"),
-    M("SR6", "sources", HND, "        self.streams(args)\n        result = d.last_result", "        result = d.last_result",
+    M("SR6", "sources", HND, "        self.streams(args)\n        device = d.config.device", "        device = d.config.device",
       "snapshot does not check its stream"),
     M("SR7", "sources", DET, "            out.append((str(position), value))", "            out.append((\"0\", value))",
       "plain sources all get id 0"),
@@ -416,6 +422,26 @@ MUTANTS: List[Mutant] = [
       "--loop is lost when the sources come from the config"),
     M("DS8", "detect-streams", DET, "        if event[\"event\"] != \"stream_ended\":", "        if event[\"event\"] == \"source_failed\":",
       "a source given up is not said in the summary"),
+    # --- several sources in the daemon: one batched model, per-stream telemetry and commands ------
+    M("DD1", "daemon-streams", DSTR, "return config.batching.policy(len(config.streams()))", "return config.batching.policy(len(config.streams()) + 1)",
+      "batches sized for one stream more than the daemon runs"),
+    M("DD2", "daemon-streams", REP, 'if now in LOST_STATES and losses', 'if now == "given_up" and losses',
+      "a camera being retried is not reported lost"),
+    M("DD3", "daemon-streams", HND, "if shared and len(known) > 1:", "if shared and len(known) > 2:",
+      "a per-stream threshold silently changes every stream's"),
+    M("DD4", "daemon-streams", SVC, "self._last_result = self._last_of[result.stream] = result",
+      "self._last_result = result", "a stream's snapshot finds only the last frame of any stream"),
+    M("DD5", "daemon-streams", EXPO, '1.0 if cam["state"] == "ok" else 0.0', "1.0", "a lost camera exported as up"),
+    M("DD6", "daemon-streams", STR, "                formed = clock()\n                self._take_pending()\n",
+      "                formed = clock()\n", "a reload's model never runs: the batch thread keeps the old detector"),
+    M("DD7", "daemon-streams", REP, '            message["streams"] = self._streams_block(report["streams"], now)\n', "",
+      "telemetry without the per-stream block"),
+    M("DD8", "daemon-streams", DSTR, 'if event["event"] == "source_failed" and event.get("failures") == 1:',
+      'if event["event"] == "source_failed":', "every failed retry counts as one more camera loss"),
+    M("DD9", "daemon-streams", REP, "                self._camera_back(sid, camera)\n            camera[\"lost\"] += 1\n",
+      "            camera[\"lost\"] += 1\n", "a camera lost and back within one interval is never reported back"),
+    M("DD10", "streams", STR, "frame=slot.buffer.copy() if self.keep_frames else None",
+      "frame=slot.buffer if self.keep_frames else None", "kept frames are the ring's slots, overwritten by later frames"),
     # --- the dynamic batcher and one backend call per batch of frames ----------------------------
     M("DB1", "batcher", BAT, "if self._queued >= policy.target:", "if self._queued >= policy.max_batch_size:",
       "the largest preferred size no longer goes at once: it waits for the max"),

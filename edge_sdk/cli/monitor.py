@@ -43,6 +43,11 @@ def render_table(fleet: Any) -> Any:
             _fmt(row["dropped"]), _fmt(row["temperature_c"]), _fmt(row["power_w"]),
             ("[red]" + ", ".join(row["alerts"]) + "[/red]") if row["alerts"] else "-", _fmt(row["bundle"]),
         )
+        for s in row["streams"]:  # a device with several sources: a row per stream under it
+            camera = s["camera"] or "-"
+            style = {"ok": "green", "lost": "red"}.get(camera, "yellow")
+            table.add_row(f"  └ {s['stream']}", f"[{style}]{camera}[/{style}]", _fmt(s["fps"]), _fmt(s["p50"]),
+                          _fmt(s["p99"]), _fmt(s["dropped"]), "", "", "", "")
     return table
 
 

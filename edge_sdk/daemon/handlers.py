@@ -7,7 +7,10 @@ the model) to refuse it.
 `set` (mode, thresholds) and `snapshot` take an optional `stream`, a stream id of the config
 (`[[sources]]` ids, "0" for the one `[source]`): without it they apply to every stream; an id the
 device does not run is refused (UnknownStream, naming the ones it runs). The telemetry settings
-of `set` are the device's, not a stream's: with `stream` they are refused.
+of `set` are the device's, not a stream's: with `stream` they are refused. With several
+streams, one batched model serves them all and its thresholds are theirs: a `set` of thresholds
+with `stream` is refused (send it without `stream`: it applies to every stream). `snapshot`
+with `stream` writes that stream's last frame.
 """
 from __future__ import annotations
 
@@ -44,6 +47,8 @@ class RunningDaemon(Protocol):
 
     @property
     def last_result(self) -> Any: ...  # the frame loop's last FrameResult, or None
+
+    def last_result_of(self, stream: str) -> Any: ...  # that stream's last FrameResult, or None
 
     def status(self) -> Dict[str, Any]: ...
 
@@ -84,6 +89,12 @@ class CommandHandlers:
                                       f"{args['stream']!r}: send them in a set without `stream`")
             if not set(args) - {"stream"}:
                 raise CommandRejected("set with only `stream` changes nothing: add mode, score_threshold or nms_iou")
+            shared = sorted(set(args) & set(THRESHOLDS))
+            known = d.config.pipeline.stream_ids()
+            if shared and len(known) > 1:
+                raise CommandRejected(f"{', '.join(shared)} belong to the one model every stream runs through "
+                                      f"({', '.join(known)}), not to stream {args['stream']!r}: send the set "
+                                      "without `stream` to change them for every stream")
         applied: Dict[str, Any] = {}
         thresholds = {key: args[key] for key in THRESHOLDS if key in args}
         if "mode" in args and args["mode"] != d.model.mode:
@@ -108,14 +119,14 @@ class CommandHandlers:
     def snapshot(self, args: Dict[str, Any]) -> Dict[str, Any]:
         d = self.daemon
         self.streams(args)
-        result = d.last_result
         device = d.config.device
         if device.snapshot_dir is None:
             raise CommandRejected("snapshots need device.snapshot_dir in the config")
+        result = d.last_result_of(args["stream"]) if "stream" in args else d.last_result
+        if "stream" in args and (result is None or result.frame is None):
+            raise CommandRejected(f"no frame of stream {args['stream']!r} processed yet")
         if result is None or result.frame is None:
             raise CommandRejected("no frame processed yet")
-        if "stream" in args and result.stream != args["stream"]:
-            raise CommandRejected(f"no frame of stream {args['stream']!r} processed yet")
         name = args.get("name") or f"{device.id}-{int(time.time() * 1000)}-{result.index}"
         written = write_snapshot(device.snapshot_dir, name, result.frame,
                                  dict(result.to_json(), bundle_hash=d.model.describe()["bundle_hash"]),

@@ -36,6 +36,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 from edge_sdk.errors import ConfigError
 from edge_sdk.runtime.config import PipelineConfig
 from edge_sdk.runtime.detectors.base import THRESHOLDS, Detector
+from edge_sdk.runtime.detectors.batched import make_batch_detector
 from edge_sdk.runtime.detectors.factory import make_detector
 from edge_sdk.runtime.model import Model, load_model
 
@@ -53,6 +54,8 @@ class RunningModel:
         self.threads = config.threads
         self.roi = config.roi
         self.mode = config.mode
+        # several streams: one batched detector (mode full) of batches up to this size; None: one stream
+        self.max_batch_size: Optional[int] = None
         # the thresholds set explicitly (config or command): kept across mode switches and reloads
         self.overrides: Dict[str, float] = {key: float(getattr(config, key)) for key in THRESHOLDS
                                             if getattr(config, key) is not None}
@@ -77,13 +80,23 @@ class RunningModel:
         from the config). BundleError, ConfigError or BackendError leave nothing loaded."""
         model = self._load(bundle)
         try:
-            detector = make_detector(self.mode, model, self.roi, self.overrides)
+            detector = self._build(self.mode, model, self.overrides)
         except BaseException:
             model.close()
             raise
         with self._lock:
             self.model, self.detector = model, detector
         return model, detector
+
+    def _build(self, mode: str, model: Model, thresholds: Dict[str, float]) -> Detector:
+        """The detector of `model` in `mode`: with several streams, the batched one (mode full
+        only: ConfigError naming what runs otherwise)."""
+        if self.max_batch_size is None:
+            return make_detector(mode, model, self.roi, thresholds)
+        if mode != "full":
+            raise ConfigError(f"mode {mode!r} does not run on several sources yet: only \"full\" does; "
+                              "run one daemon per source for tiles or roi")
+        return make_batch_detector(model, self.max_batch_size, thresholds)
 
     def attach(self, pipeline: Any) -> None:
         """The pipeline that runs `detector` (built with `Pipeline(config, model=..., detector=...)`)."""
@@ -106,7 +119,7 @@ class RunningModel:
         fit the mode, or the pipeline cannot make its buffers), `new` is closed, the old model and
         detector keep running, and the error is raised, whatever its type."""
         try:
-            detector = make_detector(self.mode, new, self.roi, self.overrides)
+            detector = self._build(self.mode, new, self.overrides)
             done = self._install(detector)
         except BaseException:
             self.reload_failures += 1
@@ -141,7 +154,7 @@ class RunningModel:
                 raise ConfigError(f"unknown threshold {key!r}; known: {', '.join(THRESHOLDS)}")
         wanted = dict(self.overrides)
         wanted.update(thresholds)
-        detector = make_detector(mode, self.model, self.roi, wanted)  # checks the mode and every value
+        detector = self._build(mode, self.model, wanted)  # checks the mode and every value
         in_force = detector.thresholds
         self._install(detector)
         self.mode = mode

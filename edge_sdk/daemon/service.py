@@ -42,6 +42,7 @@ from edge_sdk.daemon.drift import DriftMonitor
 from edge_sdk.daemon.handlers import CommandHandlers
 from edge_sdk.daemon.model import RunningModel
 from edge_sdk.daemon.reload import HotReloader
+from edge_sdk.daemon.streams import StreamsPipeline, batch_policy, check_streams
 from edge_sdk.errors import ConfigError, EdgeSdkError
 from edge_sdk.runtime.config import PipelineConfig
 from edge_sdk.runtime.model import Model
@@ -99,6 +100,7 @@ class Daemon:
         self._looping = threading.Event()  # set once the frame loop runs (reporter started)
         self._done = threading.Event()
         self._last_result: Any = None
+        self._last_of: Dict[str, Any] = {}  # each stream's last FrameResult (a snapshot of that stream)
         self.pipeline: Any = None  # built by run(), around the model it loads there
         # the publisher's own alerts (a full disk, a refused login) until the first status is out
         self._alert_lock = threading.Lock()
@@ -116,6 +118,7 @@ class Daemon:
             self.handlers.table(),
             secret=config.secret(), max_skew_s=config.device.max_skew_s, device_id=config.device.id, replay_path=replay)
         self.model = RunningModel(config.pipeline)
+        self.several = len(config.pipeline.streams()) > 1  # several [[sources]]: one batched model for all
         self.reloader = HotReloader(Path(config.device.models_dir) if config.device.models_dir else None,
                                     self.model.load, on_result=self._reload_result)
         system = None
@@ -128,7 +131,8 @@ class Daemon:
         self.reporter = Reporter(
             self.publisher, HealthMonitor(config.health.rules()), self._pipeline_stats,
             interval_s=t.interval_s, window_s=t.window_s, target_fps=t.target_fps, model=self.model.describe,
-            system=system, detections=t.detections, commands=self._command_counters, drift=drift)
+            system=system, detections=t.detections, commands=self._command_counters, drift=drift,
+            streams=self._streams_report if self.several else None)
         # systemd's READY/WATCHDOG/STOPPING (Type=notify units) and the health file, fed by the frame
         # loop (imported here: `python -m edge_sdk.daemon.health` must not find itself imported already)
         from edge_sdk.daemon.health import Heartbeat, health_path_from_environ
@@ -176,6 +180,15 @@ class Daemon:
     def last_result(self) -> Any:
         """The frame loop's last FrameResult (what a snapshot writes), or None before the first."""
         return self._last_result
+
+    def last_result_of(self, stream: str) -> Any:
+        """Stream `stream`'s last FrameResult, or None before its first."""
+        return self._last_of.get(stream)
+
+    def _streams_report(self) -> Optional[Dict[str, Any]]:
+        """With several sources: the batcher's figures and each stream's state and counters."""
+        report = getattr(self.pipeline, "report", None)
+        return report() if report is not None else None
 
     def _pipeline_stats(self) -> PipelineStats:
         return self.pipeline.stats if self.pipeline is not None else PipelineStats()
@@ -372,17 +385,20 @@ class Daemon:
         try:
             if not cfg.pipeline.bundle:
                 raise ConfigError("no bundle: set `bundle` in the config (or --bundle DIR); build one with `edge-sdk build`")
+            if self.several:
+                check_streams(cfg.pipeline)
+                self.model.max_batch_size = batch_policy(cfg.pipeline).max_batch_size
             model, detector = self.model.open(cfg.pipeline.bundle)
-            self.pipeline = self.pipeline_factory(cfg.pipeline, model=model, detector=detector)
+            self.pipeline = self._make_pipeline(model, detector)
             self.model.attach(self.pipeline)
             self.pipeline.open()
             self._publisher_alerts_ready()
             self.publisher.set_status(self.status())
             self.reporter.start()
             self._looping.set()
-            log.info("running %s on %s as %s", self.model.describe()["bundle_hash"], cfg.pipeline.source.uri,
-                     cfg.device.id)
-            self.heartbeat.ready(f"running {self.model.describe()['bundle_hash']} on {cfg.pipeline.source.uri}")
+            sources = ", ".join(f"{s.id}={s.uri}" for s in cfg.pipeline.streams()) if self.several else cfg.pipeline.source.uri
+            log.info("running %s on %s as %s", self.model.describe()["bundle_hash"], sources, cfg.device.id)
+            self.heartbeat.ready(f"running {self.model.describe()['bundle_hash']} on {sources}")
             reason = self._loop()
         except EdgeSdkError as exc:
             code, reason = exc.exit_code, self._stopped_by(exc, unexpected=False)
@@ -394,6 +410,15 @@ class Daemon:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
         return code
+
+    def _make_pipeline(self, model: Model, detector: Any) -> Any:
+        """One source: the injected factory's pipeline (the real Pipeline by default). Several:
+        a StreamsPipeline with the batcher's settings; frames are kept when snapshots can be taken."""
+        cfg = self.config
+        if not self.several:
+            return self.pipeline_factory(cfg.pipeline, model=model, detector=detector)
+        return StreamsPipeline(cfg.pipeline, detector, batch_policy(cfg.pipeline),
+                               keep_frames=cfg.device.snapshot_dir is not None)
 
     def _stopped_by(self, exc: BaseException, unexpected: bool) -> str:
         """Log the error that ended the run and, once reporting runs, raise the
@@ -415,7 +440,7 @@ class Daemon:
         reporter, reloader, inbox, model, heartbeat = self.reporter, self.reloader, self._inbox, self.model, self.heartbeat
         for result in self.pipeline:
             reporter.observe(result)
-            self._last_result = result
+            self._last_result = self._last_of[result.stream] = result
             self.frames += 1
             heartbeat.beat(self.frames)  # WATCHDOG=1 and the health file, at most once per period
             if model.retiring:

@@ -6,6 +6,7 @@
         for result in pipeline.results():       # StreamResult: result.stream, its index, detections
             ...
         pipeline.stats()                        # the batcher's window, each stream's state and counts
+        pipeline.swap_detector(new_detector)    # from the next batch on, for every stream (hot reload)
 
 Each source has its own :class:`~edge_sdk.runtime.capture.Capture` (its ring of frame slots) and a
 feeder thread that puts each captured frame into the :class:`~edge_sdk.runtime.batcher.DynamicBatcher`
@@ -57,10 +58,13 @@ _END = object()
 @dataclass
 class StreamResult(FrameResult):
     """A FrameResult of one stream: `stream` is its id. `latency_ms` adds `queue` (the time the
-    frame waited in the batcher); `frame` and `captured` are not kept (the slot goes back to its
-    ring once the batch is decoded)."""
+    frame waited in the batcher); `frame_age_ms`: from capture to the moment its batch left the
+    batcher (how stale the frames the model sees are). `frame` is a copy of the pixels with
+    `keep_frames`, else not kept, and `captured` is not kept (the slot goes back to its ring once
+    the batch is decoded)."""
 
     stream: str = DEFAULT_STREAM_ID
+    frame_age_ms: float = 0.0
 
     def to_json(self) -> Dict[str, Any]:
         return dict({"stream": self.stream}, **super().to_json())
@@ -100,7 +104,7 @@ class MultiStreamPipeline:
 
     def __init__(self, sources: Sequence[Tuple[str, SourceSpec]], detector: Any, policy: BatchPolicy,
                  reconnect: Optional[ReconnectConfig] = None, pool_size: int = 4, loop: bool = False,
-                 frames_in_flight: int = 1, fps: Optional[Dict[str, float]] = None) -> None:
+                 frames_in_flight: int = 1, fps: Optional[Dict[str, float]] = None, keep_frames: bool = False) -> None:
         ids = [str(sid) for sid, _ in sources]
         if not ids:
             raise ConfigError("no sources: give at least one (stream id, URI) pair")
@@ -118,6 +122,8 @@ class MultiStreamPipeline:
             raise ConfigError(f"frames_in_flight must be an integer from 1 to pool_size - 2 = {self.pool_size - 2}, "
                               f"got {frames_in_flight!r}; raise pool_size for more")
         self.frames_in_flight = frames_in_flight
+        self.keep_frames = bool(keep_frames)  # each result carries a copy of its frame (snapshots)
+        self._pending: Optional[Tuple[Any, threading.Event]] = None  # swap_detector's, until the next batch
         most = len(self._streams) * frames_in_flight
         if policy.target > most:
             logger.warning("a batch of %d never forms with %d streams of %d frame(s) in flight: every batch waits the "
@@ -180,6 +186,27 @@ class MultiStreamPipeline:
 
     def __exit__(self, *exc: Any) -> None:
         self.stop()
+
+    def swap_detector(self, detector: Any) -> threading.Event:
+        """Run `detector` from the next batch on, for every stream: the batch in the model
+        finishes with the old one, and frames queued in the batcher go to the new one (none is
+        dropped). The Event is set once the batch thread took it; the old detector is the
+        caller's to close after that."""
+        done = threading.Event()
+        with self._lock:
+            self._pending = (detector, done)
+        return done
+
+    def _take_pending(self) -> None:
+        with self._lock:
+            pending, self._pending = self._pending, None
+        if pending is not None:
+            self.detector = pending[0]
+            pending[1].set()
+
+    def stream_stats(self) -> Dict[str, PipelineStats]:
+        """Each stream's counters (captured, dropped, source errors, reconnects), by its id."""
+        return {s.id: s.stats for s in self._streams}
 
     def events(self) -> List[Dict[str, Any]]:
         """What happened to the sources: source_failed, source_given_up, stream_ended (with the stream id)."""
@@ -309,15 +336,19 @@ class MultiStreamPipeline:
                 batch = self.batcher.next_batch()
                 if batch is None:
                     return
+                formed = clock()
+                self._take_pending()
                 held = [(streams[r.stream_id], r.item[0], r.item[1]) for r in batch]
                 try:
                     found = self.detector.detect_batch([slot.view for _, _, slot in held])
                     for (stream, _, slot), result, waited in zip(held, found, batch.queue_delays_ms()):
                         latency = dict(result.latency, queue=waited, total=(clock() - slot.t_capture) * 1000.0)
                         info = dict(result.info, events=list(slot.events)) if slot.events else result.info
-                        self._results.put(StreamResult(index=slot.index, timestamp=slot.timestamp,
-                                                       detections=result.detections, latency_ms=latency, info=info,
-                                                       ground_truth=slot.ground_truth, stream=stream.id))
+                        self._results.put(StreamResult(
+                            index=slot.index, timestamp=slot.timestamp, detections=result.detections,
+                            latency_ms=latency, info=info, ground_truth=slot.ground_truth, stream=stream.id,
+                            frame=slot.buffer.copy() if self.keep_frames else None,
+                            frame_age_ms=(formed - slot.t_capture) * 1000.0))
                 finally:
                     for stream, capture, slot in held:
                         stream.release(capture, slot)

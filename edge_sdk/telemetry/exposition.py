@@ -24,6 +24,19 @@ The names, by device (`device` label on each):
     edge_sdk_cpu_usage_ratio, edge_sdk_gpu_usage_ratio, edge_sdk_memory_usage_ratio
     edge_sdk_load1, edge_sdk_memory_used_bytes, edge_sdk_process_resident_memory_bytes
     edge_sdk_temperature_celsius{sensor}, edge_sdk_power_watts{rail}, edge_sdk_jetson_clocks_enabled
+
+With several sources (the telemetry's `streams` and the batcher's `batch` blocks), per stream
+(`stream` label beside `device`) and for the batcher:
+
+    edge_sdk_stream_frames_per_second{stream}
+    edge_sdk_stream_latency_seconds{stream,stage,quantile}   summary, as edge_sdk_latency_seconds
+    edge_sdk_stream_frame_age_seconds{stream,quantile}       summary: capture to the frame's batch
+    edge_sdk_stream_frames_total{stream,kind}                captured, processed, dropped, cached
+    edge_sdk_stream_camera_up{stream}                        1 while the camera delivers, 0 while lost
+    edge_sdk_stream_camera_lost_total{stream}                losses since start
+    edge_sdk_batch_efficiency_ratio                          filled slots / slots over the window
+    edge_sdk_batch_queue_delay_seconds{quantile}             summary: 0.5, 0.99
+    edge_sdk_batches_in_window{size}                         the batch-size histogram of the window
 """
 from __future__ import annotations
 
@@ -68,15 +81,13 @@ def device_families(devices: Iterable[Device]) -> Iterator[Any]:
     power = GaugeMetricFamily("edge_sdk_power_watts", "power per rail", labels=["device", "rail"])
     clocks = GaugeMetricFamily("edge_sdk_jetson_clocks_enabled", "1 while jetson_clocks pins the clocks",
                                labels=["device"])
+    devices = list(devices)
     for device, state, t, open_alerts in devices:
         up.add_metric([device], 1.0 if state == "online" else 0.0)
         if _number(t.get("fps")):
             fps.add_metric([device], float(t["fps"]))
         for stage, p in (t.get("latency_ms") or {}).items():
-            for key, quantile in QUANTILES:
-                if _number(p.get(key)):
-                    latency.add_sample("edge_sdk_latency_seconds", {"device": device, "stage": stage,
-                                                                    "quantile": quantile}, p[key] / 1000.0)
+            _summary(latency, "edge_sdk_latency_seconds", {"device": device, "stage": stage}, p)
         for kind, value in (t.get("frames") or {}).items():
             if _number(value):
                 frames.add_metric([device, kind], float(value))
@@ -97,3 +108,64 @@ def device_families(devices: Iterable[Device]) -> Iterator[Any]:
     yield from (up, fps, latency, frames, alerts)
     yield from system.values()
     yield from (temperature, power, clocks)
+    yield from stream_families((device, t) for device, _, t, _ in devices)
+
+
+def _summary(metric: Any, name: str, labels: Dict[str, str], p: Any) -> None:
+    if not isinstance(p, dict):
+        return
+    for key, quantile in QUANTILES:
+        if _number(p.get(key)):
+            metric.add_sample(name, dict(labels, quantile=quantile), p[key] / 1000.0)
+
+
+def stream_families(devices: Iterable[Tuple[str, Dict[str, Any]]]) -> Iterator[Any]:
+    """The per-stream and batcher families of (device id, telemetry message) pairs."""
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+
+    fps = GaugeMetricFamily("edge_sdk_stream_frames_per_second", "one stream's frames processed per second over "
+                            "the device's telemetry window", labels=["device", "stream"])
+    latency = Metric("edge_sdk_stream_latency_seconds", "one stream's latency per stage: percentiles over the "
+                     "device's telemetry window", "summary")
+    age = Metric("edge_sdk_stream_frame_age_seconds", "one stream's frame age, from capture to its batch: "
+                 "percentiles over the device's telemetry window", "summary")
+    frames = CounterMetricFamily("edge_sdk_stream_frames", "one stream's frames since the daemon started, by what "
+                                 "became of them", labels=["device", "stream", "kind"])
+    camera = GaugeMetricFamily("edge_sdk_stream_camera_up", "1 while the stream's camera delivers, 0 while lost",
+                               labels=["device", "stream"])
+    lost = CounterMetricFamily("edge_sdk_stream_camera_lost", "times the stream's camera was lost since the daemon "
+                               "started", labels=["device", "stream"])
+    efficiency = GaugeMetricFamily("edge_sdk_batch_efficiency_ratio", "filled batch slots / slots over the "
+                                   "batcher's window (0..1)", labels=["device"])
+    delay = Metric("edge_sdk_batch_queue_delay_seconds", "how long frames waited for their batch: percentiles "
+                   "over the batcher's window", "summary")
+    sizes = GaugeMetricFamily("edge_sdk_batches_in_window", "batches of the batcher's window by their size",
+                              labels=["device", "size"])
+    for device, t in devices:
+        for stream, s in (t.get("streams") or {}).items():
+            if _number(s.get("fps")):
+                fps.add_metric([device, stream], float(s["fps"]))
+            for stage, p in (s.get("latency_ms") or {}).items():
+                _summary(latency, "edge_sdk_stream_latency_seconds", {"device": device, "stream": stream, "stage": stage}, p)
+            _summary(age, "edge_sdk_stream_frame_age_seconds", {"device": device, "stream": stream}, s.get("frame_age_ms"))
+            for kind, value in (s.get("frames") or {}).items():
+                if _number(value):
+                    frames.add_metric([device, stream, kind], float(value))
+            cam = s.get("camera") or {}
+            if cam.get("state") in ("ok", "lost"):
+                camera.add_metric([device, stream], 1.0 if cam["state"] == "ok" else 0.0)
+            if _number(cam.get("lost")):
+                lost.add_metric([device, stream], float(cam["lost"]))
+        b = t.get("batch") or {}
+        if _number(b.get("efficiency")):
+            efficiency.add_metric([device], float(b["efficiency"]))
+        q = b.get("queue_delay_ms")
+        if isinstance(q, dict):
+            for key, quantile in (("p50", "0.5"), ("p99", "0.99")):
+                if _number(q.get(key)):
+                    delay.add_sample("edge_sdk_batch_queue_delay_seconds", {"device": device, "quantile": quantile},
+                                     q[key] / 1000.0)
+        for size, n in (b.get("histogram") or {}).items():
+            if _number(n):
+                sizes.add_metric([device, str(size)], float(n))
+    yield from (fps, latency, age, frames, camera, lost, efficiency, delay, sizes)

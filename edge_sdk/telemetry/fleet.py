@@ -72,7 +72,19 @@ class DeviceView:
             "power_w": (power.get("TOT") / 1000.0) if isinstance(power.get("TOT"), (int, float)) else None,
             "alerts": sorted(self.alerts),
             "bundle": self.status.get("bundle_hash"),
+            "streams": stream_rows(t),
         }
+
+
+def stream_rows(telemetry: Dict[str, Any]) -> List[Dict[str, Any]]:
+    """A row per stream of a device that runs several (its telemetry's `streams`), by stream id:
+    the camera's state, fps, total latency p50/p99, frames dropped."""
+    rows = []
+    for stream, s in sorted((telemetry.get("streams") or {}).items()):
+        total = (s.get("latency_ms") or {}).get("total") or {}
+        rows.append({"stream": stream, "camera": (s.get("camera") or {}).get("state"), "fps": s.get("fps"),
+                     "p50": total.get("p50"), "p99": total.get("p99"), "dropped": (s.get("frames") or {}).get("dropped")})
+    return rows
 
 
 class Fleet:

@@ -99,7 +99,8 @@ class HealthMonitor:
 
     @property
     def open(self) -> List[str]:
-        return sorted(self._open)
+        """The open conditions' names (a condition open for several streams is named once)."""
+        return sorted({event["alert"] for event in self._open.values()})
 
     def evaluate(self, message: Mapping[str, Any]) -> List[Dict[str, Any]]:
         events = []
@@ -123,17 +124,25 @@ class HealthMonitor:
 
     def set(self, name: str, active: bool, message: str, severity: str = "warning",
             repeat: bool = False, metric: Optional[str] = None, value: Optional[float] = None,
-            threshold: Optional[float] = None) -> List[Dict[str, Any]]:
+            threshold: Optional[float] = None, stream: Optional[str] = None) -> List[Dict[str, Any]]:
         """Raise or clear a condition that is not a threshold rule (e.g. a failed reload).
         With `repeat`, an open condition is raised again (a new event for each occurrence);
-        `metric`, `value` and `threshold` go into the event when `metric` is given."""
-        if active and (repeat or name not in self._open):
+        `metric`, `value` and `threshold` go into the event when `metric` is given. With
+        `stream`, the condition is that stream's (camera lost): open or cleared apart from the
+        same condition of the other streams, and the event names the stream."""
+        key = name if stream is None else f"{name}\0{stream}"
+        if active and (repeat or key not in self._open):
             event = self._event(name, "raised", severity, message, metric, value, threshold)
-            self._open[name] = event
+            if stream is not None:
+                event["stream"] = stream
+            self._open[key] = event
             return [event]
-        if not active and name in self._open:
-            del self._open[name]
-            return [self._event(name, "cleared", severity, message, metric, value, threshold)]
+        if not active and key in self._open:
+            del self._open[key]
+            event = self._event(name, "cleared", severity, message, metric, value, threshold)
+            if stream is not None:
+                event["stream"] = stream
+            return [event]
         return []
 
     @staticmethod

@@ -53,8 +53,10 @@ class RollingMetrics:
         self.batch_slots = 0
         self.last_info: Dict[str, Any] = {}
 
-    def observe(self, result: FrameResult, now: Optional[float] = None) -> None:
-        """Record one FrameResult (frame loop; no array allocation)."""
+    def observe(self, result: FrameResult, now: Optional[float] = None,
+                extra: Optional[Mapping[str, float]] = None) -> None:
+        """Record one FrameResult (frame loop; no array allocation); `extra`: more figures of
+        the frame, by stage name, beside its latencies."""
         t = self._clock() if now is None else now
         lat = result.latency_ms
         info = result.info
@@ -66,6 +68,11 @@ class RollingMetrics:
                 j = self._col.get(name)
                 if j is not None:
                     self._lat[i, j] = value
+            if extra:
+                for name, value in extra.items():
+                    j = self._col.get(name)
+                    if j is not None:
+                        self._lat[i, j] = value
             self._n += 1
             self.detections += len(result.detections)
             if result.cached:

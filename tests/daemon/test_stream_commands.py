@@ -81,12 +81,6 @@ def test_commands_name_the_stream_and_an_unknown_one_changes_nothing(models: Pat
             assert schemas.errors(m["payload"]) == [], m
 
 
-def test_the_daemon_refuses_several_sources_until_it_can_run_them() -> None:
-    data = {"sources": [{"id": "door", "uri": SOURCE}, {"id": "yard", "uri": SOURCE}], "device": {"id": "cam-1"}}
-    with pytest.raises(ConfigError, match="device.toml: 2 sources \\(door, yard\\).*one process per source"):
-        daemon_config_from_dict(data, "device.toml")
-
-
 def test_with_several_streams_configured_an_unknown_one_is_refused_naming_them_all() -> None:
     cfg = PipelineConfig(sources=[StreamConfig(id="door", uri="csi://0"), StreamConfig(id="yard", uri="csi://1")])
     handlers = CommandHandlers(types.SimpleNamespace(config=DaemonConfig(pipeline=cfg)))  # only its config is read

@@ -207,3 +207,43 @@ def test_duplicate_stream_ids_are_refused(model):
         MultiStreamPipeline([("a", uri(1)), ("a", uri(2))], make_batch_detector(model, 2), BatchPolicy(2))
     with pytest.raises(ConfigError, match="no sources"):
         MultiStreamPipeline([], make_batch_detector(model, 2), BatchPolicy(2))
+
+
+class Recording:
+    """A batched detector that records the (stream, index) of every frame it runs."""
+
+    def __init__(self, detector) -> None:
+        self.detector = detector
+        self.prepared_spec = detector.prepared_spec
+        self.seen: List[tuple] = []
+
+    @property
+    def stage(self) -> str:
+        return self.detector.stage
+
+    def detect_batch(self, frames):
+        self.seen.extend((f.stream_id, f.index) for f in frames)
+        return self.detector.detect_batch(frames)
+
+
+def test_a_detector_swapped_mid_run_takes_every_frame_from_the_next_batch_on_and_none_is_lost(model):
+    old, new = Recording(make_batch_detector(model, 2)), Recording(make_batch_detector(model, 2))
+    frames = 12
+    sources = [("a", uri(20, frames)), ("b", uri(21, frames))]
+    done = None
+    results = []
+    with MultiStreamPipeline(sources, old, BatchPolicy(2, (2,), 20), keep_frames=True) as p:
+        for result in p.results(timeout=60):
+            results.append(result)
+            if done is None:
+                done = p.swap_detector(new)
+    assert done is not None and done.is_set() and p.detector is new
+    every = sorted((s, i) for s in ("a", "b") for i in range(frames))
+    assert sorted(old.seen + new.seen) == every  # each frame run once, by one of the two
+    assert old.seen and new.seen and len(old.seen) < len(every) - 2
+    streams = by_stream(results)
+    assert [r.index for r in streams["a"]] == list(range(frames)) == [r.index for r in streams["b"]]
+    scenes = {"a": SyntheticFaces.from_uri(uri(20, frames)), "b": SyntheticFaces.from_uri(uri(21, frames))}
+    for r in results:  # a copy of its own frame (kept after its slot went back) and its age at the batch
+        np.testing.assert_array_equal(r.frame, scenes[r.stream].render(r.index))
+        assert 0.0 <= r.frame_age_ms <= r.latency_ms["total"]

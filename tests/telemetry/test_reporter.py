@@ -32,3 +32,49 @@ def test_figures_start_with_reporting_not_with_construction() -> None:
     assert message["uptime_s"] == pytest.approx(2.0)
     assert message["fps"] == pytest.approx(10.0, rel=0.06)  # 20 frames / 2 s, not / 10 s
     assert message["interval"]["seconds"] == pytest.approx(2.0)
+
+
+def test_a_camera_lost_and_back_is_reported_per_stream_even_within_one_interval() -> None:
+    """Each loss of a stream's camera raises camera_lost for that stream, each return clears it,
+    also when both happened between two reports (its `losses` went up, it runs again)."""
+    from edge_sdk.telemetry import schemas
+
+    class Recorder:  # what the reporter publishes, by topic, in order
+        def __init__(self) -> None:
+            self.sent: list = []
+
+        def publish(self, topic: str, payload: dict, qos: int = 1) -> None:
+            self.sent.append((topic, dict(payload)))
+
+        def stats(self) -> dict:
+            return {}
+
+    pub = Recorder()
+    batcher = {"batches": 0, "efficiency": 0.0, "histogram": {}, "queue_delay_ms": {}, "max_batch_size": 2}
+    states: dict = {}
+
+    def report() -> dict:
+        return {"batcher": batcher, "streams": {sid: dict(s, stats=PipelineStats()) for sid, s in states.items()}}
+
+    rep = Reporter(pub, HealthMonitor([]), PipelineStats, interval_s=3600, streams=report)
+    steps = [  # (door, yard): (state, failures in a row, losses so far)
+        (("running", 0, 0), ("running", 0, 0)),
+        (("running", 0, 1), ("running", 0, 0)),  # door: lost and back within the interval
+        (("retrying", 2, 2), ("running", 0, 0)),  # lost again, still away
+        (("retrying", 3, 2), ("running", 0, 0)),  # still away: nothing new
+        (("running", 0, 2), ("given_up", 30, 1)),  # door back; yard lost for good
+    ]
+    cameras = []
+    for door, yard in steps:
+        for sid, (state, failures, losses) in (("door", door), ("yard", yard)):
+            states[sid] = {"state": state, "failures": failures, "losses": losses}
+        message = rep.report()
+        cameras.append({sid: message["streams"][sid]["camera"] for sid in ("door", "yard")})
+    alerts = [payload for topic, payload in pub.sent if topic == "alerts"]
+    assert [(a["stream"], a["state"]) for a in alerts] == [
+        ("door", "raised"), ("door", "cleared"), ("door", "raised"), ("door", "cleared"), ("yard", "raised")]
+    stamp = {"schema": "edge-sdk/alert/1", "device_id": "dev-1", "ts": 1, "seq": 0}
+    assert all(a["alert"] == "camera_lost" and schemas.errors(dict(a, **stamp)) == [] for a in alerts)
+    assert cameras[-1] == {"door": {"state": "ok", "lost": 2, "back": 2}, "yard": {"state": "lost", "lost": 1, "back": 0}}
+    assert cameras[2]["door"] == {"state": "lost", "lost": 2, "back": 1}
+    assert rep.alerts() == ["camera_lost"]  # yard's, open
