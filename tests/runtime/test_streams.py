@@ -112,6 +112,49 @@ def test_a_stream_has_at_most_frames_in_flight_frames_in_a_batch(model):
     assert p.stats()["batcher"]["efficiency"] == 0.5
 
 
+def test_a_stream_never_has_more_than_frames_in_flight_frames_waiting_in_the_batcher(model):
+    """The bound itself, counted at the batcher: the model's first call is held until every
+    stream's ring holds several frames, so a feeder that ignored the bound would queue them all."""
+    import threading
+
+    from polling import wait_until
+
+    detector = make_batch_detector(model, max_batch_size=4)
+    policy = BatchPolicy(4, (2,), max_queue_delay_ms=60_000)
+    p = MultiStreamPipeline([("a", uri(12)), ("b", uri(13))], detector, policy, frames_in_flight=1)
+    lock = threading.Lock()
+    waiting = {"a": 0, "b": 0}
+    most = dict(waiting)
+    put, next_batch, detect_batch = p.batcher.put, p.batcher.next_batch, detector.detect_batch
+
+    def counted_put(stream_id, item):
+        with lock:
+            waiting[stream_id] += 1
+            most[stream_id] = max(most[stream_id], waiting[stream_id])
+        return put(stream_id, item)
+
+    def counted_next(timeout=None):
+        batch = next_batch(timeout)
+        with lock:
+            for request in batch.requests if batch is not None else ():
+                waiting[request.stream_id] -= 1
+        return batch
+
+    held = []
+
+    def held_detect(frames):
+        if not held:  # the first call: let every ring fill up first
+            held.append(wait_until(lambda: all(s.frames_captured >= 3 for s in p.stream_stats().values()), timeout=30))
+        return detect_batch(frames)
+
+    p.batcher.put, p.batcher.next_batch, detector.detect_batch = counted_put, counted_next, held_detect
+    with p:
+        streams = by_stream(list(p.results(timeout=60)))
+    assert held == [True]
+    assert [len(streams[s]) for s in ("a", "b")] == [FRAMES, FRAMES]
+    assert most == {"a": 1, "b": 1}
+
+
 @pytest.mark.parametrize("in_flight", [0, 3, 1.0])
 def test_frames_in_flight_must_fit_the_ring(model, in_flight):
     with pytest.raises(ConfigError, match="frames_in_flight"):

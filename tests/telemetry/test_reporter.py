@@ -78,3 +78,33 @@ def test_a_camera_lost_and_back_is_reported_per_stream_even_within_one_interval(
     assert cameras[-1] == {"door": {"state": "ok", "lost": 2, "back": 2}, "yard": {"state": "lost", "lost": 1, "back": 0}}
     assert cameras[2]["door"] == {"state": "lost", "lost": 2, "back": 1}
     assert rep.alerts() == ["camera_lost"]  # yard's, open
+
+
+@pytest.mark.parametrize("state", ["retrying", "given_up"])
+def test_a_stream_away_before_any_loss_is_counted_is_reported_lost(state: str) -> None:
+    """A stream whose pipeline says it is retrying (or gave up) is a lost camera even when no loss
+    has been counted for it yet (a source that never opened): camera_lost is raised for it once."""
+
+    class Recorder:
+        def __init__(self) -> None:
+            self.sent: list = []
+
+        def publish(self, topic: str, payload: dict, qos: int = 1) -> None:
+            self.sent.append((topic, dict(payload)))
+
+        def stats(self) -> dict:
+            return {}
+
+    pub = Recorder()
+    batcher = {"batches": 0, "efficiency": 0.0, "histogram": {}, "queue_delay_ms": {}, "max_batch_size": 2}
+    states = {"door": {"state": "running", "failures": 0, "losses": 0},
+              "gate": {"state": state, "failures": 1, "losses": 0}}
+    rep = Reporter(pub, HealthMonitor([]), PipelineStats, interval_s=3600,
+                   streams=lambda: {"batcher": batcher, "streams": {s: dict(v, stats=PipelineStats()) for s, v in states.items()}})
+    first = rep.report()
+    second = rep.report()  # still away: nothing new
+    assert first["streams"]["gate"]["camera"] == {"state": "lost", "lost": 1, "back": 0}
+    assert second["streams"]["gate"]["camera"] == {"state": "lost", "lost": 1, "back": 0}
+    assert first["streams"]["door"]["camera"] == {"state": "ok", "lost": 0, "back": 0}
+    alerts = [(p["stream"], p["state"]) for t, p in pub.sent if t == "alerts"]
+    assert alerts == [("gate", "raised")]
