@@ -11,6 +11,21 @@ from edge_sdk.telemetry.health import HealthMonitor
 from edge_sdk.telemetry.publisher import LinePublisher
 from edge_sdk.telemetry.reporter import Reporter
 
+BATCHER = {"batches": 0, "efficiency": 0.0, "histogram": {}, "queue_delay_ms": {}, "max_batch_size": 2}
+
+
+class Recorder:
+    """A publisher that keeps what the reporter publishes, by topic, in order."""
+
+    def __init__(self) -> None:
+        self.sent: list = []
+
+    def publish(self, topic: str, payload: dict, qos: int = 1) -> None:
+        self.sent.append((topic, dict(payload)))
+
+    def stats(self) -> dict:
+        return {}
+
 
 def test_figures_start_with_reporting_not_with_construction() -> None:
     """The daemon builds its reporter before it loads the model (seconds, for a TensorRT engine):
@@ -39,22 +54,11 @@ def test_a_camera_lost_and_back_is_reported_per_stream_even_within_one_interval(
     also when both happened between two reports (its `losses` went up, it runs again)."""
     from edge_sdk.telemetry import schemas
 
-    class Recorder:  # what the reporter publishes, by topic, in order
-        def __init__(self) -> None:
-            self.sent: list = []
-
-        def publish(self, topic: str, payload: dict, qos: int = 1) -> None:
-            self.sent.append((topic, dict(payload)))
-
-        def stats(self) -> dict:
-            return {}
-
     pub = Recorder()
-    batcher = {"batches": 0, "efficiency": 0.0, "histogram": {}, "queue_delay_ms": {}, "max_batch_size": 2}
     states: dict = {}
 
     def report() -> dict:
-        return {"batcher": batcher, "streams": {sid: dict(s, stats=PipelineStats()) for sid, s in states.items()}}
+        return {"batcher": BATCHER, "streams": {sid: dict(s, stats=PipelineStats()) for sid, s in states.items()}}
 
     rep = Reporter(pub, HealthMonitor([]), PipelineStats, interval_s=3600, streams=report)
     steps = [  # (door, yard): (state, failures in a row, losses so far)
@@ -85,22 +89,11 @@ def test_a_stream_away_before_any_loss_is_counted_is_reported_lost(state: str) -
     """A stream whose pipeline says it is retrying (or gave up) is a lost camera even when no loss
     has been counted for it yet (a source that never opened): camera_lost is raised for it once."""
 
-    class Recorder:
-        def __init__(self) -> None:
-            self.sent: list = []
-
-        def publish(self, topic: str, payload: dict, qos: int = 1) -> None:
-            self.sent.append((topic, dict(payload)))
-
-        def stats(self) -> dict:
-            return {}
-
     pub = Recorder()
-    batcher = {"batches": 0, "efficiency": 0.0, "histogram": {}, "queue_delay_ms": {}, "max_batch_size": 2}
     states = {"door": {"state": "running", "failures": 0, "losses": 0},
               "gate": {"state": state, "failures": 1, "losses": 0}}
     rep = Reporter(pub, HealthMonitor([]), PipelineStats, interval_s=3600,
-                   streams=lambda: {"batcher": batcher, "streams": {s: dict(v, stats=PipelineStats()) for s, v in states.items()}})
+                   streams=lambda: {"batcher": BATCHER, "streams": {s: dict(v, stats=PipelineStats()) for s, v in states.items()}})
     first = rep.report()
     second = rep.report()  # still away: nothing new
     assert first["streams"]["gate"]["camera"] == {"state": "lost", "lost": 1, "back": 0}
