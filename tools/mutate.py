@@ -408,8 +408,8 @@ MUTANTS: List[Mutant] = [
     # --- detect with several sources: the [batching] table, the batch the bundle takes, --max-frames
     M("DS1", "detect-streams", RCFG, "size = max(1, min(streams, limit) if limit else streams)", "size = streams",
       "a default max batch is not capped at what the bundle takes"),
-    M("DS2", "detect-streams", DET, "        for owner in (model.bundle, model.backend):\n            check_batch(owner, cfg.batching.max_batch_size)\n",
-      "", "a max_batch_size beyond the bundle's range runs instead of being refused"),
+    M("DS2", "detect-streams", "edge_sdk/runtime/streams.py", "        for owner in (model.bundle, model.backend):\n            check_batch(owner, batching.max_batch_size)\n",
+      "        pass\n", "a max_batch_size beyond the bundle's range runs instead of being refused"),
     M("DS3", "detect-streams", DET, "                if cap and len(mine) >= cap:\n                    continue", "                if False:\n                    continue",
       "a stream that has its --max-frames goes on writing rows while the others catch up"),
     M("DS4", "detect-streams", RCFG, "            mode = stream.mode or self.mode\n", "            mode = stream.mode or \"full\"\n",
@@ -423,8 +423,8 @@ MUTANTS: List[Mutant] = [
     M("DS8", "detect-streams", DET, "        if event[\"event\"] != \"stream_ended\":", "        if event[\"event\"] == \"source_failed\":",
       "a source given up is not said in the summary"),
     # --- several sources in the daemon: one batched model, per-stream telemetry and commands ------
-    M("DD1", "daemon-streams", DSTR, "return config.batching.policy(len(config.streams()))", "return config.batching.policy(len(config.streams()) + 1)",
-      "batches sized for one stream more than the daemon runs"),
+    M("DD11", "daemon-streams", "edge_sdk/runtime/streams.py", "        for owner in (model.bundle, model.backend):\n            check_batch(owner, batching.max_batch_size)\n",
+      "        pass\n", "the daemon runs a max_batch_size its bundle cannot take"),
     M("DD2", "daemon-streams", REP, 'if now in LOST_STATES and losses', 'if now == "given_up" and losses',
       "a camera being retried is not reported lost"),
     M("DD3", "daemon-streams", HND, "if shared and len(known) > 1:", "if shared and len(known) > 2:",

@@ -190,22 +190,12 @@ def detect(
 
 
 def _batch_policy(cfg: Any, model: Any, streams: int, console: Optional[Any]) -> Any:
-    """The BatchPolicy of `cfg` for `model`: a max_batch_size set in the config that the bundle
-    (or its model) cannot take is refused with the rebuild to run; left to its default (the
-    number of sources), it is capped at what the bundle takes, with a note."""
-    from edge_sdk.manifest_check import batch_limit, check_batch
+    """The BatchPolicy of `cfg` for `model` (edge_sdk.runtime.streams.fitted_policy), its note printed."""
+    from edge_sdk.runtime.streams import fitted_policy
 
-    if cfg.batching.max_batch_size is not None:
-        for owner in (model.bundle, model.backend):
-            check_batch(owner, cfg.batching.max_batch_size)
-        return cfg.batching.policy(streams, origin="command line")
-    limits = [limit for limit, _ in (batch_limit(model.bundle), batch_limit(model.backend)) if limit is not None]
-    limit = min(limits) if limits else None
-    policy = cfg.batching.policy(streams, limit, origin="command line")
-    if limit is not None and limit < streams and console is not None:
-        console.print(f"[yellow]bundle {model.bundle.root} takes at most {limit} frame(s) per call: the {streams} streams "
-                      f"share the model in batches of {limit}; rebuild it with `edge-sdk build --max-batch {streams}` "
-                      "to run them in one call[/yellow]")
+    policy, note = fitted_policy(cfg.batching, model, streams, origin="command line")
+    if note is not None and console is not None:
+        console.print(f"[yellow]{note}[/yellow]")
     return policy
 
 

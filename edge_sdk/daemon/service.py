@@ -46,6 +46,7 @@ from edge_sdk.daemon.streams import StreamsPipeline, batch_policy, check_streams
 from edge_sdk.errors import ConfigError, EdgeSdkError
 from edge_sdk.runtime.config import PipelineConfig
 from edge_sdk.runtime.model import Model
+from edge_sdk.runtime.streams import fitted_policy
 from edge_sdk.runtime.types import PipelineStats
 from edge_sdk.telemetry.disk_queue import default_queue_path
 from edge_sdk.telemetry.health import HealthMonitor
@@ -413,12 +414,16 @@ class Daemon:
 
     def _make_pipeline(self, model: Model, detector: Any) -> Any:
         """One source: the injected factory's pipeline (the real Pipeline by default). Several:
-        a StreamsPipeline with the batcher's settings; frames are kept when snapshots can be taken."""
+        a StreamsPipeline with the batcher's settings fitted to what the bundle takes (an explicit
+        max_batch_size it cannot take: ConfigError naming the rebuild); frames are kept when
+        snapshots can be taken."""
         cfg = self.config
         if not self.several:
             return self.pipeline_factory(cfg.pipeline, model=model, detector=detector)
-        return StreamsPipeline(cfg.pipeline, detector, batch_policy(cfg.pipeline),
-                               keep_frames=cfg.device.snapshot_dir is not None)
+        policy, note = fitted_policy(cfg.pipeline.batching, model, len(cfg.pipeline.streams()))
+        if note is not None:
+            log.warning(note)
+        return StreamsPipeline(cfg.pipeline, detector, policy, keep_frames=cfg.device.snapshot_dir is not None)
 
     def _stopped_by(self, exc: BaseException, unexpected: bool) -> str:
         """Log the error that ended the run and, once reporting runs, raise the

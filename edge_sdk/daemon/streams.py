@@ -27,7 +27,9 @@ from edge_sdk.runtime.types import PipelineStats
 
 def batch_policy(config: PipelineConfig) -> BatchPolicy:
     """The batcher's settings for `config`'s streams, from its `[batching]` table (unset: one
-    frame per stream in a batch, that full batch preferred)."""
+    frame per stream in a batch, that full batch preferred), before the model is known: the rows
+    the batched detector allocates. The batcher runs what edge_sdk.runtime.streams.fitted_policy
+    makes of them for the loaded bundle."""
     return config.batching.policy(len(config.streams()))
 
 

@@ -97,6 +97,27 @@ class _Stream:
 SourceSpec = Union[str, Source]
 
 
+def fitted_policy(batching: Any, model: Any, streams: int, origin: str = "config") -> Tuple[BatchPolicy, Optional[str]]:
+    """The BatchPolicy of `batching` (a [batching] table) for `streams` sources on a loaded
+    `model`, and a note or None. A max_batch_size set explicitly that the bundle (or its model)
+    cannot take is refused (ConfigError naming the rebuild); left to its default (the number of
+    sources) it is capped at what the bundle takes, and the note says so and how to lift it."""
+    from edge_sdk.manifest_check import batch_limit, check_batch
+
+    if batching.max_batch_size is not None:
+        for owner in (model.bundle, model.backend):
+            check_batch(owner, batching.max_batch_size)
+        return batching.policy(streams, origin=origin), None
+    limits = [limit for limit, _ in (batch_limit(model.bundle), batch_limit(model.backend)) if limit is not None]
+    limit = min(limits) if limits else None
+    policy = batching.policy(streams, limit, origin=origin)
+    note = None
+    if limit is not None and limit < streams:
+        note = (f"bundle {model.bundle.root} takes at most {limit} frame(s) per call: the {streams} streams share the "
+                f"model in batches of {limit}; rebuild it with `edge-sdk build --max-batch {streams}` to run them in one call")
+    return policy, note
+
+
 class MultiStreamPipeline:
     """`sources`: (stream id, URI or Source) pairs, ids unique. `detector`: a StreamBatchDetector
     (anything with ``detect_batch(frames)``). `fps`: {stream id: the rate to pace its file, folder or

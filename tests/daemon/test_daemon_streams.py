@@ -62,9 +62,10 @@ def test_two_streams_run_through_one_model_and_report_each(models: Path, tmp_pat
     telemetry = [t for t in log.on("telemetry") if both_running(t)]
     last = telemetry[-1]
     batch = last["batch"]
-    assert 0.0 <= batch["efficiency"] <= 1.0 and batch["max_batch_size"] == 2
+    # the test bundle takes one frame per call: the two streams' batches are capped at 1, as detect's
+    assert 0.0 <= batch["efficiency"] <= 1.0 and batch["max_batch_size"] == 1
     assert sum(batch["histogram"].values()) == batch["batches"] > 0
-    assert set(batch["histogram"]) <= {"1", "2"} and batch["queue_delay_ms"]["p99"] >= 0
+    assert set(batch["histogram"]) == {"1"} and batch["queue_delay_ms"]["p99"] >= 0
     for sid in ("door", "yard"):
         stream = last["streams"][sid]
         assert stream["camera"] == {"state": "ok", "lost": 0, "back": 0}
@@ -172,3 +173,16 @@ def test_commands_per_stream_and_a_reload_that_keeps_both_streams_running(models
     for sid in ("door", "yard"):  # every frame of each stream went through a model, in order, none left out
         indices = [i for s, i in seen if s == sid]
         assert indices == list(range(len(indices))), sid
+
+
+def test_a_max_batch_the_bundle_cannot_take_stops_the_daemon_naming_the_rebuild(models: Path, tmp_path: Path,  # noqa: F811
+                                                                                broker, caplog) -> None:
+    """The test bundle has no batch range (a fixed batch of 1): an explicit max_batch_size of 2
+    is refused at start with the rebuild that lifts it, as `edge-sdk detect` refuses it."""
+    import logging
+
+    caplog.set_level(logging.ERROR, logger="edge_sdk.daemon")
+    daemon = Daemon(two_streams(models, tmp_path, broker.url, batching={"max_batch_size": 2}))
+    assert daemon.run() == ConfigError.exit_code
+    stopped = [r.getMessage() for r in caplog.records if "pipeline stopped" in r.getMessage()]
+    assert len(stopped) == 1 and "takes at most 1" in stopped[0] and "edge-sdk build --max-batch 2" in stopped[0], stopped

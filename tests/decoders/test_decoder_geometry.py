@@ -6,7 +6,7 @@ model format documents it, decoded, and must come back where it was in the frame
 from __future__ import annotations
 
 import math
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, List, Sequence, Tuple
 
 import numpy as np
 import pytest
@@ -71,6 +71,15 @@ def assert_box(det: Any, scene: Dict[str, Any], class_id: int = 0) -> None:
     tol = 0.02 / min(scene["scale"]) + 1e-4 * max(scene["frame"])
     np.testing.assert_allclose(det.xyxy[0], scene["frame_box"], atol=tol)
     assert int(det.class_id[0]) == class_id
+
+
+def assert_points(points: np.ndarray, scene: Dict[str, Any], marks: Sequence[Tuple[float, float]]) -> None:
+    """`points` (one detection's landmarks or keypoints) where `marks` (fractions of the true box,
+    from its top-left) put them in frame pixels."""
+    fb = scene["frame_box"]
+    expected = np.array([[fb[0] + fx * (fb[2] - fb[0]), fb[1] + fy * (fb[3] - fb[1])] for fx, fy in marks])
+    tol = 0.02 / min(scene["scale"]) + 1e-4 * max(scene["frame"])
+    np.testing.assert_allclose(points, expected, atol=tol)
 
 
 def cxcywh(box: np.ndarray) -> Tuple[float, float, float, float]:
@@ -156,10 +165,7 @@ def test_centerface_non_square_any_output_order_with_landmarks(scene: Dict[str, 
         arrays["landmarks"][0, 2 * j:2 * j + 2, y, x] = [fy, fx]
     det = decode(scene, {"type": "centerface", "outputs": list(order)}, [arrays[r] for r in order])
     assert_box(det, scene, 0)
-    fb = scene["frame_box"]
-    expected = np.array([[fb[0] + fx * (fb[2] - fb[0]), fb[1] + fy * (fb[3] - fb[1])] for fx, fy in marks])
-    tol = 0.02 / min(scene["scale"]) + 1e-4 * max(scene["frame"])
-    np.testing.assert_allclose(det.data["landmarks"][0], expected, atol=tol)
+    assert_points(det.data["landmarks"][0], scene, marks)
 
 
 @SETTINGS
@@ -239,10 +245,7 @@ def test_yolov8_pose_keypoints_come_back_to_the_frame(scene: Dict[str, Any], col
         out = np.ascontiguousarray(out.transpose(0, 2, 1))
     det = decode(scene, {"type": "yolov8", "head": "pose", "keypoints": [3, 3], "layout": layout}, [out])
     assert_box(det, scene, 0)
-    fb = scene["frame_box"]
-    expected = np.array([[fb[0] + fx * (fb[2] - fb[0]), fb[1] + fy * (fb[3] - fb[1])] for fx, fy in marks])
-    tol = 0.02 / min(scene["scale"]) + 1e-4 * max(scene["frame"])
-    np.testing.assert_allclose(det.data["keypoints"][0], expected, atol=tol)
+    assert_points(det.data["keypoints"][0], scene, marks)
 
 
 @SETTINGS
