@@ -81,6 +81,7 @@ def test_a_rebuilt_bundle_agrees_and_is_promoted_automatically(models: Path, tmp
                                                                 message_log) -> None:
     daemon, log, running, recording = start(models, tmp_path, broker.url, message_log, auto_promote=True)
     hash_a = Bundle.load(models / "a").hash
+    previous = daemon.model.model
     try:
         r = send(log, "s1", "reload", {"bundle": "a-rebuilt", "shadow": True})
         assert r["ok"] and r["result"]["shadow"] is True, r
@@ -91,6 +92,8 @@ def test_a_rebuilt_bundle_agrees_and_is_promoted_automatically(models: Path, tmp
                                       and s["state"] == "online" for s in log.on("status")), timeout=20)
         frames = daemon.frames
         assert wait_until(lambda: daemon.frames > frames + 20)
+        assert daemon.model.kept is None and daemon.model.model is not previous
+        assert wait_until(lambda: not previous.backend.is_active, 10), "the previous model was not closed after the watch"
     finally:
         assert running.stop() == 0
     assert promoted["window_frames"] == 20 and promoted["frames_compared"] >= 20
@@ -103,7 +106,6 @@ def test_a_rebuilt_bundle_agrees_and_is_promoted_automatically(models: Path, tmp
     assert {"state": "running", "bundle": "a-rebuilt", "bundle_hash": promoted["bundle_hash"]} in running_shadow
     assert {"state": "watching", "previous_bundle": "a", "previous_bundle_hash": hash_a} in running_shadow
     assert not [a for a in log.on("alerts") if a["alert"] == "rollback"]
-    assert daemon.model.kept is None, "the previous model was not retired after the watch"
     final = [x for x in log.on("cmd/response") if x["id"] == "s1" and x.get("final")]
     assert final and final[0]["ok"] and final[0]["result"]["shadow"] == "a-rebuilt"
     contiguous(recording)
@@ -117,11 +119,12 @@ def test_a_dimmed_bundle_shows_low_agreement_and_abort_keeps_the_live_model(mode
     try:
         assert send(log, "s1", "reload", {"bundle": "dim", "shadow": True})["ok"]
         window = full_window(log, "dim")
+        candidate = daemon.shadow.run.model
         busy = send(log, "s2", "reload", {"bundle": "a-rebuilt"})
         aborted = send(log, "s3", "abort", {})
         frames = daemon.frames
         assert wait_until(lambda: daemon.frames > frames + 30)
-        assert wait_until(lambda: not aborted_backend_active(daemon), 10)
+        assert wait_until(lambda: not candidate.backend.is_active, 10), "the aborted candidate was never closed"
     finally:
         assert running.stop() == 0
     assert window["agreement"]["f1"] < 0.5 and window["detection_rate"]["ratio"] == 0.0, json.dumps(window)
@@ -133,10 +136,6 @@ def test_a_dimmed_bundle_shows_low_agreement_and_abort_keeps_the_live_model(mode
     assert daemon.model.reloads == 0  # the live model was never swapped
     contiguous(recording)
     all_valid(log)
-
-
-def aborted_backend_active(daemon: Daemon) -> bool:
-    return daemon.shadow.run is not None
 
 
 def test_a_promoted_bad_bundle_is_rolled_back_to_the_previous_one(models: Path, tmp_path: Path, broker,
@@ -153,7 +152,6 @@ def test_a_promoted_bad_bundle_is_rolled_back_to_the_previous_one(models: Path, 
                                       and s["state"] == "online" for s in log.on("status")[1:]), timeout=10)
         frames = daemon.frames
         assert wait_until(lambda: daemon.frames > frames + 20)
-        found = recording.pipeline.stats.frames_processed
     finally:
         assert running.stop() == 0
     assert promoted["ok"] and promoted["result"]["promoted"] == "dim" and promoted["result"]["bundle_hash"] == hash_dim
@@ -163,7 +161,32 @@ def test_a_promoted_bad_bundle_is_rolled_back_to_the_previous_one(models: Path, 
     assert "to a (" + hash_a + ")" in alert["message"] and "detection rate 0.00/frame" in alert["message"], alert
     assert daemon.model.model is kept, "the rollback did not return to the previous model, kept loaded"
     assert [s.get("bundle_hash") for s in log.on("status") if s["state"] == "online"][-1] == hash_a
-    assert found > 0
+    contiguous(recording)
+    all_valid(log)
+
+
+def test_abort_during_the_watch_rolls_back_at_once(models: Path, tmp_path: Path, broker, message_log) -> None:
+    daemon, log, running, recording = start(models, tmp_path, broker.url, message_log, watch_s=600.0)
+    hash_a = Bundle.load(models / "a").hash
+    try:
+        assert send(log, "s1", "reload", {"bundle": "a-rebuilt", "shadow": True})["ok"]
+        full_window(log, "a-rebuilt")
+        kept = daemon.model.model
+        assert send(log, "s2", "promote", {})["ok"]
+        watched = send(log, "s3", "reload", {"bundle": "dim", "shadow": True})
+        rolled = send(log, "s4", "abort", {})
+        frames = daemon.frames
+        assert wait_until(lambda: daemon.frames > frames + 20)
+    finally:
+        assert running.stop() == 0
+    assert watched["ok"] is False and "watched for" in watched["error"] and "abort" in watched["error"], watched
+    assert rolled["ok"] and rolled["result"]["why"] == "abort" and rolled["result"]["bundle"] == "a", rolled
+    assert rolled["result"]["bundle_hash"] == hash_a
+    alert = [a for a in log.on("alerts") if a["alert"] == "rollback"][0]
+    assert "abort command" in alert["message"] and alert["severity"] == "critical"
+    watching = [s["shadow"] for s in log.on("status") if (s.get("shadow") or {}).get("state") == "watching"]
+    assert watching == [{"state": "watching", "previous_bundle": "a", "previous_bundle_hash": hash_a}]
+    assert daemon.model.model is kept and daemon.model.kept is None
     contiguous(recording)
     all_valid(log)
 
