@@ -191,6 +191,29 @@ def test_abort_during_the_watch_rolls_back_at_once(models: Path, tmp_path: Path,
     all_valid(log)
 
 
+def test_a_candidate_that_fails_is_dropped_and_the_live_model_runs_on(models: Path, tmp_path: Path, broker,
+                                                                      message_log) -> None:
+    daemon, log, running, recording = start(models, tmp_path, broker.url, message_log)
+    hash_a = Bundle.load(models / "a").hash
+    try:
+        assert send(log, "s1", "reload", {"bundle": "a-rebuilt", "shadow": True})["ok"]
+        assert log.wait(lambda m: bool(log.on("shadow")), timeout=20)
+        daemon.shadow.run.model.close()  # its backend stops: the next shadow inference fails
+        assert log.wait(lambda m: any(a["alert"] == "shadow_failed" for a in log.on("alerts")), timeout=20)
+        assert log.wait(lambda m: log.on("status")[-1].get("shadow") is None, timeout=10)
+        frames = daemon.frames
+        assert wait_until(lambda: daemon.frames > frames + 20)
+        after = send(log, "s2", "promote", {})
+    finally:
+        assert running.stop() == 0
+    alert = [a for a in log.on("alerts") if a["alert"] == "shadow_failed"][0]
+    assert "a-rebuilt" in alert["message"] and "BackendError" in alert["message"], alert
+    assert after["ok"] is False and "no shadow runs" in after["error"]
+    assert daemon.status()["bundle_hash"] == hash_a and daemon.model.reloads == 0
+    contiguous(recording)
+    all_valid(log)
+
+
 def test_shadow_commands_with_bad_arguments_are_refused_with_typed_errors(models: Path, tmp_path: Path, broker,
                                                                           message_log) -> None:
     daemon, log, running, _ = start(models, tmp_path, broker.url, message_log, memory_margin_mb=1e6)
