@@ -18,20 +18,26 @@ from edge_sdk.preprocess import InputSpec
 HEIGHT, WIDTH = 32, 32
 
 
-def make_tiny_model(path: Path, seed: int = 0, height: int = HEIGHT, width: int = WIDTH) -> Path:
+def make_tiny_model(path: Path, seed: int = 0, height: int = HEIGHT, width: int = WIDTH,
+                    score_bias: float = 0.0, size_bias: float = 0.0) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(tiny_model_bytes(seed, height, width))
+    path.write_bytes(tiny_model_bytes(seed, height, width, score_bias, size_bias))
     return path
 
 
-def tiny_model_bytes(seed: int = 0, height: int = HEIGHT, width: int = WIDTH) -> bytes:
-    """The model, written without the `onnx` package (tests/onnx_proto.py)."""
+def tiny_model_bytes(seed: int = 0, height: int = HEIGHT, width: int = WIDTH, score_bias: float = 0.0,
+                     size_bias: float = 0.0) -> bytes:
+    """The model, written without the `onnx` package (tests/onnx_proto.py). `score_bias` is
+    added to the heatmap logits: a negative one scales every score down (a damaged model);
+    `size_bias` to the box-scale maps: a positive one makes boxes of a few cells, which IoU
+    matching can tell apart (the default's are degenerate once placed in the frame)."""
     from onnx_proto import make_graph, make_model, make_node, make_tensor, value_info
 
     rng = np.random.default_rng(seed)
     weight = rng.normal(0, 0.02, size=(15, 3, 1, 1)).astype(np.float32)
     bias = np.zeros(15, np.float32)
-    bias[0] = -1.0 + 0.1 * seed  # heatmap logits: seed changes the scores a little
+    bias[0] = -1.0 + 0.1 * seed + score_bias  # heatmap logits: seed changes the scores a little
+    bias[1:3] = size_bias
     nodes = [
         make_node("AveragePool", ["input"], ["pooled"], kernel_shape=[4, 4], strides=[4, 4]),
         make_node("Conv", ["pooled", "w", "b"], ["maps"]),
@@ -48,9 +54,10 @@ def tiny_model_bytes(seed: int = 0, height: int = HEIGHT, width: int = WIDTH) ->
     return make_model(graph, opset=11, ir_version=7)
 
 
-def make_tiny_bundle(folder: Path, seed: int = 0, score_threshold: float = 0.3) -> Path:
+def make_tiny_bundle(folder: Path, seed: int = 0, score_threshold: float = 0.3, score_bias: float = 0.0,
+                     size_bias: float = 0.0) -> Path:
     """A bundle folder the runtime's Bundle.load accepts (sha256 of every file listed)."""
-    model = make_tiny_model(folder / "model.onnx", seed)
+    model = make_tiny_model(folder / "model.onnx", seed, score_bias=score_bias, size_bias=size_bias)
     spec = InputSpec(name="input", shape=[1, 3, HEIGHT, WIDTH])
     digest = sha256_file(model)
     manifest: Dict[str, Any] = {

@@ -45,6 +45,7 @@ config needs on the device with `edge-sdk doctor --config device.toml`.
 def sections() -> List[Tuple[str, Any, str]]:
     """(TOML table, dataclass, where it lives) in the order of the reference."""
     from edge_sdk.daemon.config import DeviceConfig, TelemetryConfig
+    from edge_sdk.daemon.shadow import ShadowConfig
     from edge_sdk.roi.config import RoiConfig
     from edge_sdk.runtime.config import (BatchingConfig, CacheConfig, PipelineConfig, ReconnectConfig, SourceConfig,
                                          StreamConfig)
@@ -64,6 +65,7 @@ def sections() -> List[Tuple[str, Any, str]]:
         ("[telemetry]", TelemetryConfig, "edge_sdk/daemon/config.py"),
         ("[health]", HealthConfig, "edge_sdk/telemetry/health.py"),
         ("[[health.extra]]", Rule, "edge_sdk/telemetry/health.py"),
+        ("[shadow]", ShadowConfig, "edge_sdk/daemon/shadow.py"),
     ]
 
 

@@ -100,6 +100,8 @@ GROUPS: Dict[str, Group] = {
                              "edge_sdk/telemetry/reporter.py", "edge_sdk/telemetry/exposition.py", "edge_sdk/runtime/streams.py"),
                             ("tests/daemon/test_daemon_streams.py", "tests/daemon/test_stream_metrics.py",
                              "tests/telemetry/test_reporter.py")),
+    "shadow": Group(("edge_sdk/daemon/shadow.py", "edge_sdk/daemon/promotion.py", "edge_sdk/daemon/model.py",
+                     "edge_sdk/daemon/handlers.py"), ("tests/daemon/test_shadow.py",)),
 }
 
 # The generated-operator sweep (`--sweep`): one row per module, its files and the tests that pin
@@ -228,6 +230,7 @@ RCFG, HND, DET = "edge_sdk/runtime/config.py", "edge_sdk/daemon/handlers.py", "e
 BAT, BATD, STR = "edge_sdk/runtime/batcher.py", "edge_sdk/runtime/detectors/batched.py", "edge_sdk/runtime/streams.py"
 DSTR, SVC, REP = "edge_sdk/daemon/streams.py", "edge_sdk/daemon/service.py", "edge_sdk/telemetry/reporter.py"
 EXPO = "edge_sdk/telemetry/exposition.py"
+SHD, PROMO, RMOD = "edge_sdk/daemon/shadow.py", "edge_sdk/daemon/promotion.py", "edge_sdk/daemon/model.py"
 
 MUTANTS: List[Mutant] = [
     # --- preprocess -----------------------------------------------------------------------------
@@ -442,6 +445,22 @@ MUTANTS: List[Mutant] = [
       "            camera[\"lost\"] += 1\n", "a camera lost and back within one interval is never reported back"),
     M("DD10", "streams", STR, "frame=slot.buffer.copy() if self.keep_frames else None",
       "frame=slot.buffer if self.keep_frames else None", "kept frames are the ring's slots, overwritten by later frames"),
+    # --- shadow runs, promotion and the rollback after it -----------------------------------------
+    M("SH1", "shadow", SHD, "self._pairs.append((live, found.detections, live_ms, shadow_ms))",
+      "self._pairs.append((found.detections, live, live_ms, shadow_ms))", "the live model compared against the shadow's"),
+    M("SH2", "shadow", SHD, 'gap = np.searchsorted(a, grid, side="right") / len(a)', 'gap = np.searchsorted(a, grid) / len(a)',
+      "the KS statistic counts ties on one side only"),
+    M("SH3", "shadow", SHD, "if size + margin_mb * 1024 * 1024 <= free:", "if size <= free:",
+      "the memory check forgets its margin"),
+    M("SH4", "shadow", PROMO, "d.model.swap(run.model, keep=True)", "d.model.swap(run.model)",
+      "a promotion retires the previous model: nothing to roll back to"),
+    M("SH5", "shadow", PROMO, 'if before["detection_rate"]:', 'if before["detection_rate"] is None:',
+      "the detection rate is never watched"),
+    M("SH6", "shadow", PROMO, "                    self.daemon.model.release_kept()\n", "",
+      "a promotion that held keeps the previous model loaded for ever"),
+    M("SH7", "shadow", HND, '        d.shadow.check_idle("reload")\n', "", "a reload swaps the live model under a running shadow"),
+    M("SH8", "shadow", RMOD, "            old, self.kept = None, old\n", "            self.kept = old\n",
+      "the kept model is also retired (closed) while a rollback may need it"),
     # --- the dynamic batcher and one backend call per batch of frames ----------------------------
     M("DB1", "batcher", BAT, "if self._queued >= policy.target:", "if self._queued >= policy.max_batch_size:",
       "the largest preferred size no longer goes at once: it waits for the max"),

@@ -45,13 +45,13 @@ __all__ = ["ALLOWED", "LIMITS", "MAX_DEPTH", "MAX_PAYLOAD", "REASONS", "CommandP
 
 log = logging.getLogger(__name__)
 
-ALLOWED = ("ping", "reload", "set", "snapshot")
+ALLOWED = ("ping", "reload", "set", "snapshot", "promote", "abort")
 # why a command was refused, in its response's `reason` (edge_sdk/schemas/cmd_response.json)
 REASONS = ("malformed", "invalid", "unsigned", "bad_signature", "wrong_device", "stale", "replay", "not_enabled",
            "rate_limited", "refused", "internal")
 # per kind: (tokens per second, burst). A snapshot writes a JPEG, a reload loads a model.
 LIMITS: Dict[str, Tuple[float, float]] = {"ping": (5.0, 20.0), "set": (2.0, 10.0), "reload": (0.2, 5.0),
-                                          "snapshot": (1.0, 5.0)}
+                                          "snapshot": (1.0, 5.0), "promote": (0.2, 5.0), "abort": (1.0, 5.0)}
 ANSWERS: Tuple[float, float] = (10.0, 50.0)  # error responses per second, burst
 KEEP_S = 3600.0  # used ids are kept this long beyond max_skew_s (a clock stepped back stays covered)
 Handler = Callable[[Dict[str, Any]], Dict[str, Any]]

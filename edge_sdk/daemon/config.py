@@ -31,6 +31,12 @@ fps_ratio = 0.9
 drop_ratio = 0.05
 batch_efficiency = 0.75
 temperature_c = 85
+
+[shadow]                       # `reload` with shadow: the candidate beside the live model
+every_n_frames = 5
+window_frames = 50
+auto_promote = false
+watch_s = 30                   # after a promotion: roll back when fps, p99 or the detection rate leave bounds
 ```
 
 Validation happens once, here; errors name the key and the file.
@@ -44,6 +50,7 @@ from pathlib import Path
 from typing import Any, Dict, Mapping, Optional
 
 from edge_sdk.config_schema import ENV_VAR, NAME_CHARS, check_fields, from_table, key
+from edge_sdk.daemon.shadow import ShadowConfig
 from edge_sdk.daemon.streams import check_streams
 from edge_sdk.errors import ConfigError
 from edge_sdk.fsutil import read_toml
@@ -81,6 +88,7 @@ class DaemonConfig:
     mqtt: Optional[BrokerConfig] = None
     telemetry: TelemetryConfig = field(default_factory=TelemetryConfig)
     health: HealthConfig = field(default_factory=HealthConfig)
+    shadow: ShadowConfig = field(default_factory=ShadowConfig)
 
     def validate(self, origin: str = "config") -> "DaemonConfig":
         """Every key of the daemon's tables against its type and bounds (edge_sdk.config_schema),
@@ -96,6 +104,7 @@ class DaemonConfig:
             self.pipeline = self.pipeline.single_stream(origin)  # one source: the one-source Pipeline
         check_fields(self.device, origin, "device")
         check_fields(self.telemetry, origin, "telemetry")
+        check_fields(self.shadow, origin, "shadow")
         self.health.validate(origin)
         if self.device.hmac_secret_env and self.device.hmac_secret_env not in os.environ:
             raise ConfigError(f"{origin}: device.hmac_secret_env names ${self.device.hmac_secret_env}, which is not set")
@@ -108,7 +117,8 @@ class DaemonConfig:
         return os.environ[env].encode("utf-8") if env else None
 
 
-_SECTIONS = {"device": DeviceConfig, "mqtt": BrokerConfig, "telemetry": TelemetryConfig, "health": HealthConfig}
+_SECTIONS = {"device": DeviceConfig, "mqtt": BrokerConfig, "telemetry": TelemetryConfig, "health": HealthConfig,
+             "shadow": ShadowConfig}
 
 
 def daemon_config_from_dict(data: Mapping[str, Any], origin: str = "config", base_dir: Optional[Path] = None) -> DaemonConfig:

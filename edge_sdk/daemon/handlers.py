@@ -1,5 +1,5 @@
-"""The daemon's remote commands: what `ping`, `set`, `snapshot` and `reload` do to the running
-daemon. The CommandProcessor (edge_sdk.daemon.commands) checks a command (allow-list, schema,
+"""The daemon's remote commands: what `ping`, `set`, `snapshot`, `reload`, `promote` and `abort`
+do to the running daemon. The CommandProcessor (edge_sdk.daemon.commands) checks a command (allow-list, schema,
 signature, rate limit) and calls the handler of its kind on the frame loop, between two frames;
 a handler answers with the response's `result`, or raises CommandRejected (or a ConfigError from
 the model) to refuse it.
@@ -18,6 +18,7 @@ import time
 from typing import TYPE_CHECKING, Any, Dict, List, Protocol
 
 from edge_sdk.daemon.commands import CommandRejected, Handler, UnknownStream
+from edge_sdk.daemon.reload import resolve_in
 from edge_sdk.daemon.snapshots import write_snapshot
 from edge_sdk.runtime.detectors.base import THRESHOLDS
 
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
     from edge_sdk.daemon.commands import CommandProcessor
     from edge_sdk.daemon.config import DaemonConfig
     from edge_sdk.daemon.model import RunningModel
+    from edge_sdk.daemon.promotion import ShadowControl
     from edge_sdk.daemon.reload import HotReloader
     from edge_sdk.telemetry.publisher import Publisher
     from edge_sdk.telemetry.reporter import Reporter
@@ -41,6 +43,7 @@ class RunningDaemon(Protocol):
     reporter: Reporter
     publisher: Publisher
     reloader: HotReloader
+    shadow: ShadowControl
     commands: CommandProcessor
     frames: int
     started_ms: int
@@ -60,7 +63,8 @@ class CommandHandlers:
         self.daemon = daemon
 
     def table(self) -> Dict[str, Handler]:
-        return {"ping": self.ping, "set": self.set, "snapshot": self.snapshot, "reload": self.reload}
+        return {"ping": self.ping, "set": self.set, "snapshot": self.snapshot, "reload": self.reload,
+                "promote": self.promote, "abort": self.abort}
 
     def ping(self, args: Dict[str, Any]) -> Dict[str, Any]:
         d = self.daemon
@@ -135,7 +139,24 @@ class CommandHandlers:
                 "frame": int(result.index), "count": len(result.detections), "removed": written["removed"]}
 
     def reload(self, args: Dict[str, Any]) -> Dict[str, Any]:
+        """Load a bundle to swap in, or with `shadow` to run beside the live model (one source,
+        room in memory: edge_sdk.daemon.promotion); refused while a shadow runs or a promotion
+        is watched."""
         d = self.daemon
         current = d.commands.current or {}
-        path = d.reloader.request(args["bundle"], args.get("precision"), tag=current.get("id"))
-        return {"loading": str(path)}
+        d.shadow.check_idle("reload")
+        if args.get("shadow"):
+            if d.reloader.models_dir is None:
+                raise CommandRejected("reload needs a model folder: set models_dir in the device config")
+            d.shadow.check_fits(args["bundle"], resolve_in(d.reloader.models_dir, args["bundle"]))
+        path = d.reloader.request(args["bundle"], args.get("precision"), tag=current.get("id"),
+                                  shadow=bool(args.get("shadow")))
+        return dict({"loading": str(path)}, **({"shadow": True} if args.get("shadow") else {}))
+
+    def promote(self, args: Dict[str, Any]) -> Dict[str, Any]:
+        """The shadow candidate becomes the live model; the previous one is kept for the watch."""
+        return self.daemon.shadow.promote()
+
+    def abort(self, args: Dict[str, Any]) -> Dict[str, Any]:
+        """The shadow candidate is dropped; during the watch after a promotion, roll back now."""
+        return self.daemon.shadow.abort()

@@ -9,6 +9,8 @@ the detector built from them.
     running.set_mode("roi")                       # a new detector over the same model
     running.swap(new_model)                       # hot reload: a new model in the running mode
     running.retire_unused()                       # every frame: close replaced models once unused
+    running.swap(candidate, keep=True)            # promotion: the replaced model stays loaded (`kept`)
+    running.swap(running.take_kept())             # rollback to it; or running.release_kept() to retire it
     running.describe()                            # status, telemetry's model block, responses
     running.close()                               # after the pipeline stopped
 
@@ -69,6 +71,7 @@ class RunningModel:
         self.retiring: List[Model] = []  # replaced by a reload, maybe still in use: not yet closed
         self.retiring_detectors: List[Detector] = []  # replaced detectors (a GPU one holds buffers): closed first
         self._retirers: List[threading.Thread] = []
+        self.kept: Optional[Model] = None  # replaced by a promotion, kept loaded for a rollback
 
     # -- loading -------------------------------------------------------------------------------
     def _load(self, bundle: Union[str, Path], precision: Optional[str] = None) -> Model:
@@ -111,13 +114,19 @@ class RunningModel:
             self.reload_failures += 1
             raise
 
+    def detector_for(self, model: Model) -> Detector:
+        """A detector of `model` (not the running one: a shadow's) in the running mode with the
+        kept thresholds; ConfigError when it does not fit the mode."""
+        return self._build(self.mode, model, self.overrides)
+
     # -- changes (frame loop) ------------------------------------------------------------------
-    def swap(self, new: Model) -> threading.Event:
+    def swap(self, new: Model, keep: bool = False) -> threading.Event:
         """Run `new` from the next frame on, in the running mode with the kept thresholds; the
         returned Event is set once the pipeline uses the new detector, and the replaced model is
         closed by `retire_unused` after that. If no detector can be built for `new` (it does not
         fit the mode, or the pipeline cannot make its buffers), `new` is closed, the old model and
-        detector keep running, and the error is raised, whatever its type."""
+        detector keep running, and the error is raised, whatever its type. With `keep`, the
+        replaced model stays loaded as `kept` (one at a time: a model kept before is retired)."""
         try:
             detector = self._build(self.mode, new, self.overrides)
             done = self._install(detector)
@@ -128,9 +137,25 @@ class RunningModel:
         with self._lock:
             old, self.model = self.model, new
         self.reloads += 1
+        if keep:
+            self.release_kept()
+            old, self.kept = None, old
         if old is not None:
             self.retiring.append(old)
         return done
+
+    def take_kept(self) -> Model:
+        """The model a promotion kept (to swap back in); ConfigError when there is none."""
+        if self.kept is None:
+            raise ConfigError("no previous model is kept: nothing to roll back to")
+        kept, self.kept = self.kept, None
+        return kept
+
+    def release_kept(self) -> None:
+        """Retire the kept model (closed by `retire_unused` like any replaced one)."""
+        if self.kept is not None:
+            self.retiring.append(self.kept)
+            self.kept = None
 
     def set_thresholds(self, **changes: Any) -> Dict[str, float]:
         """Change `score_threshold` and/or `nms_iou` of the running detector, from the next frame,
@@ -241,4 +266,7 @@ class RunningModel:
             detectors.append(self.detector)
         if self.model is not None:
             models.append(self.model)
+        if self.kept is not None:
+            models.append(self.kept)
+            self.kept = None
         self._close_all(models, detectors)

@@ -58,18 +58,21 @@ class HotReloader:
         self._worker: Optional[threading.Thread] = None
         self._ready: Optional[Model] = None
         self._tag: Optional[str] = None
+        self.shadow = False  # the model loading (or handed over last) is a shadow candidate, not a swap
 
     @property
     def busy(self) -> bool:
         return self._worker is not None and self._worker.is_alive()
 
-    def request(self, name: str, precision: Optional[str] = None, tag: Optional[str] = None) -> Path:
+    def request(self, name: str, precision: Optional[str] = None, tag: Optional[str] = None,
+                shadow: bool = False) -> Path:
         """Start loading `name` (a folder inside the model folder). Raises at once for a bad
         path or when a reload is already in progress; later failures go to `on_result`.
-        `tag` (a command id) is kept for whoever reports the outcome: see `take_tag()`."""
+        `tag` (a command id) is kept for whoever reports the outcome: see `take_tag()`; `shadow`
+        marks the model for a shadow run (read `shadow` after `poll()` hands it over)."""
         if self.models_dir is None:
             raise ConfigError("reload needs a model folder: set models_dir in the device config")
-        return self.load(resolve_in(self.models_dir, name), precision, tag)
+        return self.load(resolve_in(self.models_dir, name), precision, tag, shadow)
 
     def take_tag(self) -> Optional[str]:
         """The tag of the reload whose outcome is being reported, once (None afterwards)."""
@@ -77,12 +80,14 @@ class HotReloader:
             tag, self._tag = self._tag, None
         return tag
 
-    def load(self, path: Path, precision: Optional[str] = None, tag: Optional[str] = None) -> Path:
+    def load(self, path: Path, precision: Optional[str] = None, tag: Optional[str] = None,
+             shadow: bool = False) -> Path:
         """Start loading the bundle at `path` (trusted: from the device's own config)."""
         with self._lock:
             if self.busy or self._ready is not None:
                 raise ConfigError("a reload is already in progress; wait for its alert or response")
             self._tag = tag
+            self.shadow = shadow
             self._worker = threading.Thread(target=self._load, args=(path, precision), name="model-reload", daemon=True)
             self._worker.start()
         return path

@@ -41,6 +41,7 @@ from edge_sdk.daemon.config import DaemonConfig, load_daemon_config
 from edge_sdk.daemon.drift import DriftMonitor
 from edge_sdk.daemon.handlers import CommandHandlers
 from edge_sdk.daemon.model import RunningModel
+from edge_sdk.daemon.promotion import ShadowControl, bundle_name
 from edge_sdk.daemon.reload import HotReloader
 from edge_sdk.daemon.streams import StreamsPipeline, batch_policy, check_streams
 from edge_sdk.errors import ConfigError, EdgeSdkError
@@ -122,6 +123,7 @@ class Daemon:
         self.several = len(config.pipeline.streams()) > 1  # several [[sources]]: one batched model for all
         self.reloader = HotReloader(Path(config.device.models_dir) if config.device.models_dir else None,
                                     self.model.load, on_result=self._reload_result)
+        self.shadow = ShadowControl(self, config.shadow)  # shadow runs, promotion, rollback (one source)
         system = None
         if config.telemetry.system:
             from edge_sdk.telemetry.system import SystemStats
@@ -209,6 +211,8 @@ class Daemon:
             "precision_reason": model["precision_reason"],
             "device_choice": model.get("device_choice"),
             "bundle_hash": model["bundle_hash"],
+            "bundle": bundle_name(self.model.model),
+            "shadow": self.shadow.describe(),
             "mode": model["mode"],
             "thresholds": model["thresholds"],
             "source": self.config.pipeline.source.uri or None,
@@ -443,8 +447,11 @@ class Daemon:
 
     def _loop(self) -> str:
         reporter, reloader, inbox, model, heartbeat = self.reporter, self.reloader, self._inbox, self.model, self.heartbeat
+        shadow = self.shadow
         for result in self.pipeline:
             reporter.observe(result)
+            if shadow.active:
+                shadow.observe(result)  # the shadow's frames, the watch after a promotion
             self._last_result = self._last_of[result.stream] = result
             self.frames += 1
             heartbeat.beat(self.frames)  # WATCHDOG=1 and the health file, at most once per period
@@ -453,7 +460,9 @@ class Daemon:
             if inbox:
                 self._drain_commands()
             new = reloader.poll()
-            if new is not None:
+            if new is not None and reloader.shadow:
+                shadow.start(new, str(new.bundle.root) if new.bundle is not None else "a bundle", reloader.take_tag())
+            elif new is not None:
                 self._swap_in(new)
             if self._hup:
                 self.reload_config()
@@ -474,6 +483,7 @@ class Daemon:
         finally:
             if self.pipeline is not None:
                 self.pipeline.close()
+            self.shadow.close()
             self.reloader.join(10)
             leftover = self.reloader.poll()
             if leftover is not None:

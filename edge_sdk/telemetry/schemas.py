@@ -20,6 +20,7 @@ TOPICS = {
     "detections": "edge-sdk/detections/1",
     "cmd": "edge-sdk/cmd/1",
     "cmd/response": "edge-sdk/cmd-response/1",
+    "shadow": "edge-sdk/shadow/1",
 }
 _FILES = {
     "edge-sdk/status/1": "status.json",
@@ -28,6 +29,7 @@ _FILES = {
     "edge-sdk/detections/1": "detections.json",
     "edge-sdk/cmd/1": "cmd.json",
     "edge-sdk/cmd-response/1": "cmd_response.json",
+    "edge-sdk/shadow/1": "shadow.json",
 }
 TOPIC_ROOT = "edge-sdk"
 
@@ -42,6 +44,7 @@ MAX_BYTES = {
     "alerts": 16 * 1024,
     "detections": 384 * 1024,
     "cmd/response": 64 * 1024,
+    "shadow": 16 * 1024,
 }
 
 _cache: Dict[str, Any] = {}
