@@ -122,10 +122,5 @@ class StreamsPipeline:
         first): what the reporter's `streams` and `batch` blocks are made of."""
         stats = self.multi.stats()
         counters = self.stream_stats()
-        losses = {sid: 0 for sid in counters}
-        for event in self.multi.events():  # a loss: the first failure after frames (or at the start)
-            if event["event"] == "source_failed" and event.get("failures") == 1:
-                losses[event["stream"]] += 1
         return {"batcher": stats["batcher"],
-                "streams": {sid: dict(state, stats=counters[sid], losses=losses[sid])
-                            for sid, state in stats["streams"].items()}}
+                "streams": {sid: dict(state, stats=counters[sid]) for sid, state in stats["streams"].items()}}

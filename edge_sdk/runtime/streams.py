@@ -22,8 +22,9 @@ are dropped and counted) and a file or synthetic source reads ahead as far as th
 a frame's queue delay is at most the batcher's delay plus the batch ahead of it, and a stream that
 delivers faster than the model runs cannot fill the batcher.
 
-A source that cannot be opened, or whose capture fails, is reported (an event, :meth:`events`) and
-opened again after an exponential backoff (`reconnect`: initial_s, doubling up to max_s; after
+A source that cannot be opened, or whose capture fails, is reported (an event, :meth:`events`,
+which keeps the latest :data:`EVENTS_KEPT`; each stream counts its failures and losses in
+:meth:`stats`, exactly, however many there are) and opened again after an exponential backoff (`reconnect`: initial_s, doubling up to max_s; after
 max_attempts failures in a row, 0 for never, the stream is given up), while the other streams run
 on; a reopened stream's frame numbers go on from the last one it delivered; a live source's own
 reconnects happen inside its Capture. The pipeline ends when every stream has ended or been given
@@ -36,8 +37,9 @@ import logging
 import queue
 import threading
 import time
+from collections import deque
 from dataclasses import dataclass
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Any, Deque, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 from edge_sdk.errors import ConfigError, SourceError
 from edge_sdk.runtime.batcher import BatchPolicy, BatcherClosed, DynamicBatcher
@@ -53,6 +55,8 @@ logger = logging.getLogger(__name__)
 clock = time.perf_counter  # the capture clock: t_capture and the total latency
 
 _END = object()
+
+EVENTS_KEPT = 256  # the latest source events events() returns; a camera failing for days is counted, not listed
 
 
 @dataclass
@@ -80,6 +84,8 @@ class _Stream:
         self.stats = PipelineStats()
         self.state = "starting"  # running, retrying, ended, given_up, stopped
         self.failures = 0  # failures in a row
+        self.failed = 0  # failures since the start (source_failed events)
+        self.losses = 0  # first failures in a row: after frames were delivered, or at the first open
         self.in_flight = 0  # slots of its ring in the batcher or the batch thread
         self.next_index = 0  # frame numbers go on across the rings of its reopened source
         self.left = False  # puts no more frames
@@ -152,7 +158,7 @@ class MultiStreamPipeline:
                            policy.target, len(self._streams), frames_in_flight, policy.max_queue_delay_ms, most)
         self._stop = threading.Event()
         self._results: "queue.Queue[Any]" = queue.Queue()
-        self._events: List[Dict[str, Any]] = []
+        self._events: Deque[Dict[str, Any]] = deque(maxlen=EVENTS_KEPT)
         self._lock = threading.Lock()
         self._feeding = len(self._streams)
         self._error: Optional[BaseException] = None
@@ -230,14 +236,24 @@ class MultiStreamPipeline:
         return {s.id: s.stats for s in self._streams}
 
     def events(self) -> List[Dict[str, Any]]:
-        """What happened to the sources: source_failed, source_given_up, stream_ended (with the stream id)."""
+        """What happened to the sources lately (the latest EVENTS_KEPT): source_failed,
+        source_given_up, stream_ended (with the stream id). Counts are stats()'s."""
         with self._lock:
             return list(self._events)
 
+    def states(self) -> Dict[str, str]:
+        """Each stream's state: starting, running, retrying, ended, given_up or stopped."""
+        return {s.id: s.state for s in self._streams}
+
     def stats(self) -> Dict[str, Any]:
-        """The batcher's statistics and, per stream, its state and counters."""
+        """The batcher's statistics and, per stream, its state and counters: `failures` (in a row
+        now), `failed` (source_failed since the start), `losses` (the first failure of each run of
+        failures: the source went away after delivering, or did not open at first)."""
+        with self._lock:
+            counts = {s.id: (s.failed, s.losses) for s in self._streams}
         streams = {s.id: {"state": s.state, "frames_captured": s.stats.frames_captured,
                           "frames_dropped": s.stats.frames_dropped, "failures": s.failures,
+                          "failed": counts[s.id][0], "losses": counts[s.id][1],
                           "source_errors": s.stats.source_errors, "reconnects": s.stats.reconnects} for s in self._streams}
         return {"batcher": self.batcher.stats(), "streams": streams}
 
@@ -248,6 +264,14 @@ class MultiStreamPipeline:
             self._events.append(record)
         if event != "stream_ended":
             logger.warning("stream %s: %s %s", stream.id, event, details)
+
+    def _source_failed(self, stream: _Stream, exc: SourceError) -> None:
+        """Its source failed to open or died: counted (exactly) and reported."""
+        stream.failures += 1
+        with self._lock:
+            stream.failed += 1
+            stream.losses += stream.failures == 1
+        self._report(stream, "source_failed", error=str(exc), failures=stream.failures)
 
     def _fail(self, exc: BaseException) -> None:
         """An error that is not a source's: every stream stops, results() raises it."""
@@ -300,8 +324,7 @@ class MultiStreamPipeline:
         try:
             capture.start()
         except SourceError as exc:
-            stream.failures += 1
-            self._report(stream, "source_failed", error=str(exc), failures=stream.failures)
+            self._source_failed(stream, exc)
             stream.source.close()
             return False
         stream.capture = capture
@@ -329,8 +352,7 @@ class MultiStreamPipeline:
                     stream.release(capture, slot)
                     return False
         except SourceError as exc:
-            stream.failures += 1
-            self._report(stream, "source_failed", error=str(exc), failures=stream.failures)
+            self._source_failed(stream, exc)
             return False
         finally:
             with stream.cond:  # its frames still in the batcher are decoded before the ring goes
