@@ -16,7 +16,7 @@ each stream's `fps` caps how fast its source is read.
 from __future__ import annotations
 
 import threading
-from typing import Any, Dict, Iterator, Optional
+from typing import Any, Callable, Dict, Iterator, Optional, Union
 
 from edge_sdk.errors import ConfigError
 from edge_sdk.runtime.batcher import BatchPolicy
@@ -62,7 +62,8 @@ class StreamsPipeline:
     (`stop()`), `swap_detector`, `failed_stage`. `detector` (a StreamBatchDetector) stays its
     caller's to close."""
 
-    def __init__(self, config: PipelineConfig, detector: Any, policy: BatchPolicy, keep_frames: bool = False) -> None:
+    def __init__(self, config: PipelineConfig, detector: Any, policy: BatchPolicy,
+                 keep_frames: Union[bool, Callable[[str], bool]] = False) -> None:
         check_streams(config)
         sources = [(s.id, open_source(s.uri, loop=s.loop, **s.options)) for s in config.streams()]
         self.multi = MultiStreamPipeline(sources, detector, policy, reconnect=config.reconnect,

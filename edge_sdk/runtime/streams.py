@@ -39,7 +39,7 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass
-from typing import Any, Deque, Dict, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Deque, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 from edge_sdk.errors import ConfigError, SourceError
 from edge_sdk.runtime.batcher import BatchPolicy, BatcherClosed, DynamicBatcher
@@ -127,11 +127,14 @@ def fitted_policy(batching: Any, model: Any, streams: int, origin: str = "config
 class MultiStreamPipeline:
     """`sources`: (stream id, URI or Source) pairs, ids unique. `detector`: a StreamBatchDetector
     (anything with ``detect_batch(frames)``). `fps`: {stream id: the rate to pace its file, folder or
-    synthetic source to}. Python API; `start()` or use it as a context manager."""
+    synthetic source to}. `keep_frames`: each result carries a copy of its frame (True), or those
+    of the frames for which it returns True, called with their stream id on the batch thread.
+    Python API; `start()` or use it as a context manager."""
 
     def __init__(self, sources: Sequence[Tuple[str, SourceSpec]], detector: Any, policy: BatchPolicy,
                  reconnect: Optional[ReconnectConfig] = None, pool_size: int = 4, loop: bool = False,
-                 frames_in_flight: int = 1, fps: Optional[Dict[str, float]] = None, keep_frames: bool = False) -> None:
+                 frames_in_flight: int = 1, fps: Optional[Dict[str, float]] = None,
+                 keep_frames: Union[bool, Callable[[str], bool]] = False) -> None:
         ids = [str(sid) for sid, _ in sources]
         if not ids:
             raise ConfigError("no sources: give at least one (stream id, URI) pair")
@@ -149,7 +152,8 @@ class MultiStreamPipeline:
             raise ConfigError(f"frames_in_flight must be an integer from 1 to pool_size - 2 = {self.pool_size - 2}, "
                               f"got {frames_in_flight!r}; raise pool_size for more")
         self.frames_in_flight = frames_in_flight
-        self.keep_frames = bool(keep_frames)  # each result carries a copy of its frame (snapshots)
+        # each result carries a copy of its frame (snapshots), or those the callable picks (stream id -> keep)
+        self.keep_frames = keep_frames if callable(keep_frames) else bool(keep_frames)
         self._pending: Optional[Tuple[Any, threading.Event]] = None  # swap_detector's, until the next batch
         most = len(self._streams) * frames_in_flight
         if policy.target > most:
@@ -390,7 +394,7 @@ class MultiStreamPipeline:
                         self._results.put(StreamResult(
                             index=slot.index, timestamp=slot.timestamp, detections=result.detections,
                             latency_ms=latency, info=info, ground_truth=slot.ground_truth, stream=stream.id,
-                            frame=slot.buffer.copy() if self.keep_frames else None,
+                            frame=slot.buffer.copy() if self._keeps(stream.id) else None,
                             frame_age_ms=(formed - slot.t_capture) * 1000.0))
                 finally:
                     for stream, capture, slot in held:
@@ -400,6 +404,10 @@ class MultiStreamPipeline:
             self._drain(streams)
         finally:
             self._results.put(_END)
+
+    def _keeps(self, stream_id: str) -> bool:
+        keep = self.keep_frames
+        return keep(stream_id) if callable(keep) else keep
 
     def _drain(self, streams: Dict[str, _Stream]) -> None:
         """Give back the slots of what is still queued once the model has failed."""
