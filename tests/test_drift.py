@@ -247,3 +247,37 @@ def test_manifest_input_stats_round_trip(tmp_path: Path) -> None:
     (folder / "manifest.json").write_text(json.dumps(manifest))
     stats = Bundle.load(folder).input_stats
     assert stats is not None and stats.images == 3 and stats.prototypes.shape == (3, 2, BINS)
+
+
+def test_stream_turns_copy_one_frame_per_sample_the_streams_in_turn(scenes, reference) -> None:
+    """Several cameras: frames of three streams come in batches (a, b, c, a, b, c, ...); only the
+    frames StreamTurns picks are copied and reach the monitor. One copy per sample period, the
+    streams in turn; a lost camera holds up no one once it has been away `live_s`; off: no copy."""
+    from edge_sdk.daemon.drift import StreamTurns
+
+    clock = FakeClock()
+    monitor = DriftMonitor(lambda: reference, threshold=0.4, sample_s=1.0, window=60, clock=clock)
+    turns = StreamTurns(monitor, ["a", "b", "c"], clock=clock)
+    frame = {"a": scenes[0], "b": scenes[2], "c": scenes[4]}
+    copied: List[str] = []
+
+    def run(seconds: float, streams: str = "abc") -> None:
+        end = clock.t + seconds
+        while clock.t < end:
+            batch = [(sid, turns(sid)) for sid in streams]  # the batch thread decides for each frame
+            for sid, keep in batch:  # then the frame loop observes each result
+                if keep:
+                    copied.append(sid)
+                monitor.observe(frame[sid] if keep else None)
+            clock.t += 0.05  # 20 batches a second
+
+    run(9.0)
+    assert copied == list("abcabcabc")  # one a second, each camera in turn
+    assert monitor.sampled == 9
+    del copied[:]
+    run(6.0, streams="ac")  # b's camera is lost: a and c take turns (after one more wait for b)
+    assert copied == list("acaca")  # b held its turn for live_s (2 s), then a and c alternate
+    monitor.configure(0.0, 1.0, 60)  # monitoring off: nothing is copied
+    del copied[:]
+    run(3.0)
+    assert copied == []

@@ -255,8 +255,8 @@ def _all_done(pipeline: Any, totals: Dict[str, List[float]], cap: int) -> bool:
     """Every stream has `cap` frames or has ended (or been given up)."""
     if all(len(rows) >= cap for rows in totals.values()):
         return True
-    gone = {e["stream"] for e in pipeline.events() if e["event"] in ("stream_ended", "source_given_up")}
-    return all(len(rows) >= cap or sid in gone for sid, rows in totals.items())
+    states = pipeline.states()
+    return all(len(rows) >= cap or states[sid] in ("ended", "given_up") for sid, rows in totals.items())
 
 
 def _streams_summary(pipeline: Any, model: Any, totals: Dict[str, List[float]], wall_s: float, console: Any) -> None:

@@ -29,25 +29,31 @@ def _fmt(value: Any, digits: int = 1) -> str:
     return str(value)
 
 
+def _percent(ratio: Any) -> str:
+    """A ratio 0..1 as a percentage ("75%"); "-" when there is none (a device with one source)."""
+    return "-" if ratio is None else f"{ratio:.0%}"
+
+
 def render_table(fleet: Any) -> Any:
     from rich.table import Table
 
     table = Table(title="edge-sdk fleet", expand=False)
-    for col in ("device", "status", "FPS", "p50 ms", "p99 ms", "dropped", "temp °C", "power W", "alerts", "bundle"):
+    for col in ("device", "status", "FPS", "p50 ms", "p99 ms", "dropped", "batch eff", "temp °C", "power W", "alerts",
+                "bundle"):
         table.add_column(col, no_wrap=True)
     for row in fleet.rows():
         status = row["status"]
         style = {"online": "green", "offline": "red"}.get(status, "yellow")
         table.add_row(
             row["device"], f"[{style}]{status}[/{style}]", _fmt(row["fps"]), _fmt(row["p50"]), _fmt(row["p99"]),
-            _fmt(row["dropped"]), _fmt(row["temperature_c"]), _fmt(row["power_w"]),
+            _fmt(row["dropped"]), _percent(row["batch_efficiency"]), _fmt(row["temperature_c"]), _fmt(row["power_w"]),
             ("[red]" + ", ".join(row["alerts"]) + "[/red]") if row["alerts"] else "-", _fmt(row["bundle"]),
         )
         for s in row["streams"]:  # a device with several sources: a row per stream under it
             camera = s["camera"] or "-"
             style = {"ok": "green", "lost": "red"}.get(camera, "yellow")
             table.add_row(f"  └ {s['stream']}", f"[{style}]{camera}[/{style}]", _fmt(s["fps"]), _fmt(s["p50"]),
-                          _fmt(s["p99"]), _fmt(s["dropped"]), "", "", "", "")
+                          _fmt(s["p99"]), _fmt(s["dropped"]), "", "", "", "", "")
     return table
 
 
@@ -94,8 +100,8 @@ def monitor(
     key_file: Optional[Path] = typer.Option(None, "--key-file", help="Client key (mqtts)."),
     duration: float = typer.Option(0.0, "--duration", help="Stop after this many seconds (0: until Ctrl-C)."),
 ) -> None:
-    """Watch devices: a live table of status, FPS, p50/p99, drops, temperature, power and open
-    alerts. With a shared subscription (--share) each group member receives a part of the
+    """Watch devices: a live table of status, FPS, p50/p99, drops, batch efficiency (several
+    sources), temperature, power and open alerts. With a shared subscription (--share) each group member receives a part of the
     fleet's telemetry; status messages are read by every member. Messages over their topic's
     size bound or that do not validate against its schema are dropped (counted, and logged once a
     minute); they are read on a thread of their own, one device at a time in turn."""

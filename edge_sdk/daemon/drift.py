@@ -25,6 +25,11 @@ scenes 0.02 to 0.23, the same scenes at a quarter of their brightness 0.48 to 0.
     if event is not None: ...           # raised or cleared, with the numbers
     monitor.snapshot()                  # the telemetry's `drift` block
 
+With several sources the frames the monitor sees are copies (a MultiStreamPipeline gives each
+frame's slot back to its ring once decoded): :class:`StreamTurns` has one frame copied when a
+sample is due, the streams in turn, so the window holds every camera's frames alike and drift is
+the cameras' average (one camera of four that goes to night moves it about a quarter of the way).
+
 Cost: a frame that is not sampled costs one clock read and allocates nothing. A sampled frame
 (one a second by default) is downscaled into buffers reused from sample to sample.
 
@@ -44,7 +49,7 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Any, Callable, Dict, NamedTuple, Optional
+from typing import Any, Callable, Dict, NamedTuple, Optional, Sequence
 
 import numpy as np
 
@@ -80,6 +85,7 @@ class DriftMonitor:
         self.alarmed = False
         self.skipped = 0  # sampled frames with no content
         self.sampled = 0
+        self.taken = 0  # frames taken when due (sampled, skipped, or with no reference to compare)
         self._latest: Optional[Dict[str, Any]] = None
         self.configure(threshold, sample_s, window)
 
@@ -113,6 +119,7 @@ class DriftMonitor:
         if now < self._due or frame is None:
             return None
         self._due = now + self.sample_s
+        self.taken += 1
         ref = self._reference()
         if ref is None:
             self._latest = None
@@ -151,6 +158,10 @@ class DriftMonitor:
         self._publish(ref, figures)
         return event
 
+    def overdue(self) -> Optional[float]:
+        """Seconds since the next sample was due (negative: not yet); None while monitoring is off."""
+        return None if self.threshold <= 0 else self._clock() - self._due
+
     def _message(self, f: Dict[str, Any], what: str, op: str) -> str:
         limit = self.threshold if op == ">" else CLEAR_RATIO * self.threshold
         text = (f"live input {what}: histogram distance {f['distance']:.3f} {op} {limit:.3g} (brightness {f['brightness']:.3f}, "
@@ -175,3 +186,37 @@ class DriftMonitor:
         if self.threshold <= 0:
             return None
         return self._latest
+
+
+class StreamTurns:
+    """Which frames of several streams are copied for `monitor` (a MultiStreamPipeline's
+    `keep_frames`, called with the stream id of each frame on its batch thread): one frame when a
+    sample is due, none while that copy is on its way to `observe`, and the streams in turn: the
+    frame copied is one of the live stream copied longest ago (live: a frame within the last
+    `live_s`, so that a lost camera holds up no one). One copy of one frame per sample period;
+    none while monitoring is off."""
+
+    def __init__(self, monitor: DriftMonitor, stream_ids: Sequence[str], clock: Callable[[], float] = time.monotonic,
+                 live_s: float = 2.0) -> None:
+        self._monitor = monitor
+        self._clock = clock
+        self.live_s = float(live_s)
+        self._order = {str(sid): i for i, sid in enumerate(stream_ids)}
+        self._seen = {sid: -math.inf for sid in self._order}  # each stream's latest frame
+        self._last = {sid: -math.inf for sid in self._order}  # each stream's latest copy
+        self._copied: Optional[int] = None  # monitor.taken when the latest copy was made
+
+    def __call__(self, stream_id: str) -> bool:
+        now = self._clock()
+        self._seen[stream_id] = now
+        overdue = self._monitor.overdue()
+        if overdue is None or overdue < 0:
+            return False
+        latest = max(self._last.values())
+        if self._monitor.taken == self._copied and now - latest < self._monitor.sample_s + 1.0:
+            return False  # the copy made for this sample has not reached the monitor yet
+        live = [sid for sid, seen in self._seen.items() if now - seen <= self.live_s]
+        if min(live, key=lambda sid: (self._last[sid], self._order[sid])) != stream_id:
+            return False
+        self._copied, self._last[stream_id] = self._monitor.taken, now
+        return True

@@ -38,7 +38,7 @@ from typing import IO, Any, Callable, Deque, Dict, List, Mapping, Optional, Tupl
 from edge_sdk import __version__
 from edge_sdk.daemon.commands import MAX_PAYLOAD as MAX_COMMAND, CommandProcessor
 from edge_sdk.daemon.config import DaemonConfig, load_daemon_config
-from edge_sdk.daemon.drift import DriftMonitor
+from edge_sdk.daemon.drift import DriftMonitor, StreamTurns
 from edge_sdk.daemon.handlers import CommandHandlers
 from edge_sdk.daemon.model import RunningModel
 from edge_sdk.daemon.promotion import ShadowControl, bundle_name
@@ -420,14 +420,16 @@ class Daemon:
         """One source: the injected factory's pipeline (the real Pipeline by default). Several:
         a StreamsPipeline with the batcher's settings fitted to what the bundle takes (an explicit
         max_batch_size it cannot take: ConfigError naming the rebuild); frames are kept when
-        snapshots can be taken."""
+        snapshots can be taken, else those the drift monitor samples (the streams in turn)."""
         cfg = self.config
         if not self.several:
             return self.pipeline_factory(cfg.pipeline, model=model, detector=detector)
         policy, note = fitted_policy(cfg.pipeline.batching, model, len(cfg.pipeline.streams()))
         if note is not None:
             log.warning(note)
-        return StreamsPipeline(cfg.pipeline, detector, policy, keep_frames=cfg.device.snapshot_dir is not None)
+        keep: Any = True if cfg.device.snapshot_dir is not None else \
+            StreamTurns(self.reporter.drift, [s.id for s in cfg.pipeline.streams()])
+        return StreamsPipeline(cfg.pipeline, detector, policy, keep_frames=keep)
 
     def _stopped_by(self, exc: BaseException, unexpected: bool) -> str:
         """Log the error that ended the run and, once reporting runs, raise the

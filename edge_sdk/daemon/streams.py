@@ -16,7 +16,7 @@ each stream's `fps` caps how fast its source is read.
 from __future__ import annotations
 
 import threading
-from typing import Any, Dict, Iterator, Optional
+from typing import Any, Callable, Dict, Iterator, Optional, Union
 
 from edge_sdk.errors import ConfigError
 from edge_sdk.runtime.batcher import BatchPolicy
@@ -62,7 +62,8 @@ class StreamsPipeline:
     (`stop()`), `swap_detector`, `failed_stage`. `detector` (a StreamBatchDetector) stays its
     caller's to close."""
 
-    def __init__(self, config: PipelineConfig, detector: Any, policy: BatchPolicy, keep_frames: bool = False) -> None:
+    def __init__(self, config: PipelineConfig, detector: Any, policy: BatchPolicy,
+                 keep_frames: Union[bool, Callable[[str], bool]] = False) -> None:
         check_streams(config)
         sources = [(s.id, open_source(s.uri, loop=s.loop, **s.options)) for s in config.streams()]
         self.multi = MultiStreamPipeline(sources, detector, policy, reconnect=config.reconnect,
@@ -122,10 +123,5 @@ class StreamsPipeline:
         first): what the reporter's `streams` and `batch` blocks are made of."""
         stats = self.multi.stats()
         counters = self.stream_stats()
-        losses = {sid: 0 for sid in counters}
-        for event in self.multi.events():  # a loss: the first failure after frames (or at the start)
-            if event["event"] == "source_failed" and event.get("failures") == 1:
-                losses[event["stream"]] += 1
         return {"batcher": stats["batcher"],
-                "streams": {sid: dict(state, stats=counters[sid], losses=losses[sid])
-                            for sid, state in stats["streams"].items()}}
+                "streams": {sid: dict(state, stats=counters[sid]) for sid, state in stats["streams"].items()}}

@@ -14,6 +14,14 @@ When a batch goes out (as Triton's dynamic batcher, `max_queue_delay_microsecond
   a batch of that size goes, at once;
 - otherwise the oldest queued request waits at most `max_queue_delay_ms`; then whatever is
   queued goes, up to `max_batch_size`. A delay of 0 sends whatever is queued at once;
+- requests that came while the model was busy wait for the streams of the batch it ran: those
+  streams put their next frames as soon as their frames come back (a MultiStreamPipeline holds a
+  stream's next frame until then), so when the model is free again the batch waits for them, at
+  most `max_queue_delay_ms` from that moment, and goes as soon as each of them has put one (or the
+  size is reached). Without this, streams that once fell into two groups stay there (one group
+  queued while the other is in the model, each batch half full); with it they come together
+  again. A frame's queue delay stays at most the delay plus the batch ahead of it, and a request
+  put while the model is idle waits as before;
 - after `close()`, what is still queued goes at once, up to `max_batch_size` per batch.
 
 Which requests fill a batch (fairness): rounds, oldest first. The first round takes the oldest
@@ -150,6 +158,9 @@ class DynamicBatcher:
         self._queued = 0
         self._seq = 0
         self._closed = False
+        self._busy = False  # a batch went out and the model's thread has not asked for the next one
+        self._free_at = float("-inf")  # when the model's thread asked for a batch after the last one
+        self._expected: set = set()  # streams of the last batch that have not put a request since
         # per batch of the window: (size, queue delays ms, stream ids)
         self._window: Deque[Tuple[int, Tuple[float, ...], Tuple[str, ...]]] = deque(maxlen=int(window))
         self._batches = 0
@@ -164,6 +175,7 @@ class DynamicBatcher:
             request = BatchRequest(stream_id, item, self.clock(), self._seq)
             self._seq += 1
             self._queues.setdefault(stream_id, deque()).append(request)
+            self._expected.discard(stream_id)
             self._queued += 1
             self._cond.notify_all()
             return request
@@ -196,6 +208,8 @@ class DynamicBatcher:
         None when none was due in time, or when the batcher is drained."""
         end = None if timeout is None else time.monotonic() + max(0.0, float(timeout))
         with self._cond:
+            if self._busy:  # the model is done with the last batch
+                self._busy, self._free_at = False, self.clock()
             while True:
                 now = self.clock()
                 batch = self._take_due(now)
@@ -214,12 +228,18 @@ class DynamicBatcher:
     def _oldest(self) -> BatchRequest:
         return min((q[0] for q in self._queues.values() if q), key=lambda r: r.seq)
 
+    def _waiting_since(self) -> float:
+        """When the oldest request's delay started: when it was put, or when the model became
+        free if it came while the model was busy and streams of the last batch are still due."""
+        put = self._oldest().t_put
+        return max(put, self._free_at) if self._expected else put
+
     def _until_due(self, now: float) -> Optional[float]:
         """Seconds (of the batcher's clock) until the oldest request's delay runs out; None when
         nothing is queued."""
         if not self._queued:
             return None
-        return max(0.0, self.policy.max_queue_delay_ms / 1000.0 - (now - self._oldest().t_put))
+        return max(0.0, self.policy.max_queue_delay_ms / 1000.0 - (now - self._waiting_since()))
 
     def _take_due(self, now: float) -> Optional[Batch]:
         if not self._queued:
@@ -229,7 +249,7 @@ class DynamicBatcher:
             return self._take(policy.target, now, "size")
         if self._closed:
             return self._take(policy.max_batch_size, now, "close")
-        if (now - self._oldest().t_put) * 1000.0 >= policy.max_queue_delay_ms:
+        if (now - self._waiting_since()) * 1000.0 >= policy.max_queue_delay_ms:
             return self._take(policy.max_batch_size, now, "delay")
         return None
 
@@ -248,6 +268,8 @@ class DynamicBatcher:
             self._queues[request.stream_id].popleft()
         self._queued -= len(taken)
         taken.sort(key=lambda r: r.seq)
+        self._busy = True
+        self._expected = {r.stream_id for r in taken if not self._queues[r.stream_id]}  # their next is due
         batch = Batch(taken, now, reason)
         self._record(batch)
         return batch

@@ -22,8 +22,9 @@ are dropped and counted) and a file or synthetic source reads ahead as far as th
 a frame's queue delay is at most the batcher's delay plus the batch ahead of it, and a stream that
 delivers faster than the model runs cannot fill the batcher.
 
-A source that cannot be opened, or whose capture fails, is reported (an event, :meth:`events`) and
-opened again after an exponential backoff (`reconnect`: initial_s, doubling up to max_s; after
+A source that cannot be opened, or whose capture fails, is reported (an event, :meth:`events`,
+which keeps the latest :data:`EVENTS_KEPT`; each stream counts its failures and losses in
+:meth:`stats`, exactly, however many there are) and opened again after an exponential backoff (`reconnect`: initial_s, doubling up to max_s; after
 max_attempts failures in a row, 0 for never, the stream is given up), while the other streams run
 on; a reopened stream's frame numbers go on from the last one it delivered; a live source's own
 reconnects happen inside its Capture. The pipeline ends when every stream has ended or been given
@@ -36,8 +37,9 @@ import logging
 import queue
 import threading
 import time
+from collections import deque
 from dataclasses import dataclass
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Deque, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 from edge_sdk.errors import ConfigError, SourceError
 from edge_sdk.runtime.batcher import BatchPolicy, BatcherClosed, DynamicBatcher
@@ -53,6 +55,8 @@ logger = logging.getLogger(__name__)
 clock = time.perf_counter  # the capture clock: t_capture and the total latency
 
 _END = object()
+
+EVENTS_KEPT = 256  # the latest source events events() returns; a camera failing for days is counted, not listed
 
 
 @dataclass
@@ -80,6 +84,8 @@ class _Stream:
         self.stats = PipelineStats()
         self.state = "starting"  # running, retrying, ended, given_up, stopped
         self.failures = 0  # failures in a row
+        self.failed = 0  # failures since the start (source_failed events)
+        self.losses = 0  # first failures in a row: after frames were delivered, or at the first open
         self.in_flight = 0  # slots of its ring in the batcher or the batch thread
         self.next_index = 0  # frame numbers go on across the rings of its reopened source
         self.left = False  # puts no more frames
@@ -121,11 +127,14 @@ def fitted_policy(batching: Any, model: Any, streams: int, origin: str = "config
 class MultiStreamPipeline:
     """`sources`: (stream id, URI or Source) pairs, ids unique. `detector`: a StreamBatchDetector
     (anything with ``detect_batch(frames)``). `fps`: {stream id: the rate to pace its file, folder or
-    synthetic source to}. Python API; `start()` or use it as a context manager."""
+    synthetic source to}. `keep_frames`: each result carries a copy of its frame (True), or those
+    of the frames for which it returns True, called with their stream id on the batch thread.
+    Python API; `start()` or use it as a context manager."""
 
     def __init__(self, sources: Sequence[Tuple[str, SourceSpec]], detector: Any, policy: BatchPolicy,
                  reconnect: Optional[ReconnectConfig] = None, pool_size: int = 4, loop: bool = False,
-                 frames_in_flight: int = 1, fps: Optional[Dict[str, float]] = None, keep_frames: bool = False) -> None:
+                 frames_in_flight: int = 1, fps: Optional[Dict[str, float]] = None,
+                 keep_frames: Union[bool, Callable[[str], bool]] = False) -> None:
         ids = [str(sid) for sid, _ in sources]
         if not ids:
             raise ConfigError("no sources: give at least one (stream id, URI) pair")
@@ -143,7 +152,8 @@ class MultiStreamPipeline:
             raise ConfigError(f"frames_in_flight must be an integer from 1 to pool_size - 2 = {self.pool_size - 2}, "
                               f"got {frames_in_flight!r}; raise pool_size for more")
         self.frames_in_flight = frames_in_flight
-        self.keep_frames = bool(keep_frames)  # each result carries a copy of its frame (snapshots)
+        # each result carries a copy of its frame (snapshots), or those the callable picks (stream id -> keep)
+        self.keep_frames = keep_frames if callable(keep_frames) else bool(keep_frames)
         self._pending: Optional[Tuple[Any, threading.Event]] = None  # swap_detector's, until the next batch
         most = len(self._streams) * frames_in_flight
         if policy.target > most:
@@ -152,7 +162,7 @@ class MultiStreamPipeline:
                            policy.target, len(self._streams), frames_in_flight, policy.max_queue_delay_ms, most)
         self._stop = threading.Event()
         self._results: "queue.Queue[Any]" = queue.Queue()
-        self._events: List[Dict[str, Any]] = []
+        self._events: Deque[Dict[str, Any]] = deque(maxlen=EVENTS_KEPT)
         self._lock = threading.Lock()
         self._feeding = len(self._streams)
         self._error: Optional[BaseException] = None
@@ -230,14 +240,24 @@ class MultiStreamPipeline:
         return {s.id: s.stats for s in self._streams}
 
     def events(self) -> List[Dict[str, Any]]:
-        """What happened to the sources: source_failed, source_given_up, stream_ended (with the stream id)."""
+        """What happened to the sources lately (the latest EVENTS_KEPT): source_failed,
+        source_given_up, stream_ended (with the stream id). Counts are stats()'s."""
         with self._lock:
             return list(self._events)
 
+    def states(self) -> Dict[str, str]:
+        """Each stream's state: starting, running, retrying, ended, given_up or stopped."""
+        return {s.id: s.state for s in self._streams}
+
     def stats(self) -> Dict[str, Any]:
-        """The batcher's statistics and, per stream, its state and counters."""
+        """The batcher's statistics and, per stream, its state and counters: `failures` (in a row
+        now), `failed` (source_failed since the start), `losses` (the first failure of each run of
+        failures: the source went away after delivering, or did not open at first)."""
+        with self._lock:
+            counts = {s.id: (s.failed, s.losses) for s in self._streams}
         streams = {s.id: {"state": s.state, "frames_captured": s.stats.frames_captured,
                           "frames_dropped": s.stats.frames_dropped, "failures": s.failures,
+                          "failed": counts[s.id][0], "losses": counts[s.id][1],
                           "source_errors": s.stats.source_errors, "reconnects": s.stats.reconnects} for s in self._streams}
         return {"batcher": self.batcher.stats(), "streams": streams}
 
@@ -248,6 +268,14 @@ class MultiStreamPipeline:
             self._events.append(record)
         if event != "stream_ended":
             logger.warning("stream %s: %s %s", stream.id, event, details)
+
+    def _source_failed(self, stream: _Stream, exc: SourceError) -> None:
+        """Its source failed to open or died: counted (exactly) and reported."""
+        stream.failures += 1
+        with self._lock:
+            stream.failed += 1
+            stream.losses += stream.failures == 1
+        self._report(stream, "source_failed", error=str(exc), failures=stream.failures)
 
     def _fail(self, exc: BaseException) -> None:
         """An error that is not a source's: every stream stops, results() raises it."""
@@ -300,8 +328,7 @@ class MultiStreamPipeline:
         try:
             capture.start()
         except SourceError as exc:
-            stream.failures += 1
-            self._report(stream, "source_failed", error=str(exc), failures=stream.failures)
+            self._source_failed(stream, exc)
             stream.source.close()
             return False
         stream.capture = capture
@@ -329,8 +356,7 @@ class MultiStreamPipeline:
                     stream.release(capture, slot)
                     return False
         except SourceError as exc:
-            stream.failures += 1
-            self._report(stream, "source_failed", error=str(exc), failures=stream.failures)
+            self._source_failed(stream, exc)
             return False
         finally:
             with stream.cond:  # its frames still in the batcher are decoded before the ring goes
@@ -368,7 +394,7 @@ class MultiStreamPipeline:
                         self._results.put(StreamResult(
                             index=slot.index, timestamp=slot.timestamp, detections=result.detections,
                             latency_ms=latency, info=info, ground_truth=slot.ground_truth, stream=stream.id,
-                            frame=slot.buffer.copy() if self.keep_frames else None,
+                            frame=slot.buffer.copy() if self._keeps(stream.id) else None,
                             frame_age_ms=(formed - slot.t_capture) * 1000.0))
                 finally:
                     for stream, capture, slot in held:
@@ -378,6 +404,10 @@ class MultiStreamPipeline:
             self._drain(streams)
         finally:
             self._results.put(_END)
+
+    def _keeps(self, stream_id: str) -> bool:
+        keep = self.keep_frames
+        return keep(stream_id) if callable(keep) else keep
 
     def _drain(self, streams: Dict[str, _Stream]) -> None:
         """Give back the slots of what is still queued once the model has failed."""

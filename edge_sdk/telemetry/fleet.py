@@ -67,6 +67,7 @@ class DeviceView:
             "p50": total.get("p50"),
             "p99": total.get("p99"),
             "dropped": frames.get("dropped"),
+            "batch_efficiency": (t.get("batch") or {}).get("efficiency"),  # several sources: the batcher's
             "drop_ratio": (t.get("interval") or {}).get("drop_ratio"),
             "temperature_c": system.get("temperature_max_c"),
             "power_w": (power.get("TOT") / 1000.0) if isinstance(power.get("TOT"), (int, float)) else None,

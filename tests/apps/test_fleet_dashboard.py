@@ -1,6 +1,7 @@
 """apps/fleet_dashboard: every metric and label value the Grafana dashboard queries exists in what
-`edge-sdk monitor --prometheus` exports, fed with the messages of a real daemon run (telemetry,
-status and a real calibration_drift alert); the scrape config points at the monitor's port."""
+`edge-sdk monitor --prometheus` exports, fed with the messages of real daemon runs (one source:
+telemetry, status and a real calibration_drift alert; two [[sources]]: the per-stream and batcher
+series); the scrape config points at the monitor's port."""
 from __future__ import annotations
 
 import io
@@ -16,6 +17,9 @@ from app_loader import APPS
 prometheus_client = pytest.importorskip("prometheus_client")
 pytest.importorskip("onnxruntime")
 cv2 = pytest.importorskip("cv2")
+
+from edge_sdk.telemetry import exposition  # noqa: E402
+from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
 FOLDER = APPS / "fleet_dashboard"
 DASHBOARD = json.loads((FOLDER / "grafana-dashboard.json").read_text())
@@ -51,6 +55,12 @@ def exported(tmp_path_factory) -> Dict[str, Set[Tuple[str, str]]]:
         "device": {"id": "cam-7"}, "telemetry": {"interval_s": 0.05},
         "health": {"drift_sample_s": 0.0005, "drift_window": 5}})
     assert Daemon(cfg, stream=stream).run() == 0
+    streams = daemon_config_from_dict({  # two cameras through one model: the stream and batch series
+        "bundle": str(bundle), "backend": "onnxruntime-cpu", "threads": 1, "cache": {"enabled": False},
+        "sources": [{"id": sid, "uri": f"synthetic://faces?width=320&height=192&count=3&frames=30&seed={seed}"}
+                    for sid, seed in (("door", 1), ("yard", 2))],
+        "device": {"id": "cam-8"}, "telemetry": {"interval_s": 0.05}})
+    assert Daemon(streams, stream=stream).run() == 0
     fleet = Fleet()
     telemetry = None
     for line in stream.getvalue().splitlines():
@@ -68,7 +78,8 @@ def exported(tmp_path_factory) -> Dict[str, Set[Tuple[str, str]]]:
     registry = prometheus_client.CollectorRegistry()
     registry.register(prometheus_collector(fleet))
     out: Dict[str, Set[Tuple[str, str]]] = {}
-    for family in registry.collect():
+    page = prometheus_client.generate_latest(registry).decode()  # the text /metrics serves
+    for family in text_string_to_metric_families(page):
         for sample in family.samples:
             out.setdefault(sample.name, set()).update(sample.labels.items())
     return out
@@ -86,6 +97,21 @@ def test_every_queried_metric_and_label_value_is_exported(exported) -> None:
                 assert any(k == label for k, _ in exported[name]), f"{name} has no label {label}"
     assert queried >= {"edge_sdk_up", "edge_sdk_frames_per_second", "edge_sdk_latency_seconds",
                        "edge_sdk_frames_total", "edge_sdk_alert_open", "edge_sdk_temperature_celsius"}
+    # every per-stream and batcher series the exposition documents has a panel
+    documented = set(re.findall(r"^\s+(edge_sdk_(?:stream|batch)\w+)", exposition.__doc__, re.M))
+    assert len(documented) == 9 and queried >= documented, documented - queried
+
+
+def test_every_legend_names_labels_of_its_series(exported) -> None:
+    """A legend's {{label}} is one of the queried metric's labels (kept by any aggregation)."""
+    for p in DASHBOARD["panels"]:
+        for t in p["targets"]:
+            names = [name for name, _ in METRIC.findall(t["expr"])]
+            kept = re.match(r"\w+ by \(([\w, ]+)\)", t["expr"])
+            labels = ({x.strip() for x in kept.group(1).split(",")} if kept
+                      else {k for name in names for k, _ in exported[name]})
+            for label in re.findall(r"\{\{(\w+)\}\}", t.get("legendFormat", "")):
+                assert label in labels, f"panel {p['title']!r}: legend {{{{{label}}}}} is not a label of {t['expr']!r}"
 
 
 def test_dashboard_is_well_formed() -> None:

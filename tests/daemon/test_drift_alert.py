@@ -48,6 +48,11 @@ def run(bundle: Path, source: str, **health: Any) -> List[Dict[str, Any]]:
         "device": {"id": "cam-1"}, "telemetry": {"interval_s": 0.05, "system": False},
         "health": dict({"drift_sample_s": 0.0005, "drift_window": 8, "latency_p99_ms": 0}, **health),
     }
+    return daemon_lines(data)
+
+
+def daemon_lines(data: Dict[str, Any]) -> List[Dict[str, Any]]:
+    """The messages of a daemon run with config `data`, each checked against its schema."""
     stream = io.StringIO()
     assert Daemon(daemon_config_from_dict(data), stream=stream).run() == 0
     lines = [json.loads(x) for x in stream.getvalue().splitlines()]
@@ -100,3 +105,26 @@ def test_bad_drift_settings_name_the_key(health: Dict[str, Any], key: str) -> No
 
     with pytest.raises(ConfigError, match=key):
         daemon_config_from_dict({"source": {"uri": SCENE}, "device": {"id": "cam-1"}, "health": health})
+
+
+def run_streams(bundle: Path, sources: Dict[str, str]) -> List[Dict[str, Any]]:
+    """A daemon with several [[sources]] and no snapshot_dir (its frames are not kept for snapshots)."""
+    data: Dict[str, Any] = {
+        "bundle": str(bundle), "backend": "onnxruntime-cpu", "threads": 1, "cache": {"enabled": False},
+        "sources": [{"id": sid, "uri": uri + "&frames=120"} for sid, uri in sources.items()],
+        "device": {"id": "cam-1"}, "telemetry": {"interval_s": 0.05, "system": False},
+        "health": {"drift_sample_s": 0.0005, "drift_window": 8, "latency_p99_ms": 0},
+    }
+    return daemon_lines(data)
+
+
+def test_several_streams_feed_the_drift_monitor_each_in_turn(calibrated: Path) -> None:
+    """Two colour cameras: the drift window fills from their frames (no snapshot_dir needed).
+    One colour and one monochrome camera: the window holds both alike, so its mean saturation is
+    about half the colour cameras' (each sample is one camera's frame)."""
+    colour = on(run_streams(calibrated, {"door": SCENE + "&seed=1", "yard": SCENE + "&seed=2"}), "telemetry")[-1]
+    assert colour["drift"]["samples"] == 8 and colour["drift"]["alarmed"] is False
+    mixed = on(run_streams(calibrated, {"door": SCENE + "&seed=1", "ir": SCENE + "&seed=2&gray=1"}), "telemetry")[-1]
+    assert mixed["drift"]["samples"] == 8
+    ratio = mixed["drift"]["saturation_mean"] / colour["drift"]["saturation_mean"]
+    assert 0.3 < ratio < 0.7, (mixed["drift"], colour["drift"])

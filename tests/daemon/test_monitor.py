@@ -51,7 +51,7 @@ def test_fleet_tracks_status_telemetry_alerts_and_repeats() -> None:
     [row] = fleet.rows()
     assert row == {"device": "d1", "status": "online", "fps": 25, "p50": 10.0, "p99": 20.0, "dropped": 0,
                    "drop_ratio": 0.0, "temperature_c": 51.0, "power_w": 6.5, "alerts": ["latency_p99"], "bundle": "ab",
-                   "streams": []}
+                   "streams": [], "batch_efficiency": None}
     assert fleet.devices["d1"].repeats == 1
 
 

@@ -83,6 +83,26 @@ def test_the_monitor_table_shows_a_row_per_stream() -> None:
     assert lines.index(door) < lines.index(yard) and any("cam-1" in line for line in lines[:lines.index(door)])
 
 
+def test_the_monitor_table_shows_the_batch_efficiency_in_the_device_row() -> None:
+    """The device row's `batch eff` is its batcher's efficiency (0.75 in the message: 75%); a
+    device with one source, which has no batcher, shows "-"; the stream rows leave it empty."""
+    from rich.console import Console
+
+    from edge_sdk.cli.monitor import render_table
+
+    fleet = Fleet()
+    fleet.update("edge-sdk/cam-1/telemetry", two_streams("cam-1", 1))
+    fleet.update("edge-sdk/cam-2/telemetry", telemetry("cam-2", 1))
+    out = io.StringIO()
+    Console(file=out, width=240, color_system=None).print(render_table(fleet))
+    lines = out.getvalue().splitlines()
+    header = [c.strip() for c in next(line for line in lines if "device" in line and "status" in line).split("┃")]
+    column = header.index("batch eff")
+    cell = {name: [c.strip() for c in next(line for line in lines if name in line).split("│")][column]
+            for name in ("cam-1", "cam-2", "└ door", "└ yard")}
+    assert cell == {"cam-1": "75%", "cam-2": "-", "└ door": "", "└ yard": ""}
+
+
 def test_a_real_prometheus_answers_per_stream_fps_and_batch_efficiency(
         broker, tmp_path: Path, monitor_factory, prometheus_server) -> None:  # noqa: F811
     mon = monitor_factory(broker.url, tmp_path)

@@ -334,3 +334,27 @@ def test_every_registered_backend_keeps_the_runner_contract(name: str, tiny_bund
     assert described["precision"] == backend.precision
     with pytest.raises(BackendError, match="not active"):
         backend.infer({"input.1": x})
+
+
+@pytest.mark.parametrize("batch,pattern", [(1, True), ("batch", False)], ids=["fixed-batch", "free-batch"])
+def test_a_free_batch_model_runs_without_the_memory_pattern_on_the_cpu(tmp_path: Path, batch, pattern) -> None:
+    """ONNX Runtime keeps a memory pattern per input shape: a model that takes batches of several
+    sizes runs without one (the session's own options say so); a fixed-shape model keeps it. The
+    free-batch session answers every batch size as the fixed one does frame by frame."""
+    from edge_sdk.runtime.backends.onnxruntime import SessionFromOnnx
+    from runtime_factories import tiny_centerface_bytes
+
+    path = tmp_path / "model.onnx"
+    path.write_bytes(tiny_centerface_bytes(batch=batch))
+    session = SessionFromOnnx(path, ["CPUExecutionProvider"], threads=1)()
+    assert session.get_session_options().enable_mem_pattern is pattern
+    single = tmp_path / "single.onnx"
+    single.write_bytes(tiny_centerface_bytes(batch=1))
+    one = SessionFromOnnx(single, ["CPUExecutionProvider"], threads=1)()
+    rng = np.random.default_rng(0)
+    for n in ((1, 3, 2, 1) if batch == "batch" else (1,)):
+        x = rng.uniform(0, 255, (n, 3, 32, 64)).astype(np.float32)
+        got = session.run(None, {"input.1": x})
+        for row in range(n):
+            for a, b in zip(got, one.run(None, {"input.1": x[row:row + 1]})):
+                np.testing.assert_allclose(a[row:row + 1], b, rtol=1e-5, atol=1e-5)

@@ -116,6 +116,7 @@ def test_a_stalled_stream_delays_the_others_no_longer_than_the_delay():
     assert labels(b.next_batch(timeout=0) or Batch([], 0, "")) == []
     clock.advance_ms(20)
     assert labels(b.next_batch(timeout=0)) == ["c0"]
+    assert b.next_batch(timeout=0) is None  # the model is done with c0 at once; "c" stalls from here
     b.put("a", 0)
     clock.advance_ms(5)
     b.put("b", 0)
@@ -181,6 +182,92 @@ def test_close_flushes_what_is_queued_at_once_and_refuses_new_requests():
     assert b.drained and b.next_batch(timeout=None) is None  # drained: returns at once
 
 
+def test_when_the_model_is_free_the_streams_of_its_last_batch_are_waited_for():
+    """c and d came while a and b were in the model: when the model is free, the batch waits for
+    a's and b's next frames (which come once theirs are back), so all four go together."""
+    b, clock = batcher(max_batch_size=4, preferred=(4,), delay_ms=5)
+    b.put("a", 0), b.put("b", 0)
+    clock.advance_ms(5)
+    assert labels(b.next_batch(timeout=0)) == ["a0", "b0"]  # the delay ran out with two
+    clock.advance_ms(1)
+    b.put("c", 0), b.put("d", 0)  # while a0 and b0 are in the model
+    clock.advance_ms(50)
+    assert b.next_batch(timeout=0) is None  # free: c and d waited 50 ms, but a and b have frames coming
+    clock.advance_ms(1)
+    b.put("a", 1)
+    assert b.next_batch(timeout=0) is None
+    b.put("b", 1)
+    batch = b.next_batch(timeout=0)
+    assert labels(batch) == ["c0", "d0", "a1", "b1"] and batch.reason == "size"
+    assert batch.queue_delays_ms() == pytest.approx([51.0, 51.0, 0.0, 0.0])
+
+
+def test_a_stream_of_the_last_batch_that_sends_nothing_holds_the_rest_at_most_the_delay():
+    b, clock = batcher(max_batch_size=4, preferred=(4,), delay_ms=5)
+    b.put("a", 0), b.put("b", 0)
+    clock.advance_ms(5)
+    assert len(b.next_batch(timeout=0)) == 2
+    b.put("c", 0)
+    clock.advance_ms(50)
+    assert b.next_batch(timeout=0) is None  # the model is free
+    b.put("a", 1)
+    clock.advance_ms(4.9)
+    assert b.next_batch(timeout=0) is None  # b (its camera lost) has not put its next frame
+    clock.advance_ms(0.1)
+    batch = b.next_batch(timeout=0)
+    assert labels(batch) == ["c0", "a1"] and batch.reason == "delay"  # the delay, counted from the model free
+    assert batch.queue_delays_ms() == pytest.approx([55.0, 5.0])
+
+
+def test_once_every_stream_of_the_last_batch_put_its_next_a_late_request_goes_at_once():
+    b, clock = batcher(max_batch_size=4, preferred=(4,), delay_ms=5)  # four slots, three streams
+    b.put("a", 0), b.put("b", 0)
+    clock.advance_ms(5)
+    assert len(b.next_batch(timeout=0)) == 2
+    b.put("c", 0)
+    clock.advance_ms(50)
+    assert b.next_batch(timeout=0) is None
+    b.put("a", 1), b.put("b", 1)  # no one else is due: c0, waiting 50 ms, goes with them now
+    batch = b.next_batch(timeout=0)
+    assert labels(batch) == ["c0", "a1", "b1"] and batch.reason == "delay"
+
+
+@pytest.mark.parametrize("infer_ms", [20, 50, 200])
+def test_saturated_streams_split_in_two_groups_come_together_and_fill_the_batch(infer_ms):
+    """Four saturated streams with one frame in flight each (a stream puts its next frame 1 ms
+    after its last comes back from the model), a model that takes `infer_ms` per batch, and the
+    default 5 ms delay. They start split: a and b first, c and d 7 ms later, so the first batch
+    goes with two. Once the model is free the batch waits for the streams of the batch it ran, so
+    from the third batch on every batch is full (without it, the groups alternate, half full)."""
+    b, clock = batcher(max_batch_size=4, preferred=(4,), delay_ms=5)
+    due = {"a": Fraction(100), "b": Fraction(100), "c": Fraction(100) + Fraction(7, 1000), "d": Fraction(100) + Fraction(7, 1000)}
+    frame = {sid: 0 for sid in due}
+
+    def deliver() -> None:
+        for sid, at in list(due.items()):
+            if at <= clock.now:
+                b.put(sid, frame[sid])
+                frame[sid] += 1
+                del due[sid]
+
+    sizes: List[int] = []
+    while len(sizes) < 12:
+        deliver()
+        batch = b.next_batch(timeout=0)
+        if batch is None:
+            clock.advance_ms(0.5)
+            continue
+        sizes.append(len(batch))
+        end = clock.now + Fraction(infer_ms, 1000)
+        while clock.now < end:  # the model runs; the other streams' frames come meanwhile
+            clock.advance_ms(0.5)
+            deliver()
+        for sid in batch.stream_ids:  # back from the model: each stream's next frame in 1 ms
+            due[sid] = clock.now + Fraction(1, 1000)
+    assert sizes[0] == 2 and sizes[2:] == [4] * 10, sizes
+    assert b.stats()["efficiency"] >= 0.75
+
+
 def test_pending_counts_per_stream():
     b, _ = batcher(max_batch_size=8, delay_ms=10)
     b.put("a", 0)
@@ -202,6 +289,7 @@ def test_stats_over_the_window():
     b.put("b", 9)
     clock.advance_ms(2)  # looked at 2 ms late: a9 waited 12 ms, b9 2 ms
     assert len(b.next_batch(timeout=0)) == 2
+    assert b.next_batch(timeout=0) is None  # the model is free again at once
     b.put("c", 0)
     clock.advance_ms(30)
     assert len(b.next_batch(timeout=0)) == 1

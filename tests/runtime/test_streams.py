@@ -290,3 +290,52 @@ def test_a_detector_swapped_mid_run_takes_every_frame_from_the_next_batch_on_and
     for r in results:  # a copy of its own frame (kept after its slot went back) and its age at the batch
         np.testing.assert_array_equal(r.frame, scenes[r.stream].render(r.index))
         assert 0.0 <= r.frame_age_ms <= r.latency_ms["total"]
+
+
+class Flapping(SyntheticSource):
+    """A camera that comes and goes: of its opens, only every `every`-th succeeds, for `lives`
+    lives; each life delivers one frame and dies. After the last life it never opens again.
+    It counts the errors it raised and the lives it had (the oracle of the pipeline's counts)."""
+
+    def __init__(self, uri: str, every: int, lives: int) -> None:
+        super().__init__(uri)
+        self.every, self.lives = every, lives
+        self.opens = self.raised = self.lived = self.served = 0
+
+    def open(self) -> None:
+        self.opens += 1
+        if self.opens % self.every or self.lived == self.lives:
+            self.raised += 1
+            raise SourceError(f"{self.name}: camera not reachable (attempt {self.opens})")
+        self.lived += 1
+        self.served = 0
+        super().open()
+
+    def read(self, out=None):
+        if self.served == 1:
+            self.raised += 1
+            raise SourceError(f"{self.name}: the stream died")
+        self.served += 1
+        return super().read(out)
+
+
+def test_a_camera_failing_thousands_of_times_keeps_a_bounded_event_list_and_exact_counts(model):
+    from edge_sdk.runtime.streams import EVENTS_KEPT
+
+    flapping = Flapping(uri(12, frames=10 ** 6), every=50, lives=40)
+    retry = ReconnectConfig(initial_s=0.0, max_s=0.0, max_attempts=60)
+    sources = [("ok", uri(13)), ("flapping", flapping)]
+    with MultiStreamPipeline(sources, make_batch_detector(model, 2), BatchPolicy(2, (), 5), reconnect=retry) as p:
+        streams = by_stream(list(p.results(timeout=120)))
+    assert [r.index for r in streams["ok"]] == list(range(FRAMES))
+    assert [r.index for r in streams["flapping"]] == list(range(40))  # a frame per life, numbered on
+    state = p.stats()["streams"]["flapping"]
+    assert flapping.raised == 40 * 49 + 40 + 59 and flapping.raised > 8 * EVENTS_KEPT
+    assert state["failed"] == flapping.raised
+    # a loss: the failure at the first open, then each death after a frame (the failed reopens are not losses)
+    assert state["losses"] == 1 + flapping.lived == 41
+    assert state["state"] == "given_up" and state["failures"] == 60
+    events = p.events()
+    assert len(events) == EVENTS_KEPT  # the latest ones, not every failure
+    assert events[-1]["event"] == "source_given_up" and events[-1]["failures"] == 60
+    assert [e["failures"] for e in events[-61:-1]] == list(range(1, 61))
