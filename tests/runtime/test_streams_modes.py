@@ -77,9 +77,11 @@ def alone(single: Model, mode: str, seed: int, frames: int = FRAMES, **threshold
     return [detector.detect(Frame(scene.render(i))).detections for i in range(frames)]
 
 
-def run(detector: Any, seeds: Dict[str, int], policy: BatchPolicy, frames: int = FRAMES) -> Dict[str, List[Any]]:
+def run(detector: Any, seeds: Dict[str, int], policy: BatchPolicy, frames: int = FRAMES,
+        frames_in_flight: int = 1) -> Dict[str, List[Any]]:
     got: Dict[str, List[Any]] = {}
-    with MultiStreamPipeline([(sid, uri(seed, frames)) for sid, seed in seeds.items()], detector, policy) as p:
+    with MultiStreamPipeline([(sid, uri(seed, frames)) for sid, seed in seeds.items()], detector, policy,
+                             frames_in_flight=frames_in_flight) as p:
         for r in p.results(timeout=60):
             got.setdefault(r.stream, []).append(r)
     return got
@@ -103,7 +105,8 @@ def test_streams_in_roi_tiles_and_full_find_what_each_finds_alone_in_shared_call
     try:
         detector = make_stream_detector(model, [StreamSetup(sid, mode, ROI) for sid, mode in modes.items()], 8)
         assert detector.prepared_spec is None and detector.mode == "mixed"
-        got = run(detector, seeds, BatchPolicy(4, (4,), max_queue_delay_ms=60_000))
+        # two frames of a stream in flight: a batch may hold both, run one after the other
+        got = run(detector, seeds, BatchPolicy(8, (8,), max_queue_delay_ms=60_000), frames_in_flight=2)
         found = sum(assert_same(got[sid], alone(single, modes[sid], seeds[sid])) for sid in modes)
     finally:
         model.backend, single.backend = recording.backend, alone_calls.backend
