@@ -12,7 +12,7 @@ from typing import Any, Dict, List
 import numpy as np
 import pytest
 
-from edge_sdk.errors import ConfigError
+from edge_sdk.errors import BackendError, ConfigError
 from edge_sdk.preprocess import InputSpec
 from edge_sdk.roi.config import RoiConfig
 from edge_sdk.runtime.backends.onnxruntime import OnnxRuntimeBackend
@@ -182,3 +182,30 @@ def test_thresholds_set_for_one_stream_change_only_that_stream(models):
     assert_same(got["b"], alone(single, "roi", 1))
     # the same scene: the stricter stream keeps fewer
     assert sum(len(r.detections) for r in got["a"]) < sum(len(r.detections) for r in got["b"])
+
+
+class FailsOnCall(Recording):
+    """The model's backend failing on its `n`-th call, as a model whose device went away."""
+
+    def __init__(self, backend: Any, n: int) -> None:
+        super().__init__(backend)
+        self.n = n
+
+    def infer(self, feed: Dict[str, np.ndarray]) -> List[np.ndarray]:
+        if len(self.rows) + 1 == self.n:
+            raise BackendError("the device went away")
+        return super().infer(feed)
+
+
+def test_a_model_error_in_a_shared_call_stops_every_stream_and_is_raised(models):
+    model, _ = models
+    failing = FailsOnCall(model.backend, 3)
+    model.backend = failing
+    try:
+        detector = make_stream_detector(model, [StreamSetup("a", "roi", ROI), StreamSetup("b", "tiles", ROI)], 4)
+        with pytest.raises(BackendError, match="the device went away"):
+            run(detector, {"a": 1, "b": 2}, BatchPolicy(2, (2,), max_queue_delay_ms=60_000), frames=50)
+        detector.close()
+    finally:
+        model.backend = failing.backend
+    assert len(failing.rows) == 2  # nothing ran after the failed call
