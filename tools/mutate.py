@@ -103,6 +103,8 @@ GROUPS: Dict[str, Group] = {
                              "tests/telemetry/test_reporter.py")),
     "shadow": Group(("edge_sdk/daemon/shadow.py", "edge_sdk/daemon/promotion.py", "edge_sdk/daemon/model.py",
                      "edge_sdk/daemon/handlers.py"), ("tests/daemon/test_shadow.py",)),
+    "stream-modes": Group(("edge_sdk/runtime/detectors/shared.py", "edge_sdk/daemon/model.py", "edge_sdk/daemon/handlers.py"),
+                          ("tests/runtime/test_streams_modes.py", "tests/daemon/test_daemon_streams.py")),
 }
 
 # The generated-operator sweep (`--sweep`): one row per module, its files and the tests that pin
@@ -232,6 +234,7 @@ BAT, BATD, STR = "edge_sdk/runtime/batcher.py", "edge_sdk/runtime/detectors/batc
 DSTR, SVC, REP = "edge_sdk/daemon/streams.py", "edge_sdk/daemon/service.py", "edge_sdk/telemetry/reporter.py"
 EXPO = "edge_sdk/telemetry/exposition.py"
 SHD, PROMO, RMOD = "edge_sdk/daemon/shadow.py", "edge_sdk/daemon/promotion.py", "edge_sdk/daemon/model.py"
+SHR, RUN = "edge_sdk/runtime/detectors/shared.py", "edge_sdk/daemon/model.py"
 
 MUTANTS: List[Mutant] = [
     # --- preprocess -----------------------------------------------------------------------------
@@ -407,8 +410,8 @@ MUTANTS: List[Mutant] = [
       "snapshot does not check its stream"),
     M("SR7", "sources", DET, "            out.append((str(position), value))", "            out.append((\"0\", value))",
       "plain sources all get id 0"),
-    M("SR8", "sources", DET, "        cfg.batched_streams(\"command line\")\n", "        pass\n",
-      "several sources in a mode they cannot run are refused only after the bundle is read"),
+    M("SR8", "detect-streams", DET, "    if all(s.mode == \"full\" for s in streams):", "    if True:",
+      "several sources in tiles or roi run mode full"),
     # --- detect with several sources: the [batching] table, the batch the bundle takes, --max-frames
     M("DS1", "detect-streams", RCFG, "size = max(1, min(streams, limit) if limit else streams)", "size = streams",
       "a default max batch is not capped at what the bundle takes"),
@@ -416,8 +419,8 @@ MUTANTS: List[Mutant] = [
       "        pass\n", "a max_batch_size beyond the bundle's range runs instead of being refused"),
     M("DS3", "detect-streams", DET, "                if cap and len(mine) >= cap:\n                    continue", "                if False:\n                    continue",
       "a stream that has its --max-frames goes on writing rows while the others catch up"),
-    M("DS4", "detect-streams", RCFG, "            mode = stream.mode or self.mode\n", "            mode = stream.mode or \"full\"\n",
-      "the top-level mode is not checked for several sources"),
+    M("DS4", "detect-streams", RCFG, "mode=s.mode or self.mode, roi=s.roi or self.roi) for s in self.streams()",
+      "mode=s.mode or \"full\", roi=s.roi or self.roi) for s in self.streams()", "several sources ignore the top-level mode"),
     M("DS5", "detect-streams", "edge_sdk/runtime/streams.py", "fps=stream.fps, ", "",
       "a source's fps cap is ignored when several run"),
     M("DS6", "detect-streams", RCFG, "if self.batching.frames_in_flight > self.pool_size - 2:", "if self.batching.frames_in_flight > self.pool_size:",
@@ -431,8 +434,8 @@ MUTANTS: List[Mutant] = [
       "        pass\n", "the daemon runs a max_batch_size its bundle cannot take"),
     M("DD2", "daemon-streams", REP, 'if now in LOST_STATES and losses', 'if now == "given_up" and losses',
       "a camera being retried is not reported lost"),
-    M("DD3", "daemon-streams", HND, "if shared and len(known) > 1:", "if shared and len(known) > 2:",
-      "a per-stream threshold silently changes every stream's"),
+    M("DD3", "daemon-streams", HND, "d.model.set_mode(args[\"mode\"], stream=stream, **thresholds)",
+      "d.model.set_mode(args[\"mode\"], **thresholds)", "a stream's mode set changes every stream's"),
     M("DD4", "daemon-streams", SVC, "self._last_result = self._last_of[result.stream] = result",
       "self._last_result = result", "a stream's snapshot finds only the last frame of any stream"),
     M("DD5", "daemon-streams", EXPO, '1.0 if cam["state"] == "ok" else 0.0', "1.0", "a lost camera exported as up"),
@@ -462,6 +465,19 @@ MUTANTS: List[Mutant] = [
     M("SH7", "shadow", HND, '        d.shadow.check_idle("reload")\n', "", "a reload swaps the live model under a running shadow"),
     M("SH8", "shadow", RMOD, "            old, self.kept = None, old\n", "            self.kept = old\n",
       "the kept model is also retired (closed) while a rollback may need it"),
+    # --- several streams each in its mode: a detector per stream, their backend calls gathered ----
+    M("SM1", "stream-modes", SHR, "if self._pending and len(self._pending) >= self._active:", "if self._pending:",
+      "every stream's call runs alone: nothing is gathered"),
+    M("SM2", "stream-modes", SHR, "submission.outputs = [o[start: start + n] for o in outputs]",
+      "submission.outputs = [o[:n] for o in outputs]", "every stream gets the first stream's rows back"),
+    M("SM3", "stream-modes", SHR, "score_threshold=float(decoder.score_threshold), batch=shared.rows_per_call,",
+      "score_threshold=float(decoder.score_threshold), batch=1,", "a stream's tiles and crops go one row per call"),
+    M("SM4", "stream-modes", SHR, "        targets = self._targets(stream)\n        for sid in targets:",
+      "        targets = list(self.detectors)\n        for sid in targets:", "a stream's thresholds change every stream's"),
+    M("SM6", "stream-modes", RUN, "        running.replace(stream, detector)  # type: ignore[union-attr]\n", "",
+      "a stream's mode set is answered but never runs"),
+    M("SM7", "stream-modes", RUN, "        self.streams = {s.id: StreamSetup(s.id, s.mode or self.mode, s.roi or self.roi,",
+      "        self.streams = {s.id: StreamSetup(s.id, self.mode, s.roi or self.roi,", "a source's own mode is ignored by the daemon"),
     # --- the dynamic batcher and one backend call per batch of frames ----------------------------
     M("DB1", "batcher", BAT, "if self._queued >= policy.target:", "if self._queued >= policy.max_batch_size:",
       "the largest preferred size no longer goes at once: it waits for the max"),

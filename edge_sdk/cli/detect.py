@@ -90,7 +90,7 @@ def _summary(pipeline: Any, wall_s: float, console: Any) -> None:
 
 @cli_errors
 def detect(
-    sources: Annotated[Optional[List[str]], typer.Argument(metavar="SOURCE", show_default=False, help="csi://0, v4l2:///dev/video0, rtsp://…, a video file, a folder of images, or synthetic://faces?width=1920&height=1080; ID=URI names its stream (letters, digits, - and _), otherwise its position does (0, 1, ...). Several run through one model in batches (mode full). None: the --config file's [source] or [[sources]].")] = None,
+    sources: Annotated[Optional[List[str]], typer.Argument(metavar="SOURCE", show_default=False, help="csi://0, v4l2:///dev/video0, rtsp://…, a video file, a folder of images, or synthetic://faces?width=1920&height=1080; ID=URI names its stream (letters, digits, - and _), otherwise its position does (0, 1, ...). Several run through one model in batches, each in its mode. None: the --config file's [source] or [[sources]].")] = None,
     bundle: Annotated[Optional[Path], typer.Option("--bundle", help="Bundle folder from `edge-sdk build`. Default: the embedded CenterFace bundle, built once into the user cache.")] = None,
     precision: Annotated[Optional[str], typer.Option("--precision", help=f"Model variant: {', '.join(RUNTIME_PRECISIONS)}. auto: the bundle's gated choice where the backend runs it well (TensorRT), fp32 on ONNX Runtime's CPU provider. Default: auto.")] = None,
     backend: Annotated[Optional[str], typer.Option("--backend", help=f"{', '.join(BACKEND_NAMES)}. auto: TensorRT when installed, else ONNX Runtime.")] = None,
@@ -142,7 +142,6 @@ def detect(
         cfg.validate("command line")
     several = len(cfg.streams()) > 1
     if several:  # what several sources cannot do is refused before a bundle is built
-        cfg.batched_streams("command line")
         if save_video is not None:
             raise ConfigError("--save-video writes one source's frames: with several sources, leave it out (or run "
                               "`edge-sdk detect SOURCE --save-video FILE` for the one to watch)")
@@ -204,20 +203,18 @@ def _detect_streams(cfg: Any, jsonl: Optional[str], quiet: bool, console: Any) -
     `max_frames` frames of each stream (0: until every source ends)."""
     import time
 
-    from edge_sdk.runtime.detectors.batched import make_batch_detector
     from edge_sdk.runtime.model import load_model
     from edge_sdk.runtime.sinks import JsonlSink
     from edge_sdk.runtime.sources import open_source
     from edge_sdk.runtime.streams import MultiStreamPipeline
 
-    streams = cfg.batched_streams("command line")
+    streams = cfg.batched_streams()
     ids = [s.id for s in streams]
     model = load_model(cfg.bundle, backend=cfg.backend, precision=cfg.precision, threads=cfg.threads, warm_runs=1)
-    sink = None
+    sink = detector = None
     try:
         policy = _batch_policy(cfg, model, len(streams), None if quiet else console)
-        thresholds = {"score_threshold": cfg.score_threshold, "nms_iou": cfg.nms_iou}
-        detector = make_batch_detector(model, policy.max_batch_size, thresholds)
+        detector = _streams_detector(cfg, model, streams, policy.max_batch_size)
         pipeline = MultiStreamPipeline([(s.id, open_source(s.uri, loop=s.loop, **s.options)) for s in streams],
                                        detector, policy, reconnect=cfg.reconnect, pool_size=cfg.pool_size,
                                        frames_in_flight=cfg.batching.frames_in_flight, fps={s.id: s.fps for s in streams})
@@ -248,7 +245,22 @@ def _detect_streams(cfg: Any, jsonl: Optional[str], quiet: bool, console: Any) -
             if sink is not None:
                 sink.close()
         finally:
+            if detector is not None:
+                detector.close()
             model.close()
+
+
+def _streams_detector(cfg: Any, model: Any, streams: List[Any], max_batch_size: int) -> Any:
+    """Every stream in mode full: one batched detector over the frames (prepared ahead on the
+    capture threads). Otherwise a detector per stream in its mode, their backend calls gathered."""
+    from edge_sdk.runtime.detectors.batched import make_batch_detector
+    from edge_sdk.runtime.detectors.shared import StreamSetup, make_stream_detector
+
+    thresholds = {"score_threshold": cfg.score_threshold, "nms_iou": cfg.nms_iou}
+    if all(s.mode == "full" for s in streams):
+        return make_batch_detector(model, max_batch_size, thresholds)
+    given = {key: value for key, value in thresholds.items() if value is not None}
+    return make_stream_detector(model, [StreamSetup(s.id, s.mode, s.roi, dict(given)) for s in streams], max_batch_size)
 
 
 def _all_done(pipeline: Any, totals: Dict[str, List[float]], cap: int) -> bool:

@@ -51,7 +51,6 @@ from typing import Any, Dict, Mapping, Optional
 
 from edge_sdk.config_schema import ENV_VAR, NAME_CHARS, check_fields, from_table, key
 from edge_sdk.daemon.shadow import ShadowConfig
-from edge_sdk.daemon.streams import check_streams
 from edge_sdk.errors import ConfigError
 from edge_sdk.fsutil import read_toml
 from edge_sdk.runtime.config import PipelineConfig, config_from_dict, overlay
@@ -95,12 +94,7 @@ class DaemonConfig:
         then what needs the environment; ConfigError naming the key and `origin`."""
         if not self.device.id:
             self.device.id = socket.gethostname() or "edge-device"
-        if len(self.pipeline.streams()) > 1:  # several sources: what runs on them today (mode full)
-            try:
-                check_streams(self.pipeline)
-            except ConfigError as exc:
-                raise ConfigError(f"{origin}: {exc}") from None
-        else:
+        if len(self.pipeline.streams()) == 1:
             self.pipeline = self.pipeline.single_stream(origin)  # one source: the one-source Pipeline
         check_fields(self.device, origin, "device")
         check_fields(self.telemetry, origin, "telemetry")

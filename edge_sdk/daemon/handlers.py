@@ -8,9 +8,9 @@ the model) to refuse it.
 (`[[sources]]` ids, "0" for the one `[source]`): without it they apply to every stream; an id the
 device does not run is refused (UnknownStream, naming the ones it runs). The telemetry settings
 of `set` are the device's, not a stream's: with `stream` they are refused. With several
-streams, one batched model serves them all and its thresholds are theirs: a `set` of thresholds
-with `stream` is refused (send it without `stream`: it applies to every stream). `snapshot`
-with `stream` writes that stream's last frame.
+streams, each has its own mode and thresholds (one model serves them all, the thresholds apply
+per row at decode): a `set` with `stream` changes that stream's only. `snapshot` with `stream`
+writes that stream's last frame.
 """
 from __future__ import annotations
 
@@ -82,8 +82,7 @@ class CommandHandlers:
     def set(self, args: Dict[str, Any]) -> Dict[str, Any]:
         """The model's settings first: they are checked in full before any is applied (a
         ConfigError changes nothing); the telemetry settings, valid by the command's schema,
-        cannot fail after them. One model serves every stream today, so a `stream` is checked
-        and its settings apply to the model."""
+        cannot fail after them. With `stream`, the mode and thresholds of that stream only."""
         d = self.daemon
         streams = self.streams(args)
         if "stream" in args:
@@ -93,18 +92,13 @@ class CommandHandlers:
                                       f"{args['stream']!r}: send them in a set without `stream`")
             if not set(args) - {"stream"}:
                 raise CommandRejected("set with only `stream` changes nothing: add mode, score_threshold or nms_iou")
-            shared = sorted(set(args) & set(THRESHOLDS))
-            known = d.config.pipeline.stream_ids()
-            if shared and len(known) > 1:
-                raise CommandRejected(f"{', '.join(shared)} belong to the one model every stream runs through "
-                                      f"({', '.join(known)}), not to stream {args['stream']!r}: send the set "
-                                      "without `stream` to change them for every stream")
         applied: Dict[str, Any] = {}
         thresholds = {key: args[key] for key in THRESHOLDS if key in args}
-        if "mode" in args and args["mode"] != d.model.mode:
-            applied.update(d.model.set_mode(args["mode"], **thresholds))
+        stream = args.get("stream")
+        if "mode" in args and (args["mode"] != d.model.mode_of(stream) or stream is None and len(streams) > 1):
+            applied.update(d.model.set_mode(args["mode"], stream=stream, **thresholds))
         elif thresholds:
-            applied.update(d.model.set_thresholds(**thresholds))
+            applied.update(d.model.set_thresholds(stream=stream, **thresholds))
         if "mode" in args:
             applied["mode"] = args["mode"]
         if "telemetry_interval" in args:

@@ -7,6 +7,8 @@ the detector built from them.
     running.attach(pipeline)
     running.set_thresholds(score_threshold=0.6)   # commands, between two frames
     running.set_mode("roi")                       # a new detector over the same model
+    running.serve_streams(streams, batching)      # several [[sources]]: a detector per stream, one model
+    running.set_mode("tiles", stream="door")      # that stream only, from the next batch
     running.swap(new_model)                       # hot reload: a new model in the running mode
     running.retire_unused()                       # every frame: close replaced models once unused
     running.swap(candidate, keep=True)            # promotion: the replaced model stays loaded (`kept`)
@@ -27,6 +29,13 @@ top-level `score_threshold` / `nms_iou` or by a `set` command — are kept; thos
 follow the running bundle's decoder. So after `set score_threshold 0.6` a reload to any
 bundle still filters at 0.6, while its own `nms_iou` applies unless one was set. The mode is
 kept too: a reload builds the new model's detector in the running mode.
+
+Several streams (`serve_streams`): each has its own mode, ROI settings and thresholds set
+explicitly (the config's, then `set` commands with its `stream`; a `set` without one changes
+every stream's, and the top-level mode and thresholds). One StreamsDetector
+(edge_sdk.runtime.detectors.shared) serves them over the one model, its batches fitted to what
+the bundle takes; a stream's change replaces that stream's detector at the next batch (the
+others keep their state), a reload builds every stream's afresh over the new model.
 """
 from __future__ import annotations
 
@@ -36,11 +45,12 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 from edge_sdk.errors import ConfigError
-from edge_sdk.runtime.config import PipelineConfig
-from edge_sdk.runtime.detectors.base import THRESHOLDS, Detector
-from edge_sdk.runtime.detectors.batched import make_batch_detector
+from edge_sdk.runtime.config import BatchingConfig, PipelineConfig, StreamConfig
+from edge_sdk.runtime.detectors.base import THRESHOLDS, Detector, check_threshold
 from edge_sdk.runtime.detectors.factory import make_detector
+from edge_sdk.runtime.detectors.shared import StreamSetup, build_stream_detector, make_stream_detector
 from edge_sdk.runtime.model import Model, load_model
+from edge_sdk.runtime.streams import fitted_policy
 
 log = logging.getLogger(__name__)
 
@@ -56,8 +66,10 @@ class RunningModel:
         self.threads = config.threads
         self.roi = config.roi
         self.mode = config.mode
-        # several streams: one batched detector (mode full) of batches up to this size; None: one stream
-        self.max_batch_size: Optional[int] = None
+        # several streams: each one's mode, ROI settings and explicit thresholds, and the batching
+        # the one detector over them is fitted to; None: one stream
+        self.streams: Optional[Dict[str, StreamSetup]] = None
+        self.batching: Optional[BatchingConfig] = None
         # the thresholds set explicitly (config or command): kept across mode switches and reloads
         self.overrides: Dict[str, float] = {key: float(getattr(config, key)) for key in THRESHOLDS
                                             if getattr(config, key) is not None}
@@ -91,15 +103,44 @@ class RunningModel:
             self.model, self.detector = model, detector
         return model, detector
 
+    def serve_streams(self, streams: Sequence[StreamConfig], batching: BatchingConfig) -> None:
+        """Several sources (before `open`): `streams` each with its mode and ROI settings resolved
+        (PipelineConfig.batched_streams), the config's thresholds for each, batched by `batching`."""
+        self.streams = {s.id: StreamSetup(s.id, s.mode or self.mode, s.roi or self.roi, dict(self.overrides))
+                        for s in streams}
+        self.batching = batching
+
     def _build(self, mode: str, model: Model, thresholds: Dict[str, float]) -> Detector:
-        """The detector of `model` in `mode`: with several streams, the batched one (mode full
-        only: ConfigError naming what runs otherwise)."""
-        if self.max_batch_size is None:
+        """The detector of `model` in `mode` with `thresholds`; with several streams, the one over
+        every stream's own setup (see serve_streams; `mode` and `thresholds` are in it)."""
+        if self.streams is None:
             return make_detector(mode, model, self.roi, thresholds)
-        if mode != "full":
-            raise ConfigError(f"mode {mode!r} does not run on several sources yet: only \"full\" does; "
-                              "run one daemon per source for tiles or roi")
-        return make_batch_detector(model, self.max_batch_size, thresholds)
+        assert self.batching is not None
+        policy, _ = fitted_policy(self.batching, model, len(self.streams))
+        return make_stream_detector(model, list(self.streams.values()), policy.max_batch_size)  # type: ignore[return-value]
+
+    def _every_stream(self, mode: Optional[str], thresholds: Dict[str, float]) -> Dict[str, StreamSetup]:
+        """The streams' setups with `mode` (None: each its own) and `thresholds` laid over theirs."""
+        assert self.streams is not None
+        return {sid: StreamSetup(sid, mode or s.mode, s.roi, dict(s.thresholds, **thresholds))
+                for sid, s in self.streams.items()}
+
+    def stream_settings(self, stream: str) -> Dict[str, Any]:
+        """`stream`'s mode and thresholds in force (one stream: the model's)."""
+        with self._lock:
+            detector = self.detector
+        if self.streams is None or stream not in self.streams:
+            return {"mode": self.mode, "thresholds": dict(detector.thresholds) if detector else dict(self.overrides)}
+        setup = self.streams[stream]
+        in_force = getattr(detector, "thresholds_of", None)
+        thresholds = in_force().get(stream, {}) if in_force is not None else {}
+        return {"mode": setup.mode, "thresholds": dict(thresholds, **setup.thresholds)}
+
+    def mode_of(self, stream: Optional[str]) -> str:
+        """The mode `stream` runs (None, or one stream: the top-level mode)."""
+        if stream is None or self.streams is None or stream not in self.streams:
+            return self.mode
+        return self.streams[stream].mode
 
     def attach(self, pipeline: Any) -> None:
         """The pipeline that runs `detector` (built with `Pipeline(config, model=..., detector=...)`)."""
@@ -157,34 +198,72 @@ class RunningModel:
             self.retiring.append(self.kept)
             self.kept = None
 
-    def set_thresholds(self, **changes: Any) -> Dict[str, float]:
+    def set_thresholds(self, stream: Optional[str] = None, **changes: Any) -> Dict[str, float]:
         """Change `score_threshold` and/or `nms_iou` of the running detector, from the next frame,
-        in every mode. Every value is checked before any is applied: ConfigError and nothing
-        changed otherwise. Returns the values now in force for the keys given."""
+        in every mode: of `stream` only with several streams, else of every stream. Every value is
+        checked before any is applied: ConfigError and nothing changed otherwise. Returns the
+        values now in force for the keys given."""
         detector = self._require_detector()
-        in_force = detector.set_thresholds(**changes)
+        if self.streams is None:
+            in_force = detector.set_thresholds(**changes)
+        else:
+            in_force = detector.set_thresholds(stream=stream, **changes)  # type: ignore[call-arg]
         applied = {key: float(in_force[key]) for key in changes}
-        self.overrides.update(applied)
+        if self.streams is not None:
+            for sid in ([stream] if stream is not None else list(self.streams)):
+                self.streams[sid].thresholds.update(applied)
+        if stream is None or self.streams is None:
+            self.overrides.update(applied)
         return applied
 
-    def set_mode(self, mode: str, **thresholds: Any) -> Dict[str, Any]:
+    def set_mode(self, mode: str, stream: Optional[str] = None, **thresholds: Any) -> Dict[str, Any]:
         """Switch to `mode` ("full", "tiles", "roi") over the same model, from the next frame,
-        with the kept thresholds and `thresholds` (changed at the same moment). Everything is
-        checked first: ConfigError and nothing changed otherwise. Returns the mode and the
-        thresholds now in force for the keys given."""
+        with the kept thresholds and `thresholds` (changed at the same moment): of `stream` only
+        with several streams, else of every stream. Everything is checked first: ConfigError and
+        nothing changed otherwise. Returns the mode and the thresholds now in force for the keys
+        given."""
         self._require_detector()
         assert self.model is not None
         for key in thresholds:
             if key not in THRESHOLDS:
                 raise ConfigError(f"unknown threshold {key!r}; known: {', '.join(THRESHOLDS)}")
+        if self.streams is not None and stream is not None:
+            return self._set_stream_mode(stream, mode, thresholds)
         wanted = dict(self.overrides)
         wanted.update(thresholds)
+        if self.streams is not None:
+            checked = {key: check_threshold(key, value) for key, value in thresholds.items()}
+            previous, self.streams = self.streams, self._every_stream(mode, checked)
+            try:
+                detector = self._build(mode, self.model, wanted)
+            except BaseException:
+                self.streams = previous
+                raise
+            self._install(detector)
+            self.mode = mode
+            self.overrides.update(checked)
+            return dict({"mode": mode}, **{key: self.overrides[key] for key in thresholds})
         detector = self._build(mode, self.model, wanted)  # checks the mode and every value
         in_force = detector.thresholds
         self._install(detector)
         self.mode = mode
         self.overrides = {key: float(in_force.get(key, wanted[key])) for key in wanted}
         return dict({"mode": mode}, **{key: self.overrides[key] for key in thresholds})
+
+    def _set_stream_mode(self, stream: str, mode: str, thresholds: Dict[str, Any]) -> Dict[str, Any]:
+        """One stream of several in `mode`: its detector replaced at the next batch, the others
+        run on with their state."""
+        assert self.streams is not None and self.model is not None
+        running = self.detector
+        if stream not in self.streams:
+            raise ConfigError(f"unknown stream {stream!r}; the streams are {', '.join(self.streams)}")
+        old = self.streams[stream]
+        setup = StreamSetup(stream, mode, old.roi, dict(old.thresholds, **thresholds))
+        detector = build_stream_detector(running.shared, self.model, setup)  # type: ignore[union-attr]
+        running.replace(stream, detector)  # type: ignore[union-attr]
+        self.streams[stream] = StreamSetup(stream, mode, old.roi, {k: float(v) for k, v in setup.thresholds.items()})
+        in_force = detector.thresholds
+        return dict({"mode": mode}, **{key: float(in_force[key]) for key in thresholds})
 
     def _require_detector(self) -> Detector:
         if self.detector is None:

@@ -43,7 +43,7 @@ from edge_sdk.daemon.handlers import CommandHandlers
 from edge_sdk.daemon.model import RunningModel
 from edge_sdk.daemon.promotion import ShadowControl, bundle_name
 from edge_sdk.daemon.reload import HotReloader
-from edge_sdk.daemon.streams import StreamsPipeline, batch_policy, check_streams
+from edge_sdk.daemon.streams import StreamsPipeline
 from edge_sdk.errors import ConfigError, EdgeSdkError
 from edge_sdk.runtime.config import PipelineConfig
 from edge_sdk.runtime.model import Model
@@ -216,7 +216,8 @@ class Daemon:
             "mode": model["mode"],
             "thresholds": model["thresholds"],
             "source": self.config.pipeline.source.uri or None,
-            "streams": {s.id: {"source": s.uri or None, "mode": model["mode"]} for s in self.config.pipeline.streams()},
+            "streams": {s.id: dict({"source": s.uri or None}, **self.model.stream_settings(s.id))
+                        for s in self.config.pipeline.streams()},
             "telemetry_interval_s": self.reporter.interval_s,
             "instance_id": self.instance_id,
             "host": socket.gethostname(),
@@ -391,8 +392,7 @@ class Daemon:
             if not cfg.pipeline.bundle:
                 raise ConfigError("no bundle: set `bundle` in the config (or --bundle DIR); build one with `edge-sdk build`")
             if self.several:
-                check_streams(cfg.pipeline)
-                self.model.max_batch_size = batch_policy(cfg.pipeline).max_batch_size
+                self.model.serve_streams(cfg.pipeline.batched_streams(), cfg.pipeline.batching)
             model, detector = self.model.open(cfg.pipeline.bundle)
             self.pipeline = self._make_pipeline(model, detector)
             self.model.attach(self.pipeline)

@@ -1,50 +1,28 @@
 """Several `[[sources]]` in the daemon: one model, one dynamic batcher, a MultiStreamPipeline
 behind the interface the frame loop uses for the one-source Pipeline.
 
-    check_streams(config.pipeline)            # ConfigError for what several sources cannot run yet
-    policy = batch_policy(config.pipeline)    # how the batcher gathers the streams' frames
+    policy, note = fitted_policy(config.pipeline.batching, model, len(config.pipeline.streams()))
     pipeline = StreamsPipeline(config.pipeline, detector, policy, keep_frames=True)
     pipeline.open(); for result in pipeline: ...; pipeline.close()
     pipeline.report()                         # the batcher's window, each stream's state and counters
 
-What runs with several sources today: mode "full" on every stream (tiles and roi are refused at
-start, naming what works), one batched detector over the one model, so the thresholds are the
-model's and apply to every stream. The batching settings are the `[batching]` table's
-(edge_sdk.runtime.config.BatchingConfig: by default a batch holds one frame of each stream);
-each stream's `fps` caps how fast its source is read.
+Each stream runs its own mode (its [[sources]] table's `mode` and [sources.roi], else the
+top-level ones) through one model: the daemon's RunningModel builds the detector per stream
+(edge_sdk.runtime.detectors.shared), whose backend calls are gathered into one batch. The
+batching settings are the `[batching]` table's (edge_sdk.runtime.config.BatchingConfig: by
+default a batch holds one frame of each stream); each stream's `fps` caps how fast its source
+is read.
 """
 from __future__ import annotations
 
 import threading
 from typing import Any, Callable, Dict, Iterator, Optional, Union
 
-from edge_sdk.errors import ConfigError
 from edge_sdk.runtime.batcher import BatchPolicy
 from edge_sdk.runtime.config import PipelineConfig
 from edge_sdk.runtime.sources import open_source
 from edge_sdk.runtime.streams import MultiStreamPipeline, StreamResult
 from edge_sdk.runtime.types import PipelineStats
-
-def batch_policy(config: PipelineConfig) -> BatchPolicy:
-    """The batcher's settings for `config`'s streams, from its `[batching]` table (unset: one
-    frame per stream in a batch, that full batch preferred), before the model is known: the rows
-    the batched detector allocates. The batcher runs what edge_sdk.runtime.streams.fitted_policy
-    makes of them for the loaded bundle."""
-    return config.batching.policy(len(config.streams()))
-
-
-def check_streams(config: PipelineConfig) -> None:
-    """ConfigError for what the daemon cannot run with several sources yet: a mode other than
-    full (top level or a stream's), a stream's own ROI settings."""
-    if config.mode != "full":
-        raise ConfigError(f"mode {config.mode!r} with several [[sources]]: only mode \"full\" runs on several "
-                          "sources today; set mode = \"full\", or run one daemon per source for tiles or roi")
-    for stream in config.streams():
-        if (stream.mode or "full") != "full" or stream.roi is not None:
-            raise ConfigError(f"[[sources]] {stream.id!r}: its own mode or [sources.roi] with several sources: only "
-                              "mode \"full\" runs on several sources today; remove them, or run one daemon for "
-                              "this source")
-
 
 class _Stopper:
     """What the daemon's stop watch calls when the sources stall: stops every stream."""
@@ -59,12 +37,11 @@ class _Stopper:
 class StreamsPipeline:
     """A MultiStreamPipeline over `config`'s streams, as the daemon's frame loop uses a Pipeline:
     iterate it for StreamResults, `stats` (totals over the streams), `open`, `close`, `capture`
-    (`stop()`), `swap_detector`, `failed_stage`. `detector` (a StreamBatchDetector) stays its
+    (`stop()`), `swap_detector`, `failed_stage`. `detector` (a StreamsDetector) stays its
     caller's to close."""
 
     def __init__(self, config: PipelineConfig, detector: Any, policy: BatchPolicy,
                  keep_frames: Union[bool, Callable[[str], bool]] = False) -> None:
-        check_streams(config)
         sources = [(s.id, open_source(s.uri, loop=s.loop, **s.options)) for s in config.streams()]
         self.multi = MultiStreamPipeline(sources, detector, policy, reconnect=config.reconnect,
                                          pool_size=max(4, config.pool_size), keep_frames=keep_frames,

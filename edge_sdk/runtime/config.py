@@ -201,17 +201,10 @@ class PipelineConfig:
         only = streams[0]
         return self.replace(source=only.source(), mode=only.mode or self.mode, roi=only.roi or self.roi)
 
-    def batched_streams(self, origin: str = "config") -> List[StreamConfig]:
-        """The sources of a run of several through one model, each in mode full (its own mode or
-        the top-level one); ConfigError naming the source whose mode is another."""
-        streams = self.streams()
-        for i, stream in enumerate(streams):
-            mode = stream.mode or self.mode
-            if mode != "full":
-                where = f"sources[{i}] ({stream.id!r}) runs mode" if stream.mode else "mode is"
-                raise ConfigError(f"{origin}: {where} {mode!r}, but several sources run mode \"full\" only for now: set "
-                                  f"mode = \"full\" (tiles and roi work with one source per process)")
-        return streams
+    def batched_streams(self) -> List[StreamConfig]:
+        """The sources of a run of several through one model, each with its mode and ROI settings
+        resolved: its own where it has them, else the top-level `mode` and [roi]."""
+        return [dataclasses.replace(s, mode=s.mode or self.mode, roi=s.roi or self.roi) for s in self.streams()]
 
     def replace(self, **changes: Any) -> "PipelineConfig":
         """A copy with top-level fields changed (`source=`, `cache=` take whole sub-configs)."""

@@ -139,11 +139,54 @@ def test_a_bundle_fixed_at_batch_1_runs_the_streams_one_frame_per_call_with_a_no
     assert "batches of up to 1" in text
 
 
+def boxes(rows: List[Dict[str, Any]]) -> List[List[Any]]:
+    return [[(d["class_id"], d["xyxy"], d["score"]) for d in r["detections"]] for r in rows]
+
+
+def alone(batch_bundle: Path, tmp_path: Path, uri: str, mode: str, *extra: Any) -> List[Dict[str, Any]]:
+    """The oracle: one source through the single-stream pipeline in `mode`, its rows."""
+    out = tmp_path / f"alone-{mode}-{len(list(tmp_path.iterdir()))}.jsonl"
+    result = invoke(uri, "--mode", mode, "--bundle", batch_bundle, "--backend", "onnxruntime-cpu", "--threads", 1,
+                    "--jsonl", out, "-q", *extra)
+    assert result.exit_code == 0, result.output
+    return rows_by_stream(out)["0"]
+
+
+def test_mode_roi_on_several_sources_finds_per_stream_what_each_finds_alone(batch_bundle: Path, tmp_path: Path) -> None:
+    out = tmp_path / "rows.jsonl"
+    result = invoke(synth(1), synth(2), "--mode", "roi", "--bundle", batch_bundle, "--backend", "onnxruntime-cpu",
+                    "--threads", 1, "--jsonl", out, "-q", "--no-cache")
+    assert result.exit_code == 0, result.output
+    rows = rows_by_stream(out)
+    for sid, seed in (("0", 1), ("1", 2)):
+        assert [r["frame"] for r in rows[sid]] == list(range(FRAMES))
+        assert {r["info"]["mode"] for r in rows[sid]} == {"roi"}
+        assert boxes(rows[sid]) == boxes(alone(batch_bundle, tmp_path, synth(seed), "roi", "--no-cache"))
+
+
+def test_each_source_of_a_config_runs_its_own_mode_and_roi_settings(batch_bundle: Path, tmp_path: Path) -> None:
+    cfg = tmp_path / "edge.toml"
+    cfg.write_text(f'[[sources]]\nid = "a"\nuri = "{synth(3)}"\nmode = "tiles"\n\n'
+                   f'[[sources]]\nid = "b"\nuri = "{synth(4)}"\nmode = "roi"\n[sources.roi]\nsweep_tiles = 3\n\n'
+                   f'[[sources]]\nid = "c"\nuri = "{synth(5)}"\n')
+    out = tmp_path / "rows.jsonl"
+    result = invoke("--config", cfg, "--bundle", batch_bundle, "--backend", "onnxruntime-cpu", "--threads", 1,
+                    "--jsonl", out, "-q", "--no-cache")
+    assert result.exit_code == 0, result.output
+    rows = rows_by_stream(out)
+    assert {r["info"]["mode"] for r in rows["a"]} == {"tiles"}
+    assert {r["info"]["mode"] for r in rows["b"]} == {"roi"}
+    assert boxes(rows["a"]) == boxes(alone(batch_bundle, tmp_path, synth(3), "tiles", "--no-cache"))
+    one = tmp_path / "one.toml"
+    one.write_text('[roi]\nsweep_tiles = 3\n')
+    assert boxes(rows["b"]) == boxes(alone(batch_bundle, tmp_path, synth(4), "roi", "--config", one, "--no-cache"))
+    assert boxes(rows["c"]) == boxes(alone(batch_bundle, tmp_path, synth(5), "full", "--no-cache"))
+
+
 @pytest.mark.parametrize("table, message", [
     ("[batching]\nmax_batch_size = 3\n", r"takes at most 2: rebuild the bundle with `edge-sdk build --max-batch 3`"),
-    ('mode = "tiles"\n', r'mode is \'tiles\', but several sources run mode "full" only for now'),
-    ('[[sources]]\nid = "z"\nuri = "synthetic://faces"\nmode = "roi"\n',
-     r'sources\[2\] \(\'z\'\) runs mode \'roi\', but several sources run mode "full" only'),
+    ('[[sources]]\nid = "z"\nuri = "synthetic://faces"\nmode = "roi"\n[sources.roi]\nroi_min_size = 0\n',
+     r"sources\[2\].roi.roi_min_size must be an integer in \[1, 65536\], got 0"),
     ("[batching]\npreferred_batch_sizes = [2, 1]\n", r"batching.preferred_batch_sizes must be sorted and unique"),
     ("[batching]\nframes_in_flight = 5\n", r"batching.frames_in_flight must be at most pool_size - 2 = 2"),
 ])

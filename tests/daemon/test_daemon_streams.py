@@ -112,19 +112,6 @@ def test_a_source_that_cannot_open_is_reported_with_its_stream_while_the_others_
     assert "camera_lost" in last["alerts_open"]
 
 
-@pytest.mark.parametrize("change, words", [
-    ({"mode": "tiles"}, "mode 'tiles' with several \\[\\[sources\\]\\]: only mode \"full\""),
-    ({"sources": [{"id": "door", "uri": "synthetic://faces", "mode": "roi"}, {"id": "yard", "uri": "synthetic://faces"}]},
-     "'door': its own mode or \\[sources.roi\\]"),
-])
-def test_several_sources_in_tiles_or_roi_are_refused_at_start_naming_what_runs(change: Dict[str, Any], words: str) -> None:
-    data: Dict[str, Any] = {"sources": [{"id": "door", "uri": "synthetic://faces"}, {"id": "yard", "uri": "synthetic://faces"}],
-                            "device": {"id": "cam-1"}}
-    data.update(change)
-    with pytest.raises(ConfigError, match="device.toml: " + ".*" + words):
-        daemon_config_from_dict(data, "device.toml")
-
-
 def test_commands_per_stream_and_a_reload_that_keeps_both_streams_running(models: Path, tmp_path: Path,  # noqa: F811
                                                                           broker, message_log) -> None:
     log = message_log(broker.url, ["edge-sdk/cam-1/#"])
@@ -141,7 +128,7 @@ def test_commands_per_stream_and_a_reload_that_keeps_both_streams_running(models
     cmd_topic = schemas.topic("cam-1", "cmd")
     sent = [
         {"cmd": "snapshot", "args": {"name": "yard-shot", "stream": "yard"}},
-        {"cmd": "set", "args": {"stream": "door", "score_threshold": 0.9}},  # the model's: every stream's
+        {"cmd": "set", "args": {"stream": "door", "score_threshold": 0.9}},  # door's only
         {"cmd": "set", "args": {"score_threshold": 0.8}},
         {"cmd": "reload", "args": {"bundle": "b"}},
     ]
@@ -164,10 +151,12 @@ def test_commands_per_stream_and_a_reload_that_keeps_both_streams_running(models
     assert r["c0"]["ok"] and r["c0"]["result"]["stream"] == "yard"
     snapshot = json.loads(Path(r["c0"]["result"]["detections"]).read_text())
     assert snapshot["stream"] == "yard" and Path(r["c0"]["result"]["image"]).stat().st_size > 0
-    assert not r["c1"]["ok"] and "every stream runs through (door, yard)" in r["c1"]["error"]
+    assert r["c1"]["ok"] and r["c1"]["result"] == {"applied": {"score_threshold": 0.9}, "streams": ["door"]}
     assert r["c2"]["ok"] and r["c2"]["result"] == {"applied": {"score_threshold": 0.8}, "streams": ["door", "yard"]}
     assert final["ok"] and final["result"]["bundle_hash"] == daemon.model.describe()["bundle_hash"]
-    assert final["result"]["thresholds"]["score_threshold"] == 0.8  # kept across the reload
+    assert final["result"]["thresholds"]["score_threshold"] == 0.8  # kept across the reload, for every stream
+    assert {sid: daemon.model.stream_settings(sid)["thresholds"]["score_threshold"] for sid in ("door", "yard")} \
+        == {"door": 0.8, "yard": 0.8}
     assert daemon.model.reloads == 1
     assert daemon.pipeline.multi.detector is daemon.model.detector  # the new model is the one that runs
     for sid in ("door", "yard"):  # every frame of each stream went through a model, in order, none left out
@@ -186,3 +175,48 @@ def test_a_max_batch_the_bundle_cannot_take_stops_the_daemon_naming_the_rebuild(
     assert daemon.run() == ConfigError.exit_code
     stopped = [r.getMessage() for r in caplog.records if "pipeline stopped" in r.getMessage()]
     assert len(stopped) == 1 and "takes at most 1" in stopped[0] and "edge-sdk build --max-batch 2" in stopped[0], stopped
+
+
+def test_a_set_with_a_stream_changes_that_stream_s_mode_and_threshold_only(models: Path, tmp_path: Path,  # noqa: F811
+                                                                          broker, message_log) -> None:
+    """door starts in roi, yard in full (the top level); `set` door to tiles at a score threshold
+    of 0.9: door's later frames run tiles and keep no detection under 0.9, yard's run on as they
+    did, with the bundle's threshold, and every frame of each comes back in order."""
+    log = message_log(broker.url, ["edge-sdk/cam-1/#"])
+    daemon = Daemon(two_streams(models, tmp_path, broker.url, sources=[
+        {"id": "door", "uri": source(1), "mode": "roi", "roi": {"sweep_tiles": 1}}, {"id": "yard", "uri": source(2)}]))
+    seen: List[Any] = []
+    observe = daemon.reporter.observe
+    daemon.reporter.observe = lambda result: (seen.append(result), observe(result))[1]  # type: ignore[method-assign]
+    running = Running(daemon)
+    try:
+        assert wait_until(lambda: {r.stream for r in seen} == {"door", "yard"}, 30)
+        before = daemon.model.stream_settings("yard")
+        assert daemon.model.stream_settings("door")["mode"] == "roi" and before["mode"] == "full"
+        command(log, schemas.topic("cam-1", "cmd"), {"schema": "edge-sdk/cmd/1", "id": "s1", "cmd": "set",
+                                                     "args": {"stream": "door", "mode": "tiles", "score_threshold": 0.9}})
+        assert log.wait(lambda m: any(r.get("id") == "s1" for r in responses(log)), timeout=30), responses(log)
+        assert wait_until(lambda: sum(1 for r in seen if r.stream == "door" and r.info.get("mode") == "tiles") > 3
+                          and sum(1 for r in seen if r.stream == "yard") > 10, 30)
+    finally:
+        assert running.stop() == 0
+    all_valid(log)
+    response = next(r for r in responses(log) if r.get("id") == "s1")
+    assert response["ok"], response
+    assert response["result"] == {"applied": {"mode": "tiles", "score_threshold": 0.9}, "streams": ["door"]}
+    modes = [r.info.get("mode") for r in seen if r.stream == "door"]
+    switched = modes.index("tiles")  # from one frame on (results decoded before the set were still queued)
+    assert set(modes[:switched]) == {"roi"} and set(modes[switched:]) == {"tiles"} and len(modes) - switched > 3
+    door = [r for r in seen if r.stream == "door"][switched:]
+    yard = [r for r in seen if r.stream == "yard"]
+    assert all(float(c) >= 0.9 for r in door for c in r.detections.confidence)
+    assert all(r.info.get("mode") in (None, "full") for r in yard)
+    # yard keeps the bundle's threshold: it still reports what door's 0.9 now leaves out
+    assert any(float(c) < 0.9 for r in yard[-10:] for c in r.detections.confidence)
+    assert daemon.model.stream_settings("yard") == before  # yard's mode and thresholds untouched
+    assert daemon.model.stream_settings("door")["thresholds"]["score_threshold"] == 0.9
+    statuses = [m["payload"] for m in log.messages if m["topic"].endswith("/status") and "streams" in m["payload"]]
+    assert statuses[-1]["streams"]["door"]["mode"] == "tiles" and statuses[-1]["streams"]["yard"]["mode"] == "full"
+    for sid in ("door", "yard"):
+        indices = [r.index for r in seen if r.stream == sid]
+        assert indices == list(range(len(indices))), sid

@@ -74,7 +74,8 @@ def test_commands_name_the_stream_and_an_unknown_one_changes_nothing(models: Pat
     assert (decoder.score_threshold, decoder.nms_iou) == (0.9, 0.3)  # c1 changed nothing
     assert daemon.reporter.interval_s == 0.2  # nor did c2
     online = next(s for s in log.on("status") if s["state"] == "online")
-    assert online["streams"] == {"door": {"source": SOURCE, "mode": "full"}} and online["source"] == SOURCE
+    assert online["streams"] == {"door": {"source": SOURCE, "mode": "full", "thresholds": online["thresholds"]}}
+    assert online["source"] == SOURCE
     assert {d["stream"] for d in log.on("detections")} == {"door"}
     for m in log.messages:
         if m["topic"].startswith("edge-sdk/cam-1/") and not m["topic"].endswith("/cmd"):

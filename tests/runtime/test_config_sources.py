@@ -179,11 +179,11 @@ def test_bad_batching_is_a_config_error_naming_the_key(batching: dict, message: 
         _three(**batching)
 
 
-def test_the_mode_of_several_sources_is_full_for_now() -> None:
-    tables = [{"id": "a", "uri": "synthetic://faces"}, {"id": "b", "uri": "synthetic://faces", "mode": "full"}]
-    assert [s.id for s in config_from_dict({"sources": tables}).batched_streams()] == ["a", "b"]
-    with pytest.raises(ConfigError, match=r"config: mode is 'roi', but several sources run mode \"full\" only for now"):
-        config_from_dict({"sources": tables, "mode": "roi"}).batched_streams()
-    tables[0]["mode"] = "tiles"
-    with pytest.raises(ConfigError, match=r"sources\[0\] \('a'\) runs mode 'tiles'.*tiles and roi work with one source"):
-        config_from_dict({"sources": tables}).batched_streams()
+def test_each_of_several_sources_runs_its_own_mode_and_roi_or_the_top_level_ones() -> None:
+    tables = [{"id": "a", "uri": "synthetic://faces"},
+              {"id": "b", "uri": "synthetic://faces", "mode": "tiles", "roi": {"sweep_tiles": 5}}]
+    cfg = config_from_dict({"sources": tables, "mode": "roi", "roi": {"sweep_tiles": 3}})
+    a, b = cfg.batched_streams()
+    assert (a.id, a.mode, a.roi.sweep_tiles) == ("a", "roi", 3)
+    assert (b.id, b.mode, b.roi.sweep_tiles) == ("b", "tiles", 5)
+    assert cfg.sources[0].mode is None and cfg.sources[0].roi is None  # the config itself is left as written

@@ -41,6 +41,16 @@ def fixed_batch(backend: Backend, spec: InputSpec) -> Optional[int]:
     return None
 
 
+def calls_note(max_batch_size: int, fixed: Optional[int], unit: str) -> str:
+    """How the backend is called, for describe(): one call per batch of up to `max_batch_size`
+    `unit`s ("frame", "row"), or, with the model's batch dimension `fixed`, calls of that size."""
+    if fixed is None:
+        return f"one call per batch of up to {max_batch_size} {unit}s"
+    if fixed == 1:
+        return f"consecutive calls, one {unit} each: the model's batch dimension is fixed at 1"
+    return f"calls of {fixed} rows: the model's batch dimension is fixed at {fixed}"
+
+
 class StreamBatchDetector(DecoderDetector):
     """Mode ``full`` over a batch of Frames: one :class:`BatchDetector` (its preprocessor's rows,
     its backend call, its decoder) run once per batch of up to `max_batch_size` frames."""
@@ -69,14 +79,8 @@ class StreamBatchDetector(DecoderDetector):
         return self.batch.stage or "decode"
 
     def describe(self) -> Dict[str, Any]:
-        if self.fixed_batch is None:
-            how = f"one call per batch of up to {self.max_batch_size} frames"
-        elif self.fixed_batch == 1:
-            how = "consecutive calls, one frame each: the model's batch dimension is fixed at 1"
-        else:
-            how = f"calls of {self.fixed_batch} rows: the model's batch dimension is fixed at {self.fixed_batch}"
         return dict(super().describe(), batch={"max_batch_size": self.max_batch_size, "rows_per_call": self.batch.batch,
-                                               "calls": how})
+                                               "calls": calls_note(self.max_batch_size, self.fixed_batch, "frame")})
 
     def detect(self, frame: Frame) -> FrameDetections:
         return self.detect_batch([frame])[0]

@@ -6,7 +6,7 @@
 """
 from __future__ import annotations
 
-from typing import Any, Dict
+from typing import Any, Dict, Optional
 
 from edge_sdk.errors import ConfigError
 from edge_sdk.preprocess import InputSpec
@@ -21,13 +21,17 @@ class StrategyDetector(Detector):
     """Modes ``tiles`` and ``roi``: a strategy of :mod:`edge_sdk.roi.strategies` around a
     BatchDetector.
 
+    `batch` and `dynamic_batch`: how many model inputs one backend call takes (default: the
+    bundle input's batch) and whether the last call is cut to size (BatchDetector's).
+
     Stage latencies: preprocess, infer and decode summed over every model input of the frame;
     merge is the rest (region planning, packing, mapping back, merging, tracking). The
     strategy's report goes into FrameResult.info.
     """
 
     def __init__(self, mode: str, backend: Backend, decoder: Any, input_spec: InputSpec,
-                 config: RoiConfig, score_threshold: float) -> None:
+                 config: RoiConfig, score_threshold: float, batch: Optional[int] = None,
+                 dynamic_batch: bool = False) -> None:
         from edge_sdk.roi.strategies import make_strategy
 
         self.mode = mode
@@ -36,7 +40,7 @@ class StrategyDetector(Detector):
         self.input_spec = input_spec
         self.proposal_limit = config.proposal_threshold  # the configured proposal threshold
         self.config = RoiConfig.from_dict(config.to_dict())  # this detector's own copy
-        self.batch_detector = BatchDetector(backend.infer, input_spec, decoder)
+        self.batch_detector = BatchDetector(backend.infer, input_spec, decoder, batch=batch, dynamic_batch=dynamic_batch)
         self._apply_score(check_threshold("score_threshold", score_threshold))
         self.strategy = make_strategy(mode, self.batch_detector, config=self.config)
 
