@@ -7,7 +7,8 @@
 total cost where leaving a row or a column unmatched costs `limit / 2` (lapjv's `cost_limit`,
 which ByteTrack uses). That equals minimising the sum of `cost - limit` over the matched pairs,
 so pairs at or above the limit never help and the problem splits into independent parts: only
-rows and columns with a pair below the limit enter the solver.
+rows and columns with a pair below the limit enter the solver, and a row and a column that only
+allow each other (an object far from the others, the common case) are matched without it.
 """
 from __future__ import annotations
 
@@ -78,10 +79,18 @@ def assign(cost: np.ndarray, limit: float) -> Tuple[np.ndarray, np.ndarray, np.n
     cols = np.nonzero(allowed.any(axis=0))[0]
     matches = np.zeros((0, 2), np.int64)
     if len(rows) and len(cols):
-        sub = np.minimum(cost[np.ix_(rows, cols)] - limit, 0.0)
-        r, c = solve(sub)
-        keep = allowed[rows[r], cols[c]]
-        matches = np.stack([rows[r][keep], cols[c][keep]], axis=1).astype(np.int64)
+        # a row whose one allowed column allows no other row is a part of its own: matched as it is
+        ok = allowed[np.ix_(rows, cols)]
+        only = np.argmax(ok, axis=1)
+        alone = (ok.sum(axis=1) == 1) & (ok.sum(axis=0)[only] == 1)
+        pairs = [np.stack([rows[alone], cols[only[alone]]], axis=1)]
+        rows, cols = rows[~alone], np.setdiff1d(cols, cols[only[alone]])
+        if len(rows) and len(cols):
+            sub = np.minimum(cost[np.ix_(rows, cols)] - limit, 0.0)
+            r, c = solve(sub)
+            keep = allowed[rows[r], cols[c]]
+            pairs.append(np.stack([rows[r][keep], cols[c][keep]], axis=1))
+        matches = np.concatenate(pairs).astype(np.int64)
     free_rows = np.setdiff1d(np.arange(n), matches[:, 0])
     free_cols = np.setdiff1d(np.arange(m), matches[:, 1])
     return matches, free_rows, free_cols

@@ -34,7 +34,6 @@ class KalmanFilter:
     def __init__(self) -> None:
         self.motion = np.eye(8)
         self.motion[:4, 4:] = np.eye(4)  # x' = x + v (one frame)
-        self.observe = np.eye(4, 8)
 
     def initiate(self, xyah: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
         """(mean, covariance) of a new track from its first measurement, velocities 0."""
@@ -57,12 +56,14 @@ class KalmanFilter:
         return mean, cov
 
     def update(self, mean: np.ndarray, cov: np.ndarray, xyah: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
-        """One track's (mean, covariance) corrected by the measurement `xyah` (4,)."""
-        h = mean[3]
-        std = np.array([POSITION_WEIGHT * h, POSITION_WEIGHT * h, 1e-1, POSITION_WEIGHT * h])
-        projected = self.observe @ mean
-        pcov = self.observe @ cov @ self.observe.T + np.diag(std ** 2)
-        gain = np.linalg.solve(pcov, (cov @ self.observe.T).T).T  # cov H^T S^-1 (S symmetric)
-        mean = mean + (xyah - projected) @ gain.T
-        cov = cov - gain @ pcov @ gain.T
+        """Means (N, 8) and covariances (N, 8, 8) corrected by the measurements `xyah` (N, 4)."""
+        h = mean[:, 3]
+        std = np.stack([POSITION_WEIGHT * h, POSITION_WEIGHT * h, np.full_like(h, 1e-1), POSITION_WEIGHT * h], axis=1)
+        projected = mean[:, :4]  # H mean: the observation is the first four state entries
+        pcov = cov[:, :4, :4].copy()  # H cov H^T + R
+        pcov[:, np.arange(4), np.arange(4)] += std ** 2
+        cross = cov[:, :, :4]  # cov H^T (N, 8, 4)
+        gain = np.linalg.solve(pcov, cross.transpose(0, 2, 1)).transpose(0, 2, 1)  # cov H^T S^-1 (S symmetric)
+        mean = mean + np.einsum("nij,nj->ni", gain, xyah - projected)
+        cov = cov - gain @ pcov @ gain.transpose(0, 2, 1)
         return mean, cov

@@ -166,8 +166,13 @@ class ByteTracker:
         return matched, [tracks[r] for r in free_rows], which[free_cols]
 
     def _apply(self, matched, detections: Detections, ids: np.ndarray) -> None:
-        for track, i in matched:
-            track.mean, track.cov = self.kalman.update(track.mean, track.cov, xyxy_to_xyah(detections.xyxy[i])[0])
+        if not matched:
+            return
+        which = [i for _, i in matched]
+        mean, cov = self.kalman.update(np.stack([t.mean for t, _ in matched]), np.stack([t.cov for t, _ in matched]),
+                                       xyxy_to_xyah(detections.xyxy[which]))
+        for k, (track, i) in enumerate(matched):
+            track.mean, track.cov = mean[k], cov[k]
             track.score = float(detections.confidence[i])
             track.state = TRACKED
             track.last_frame = self.frame

@@ -239,3 +239,21 @@ def test_capture_is_idle_class_only_beside_cpu_inference(tiny_bundle: Path, back
 class _EmptyDetector(Detector):
     def detect(self, frame: Frame) -> FrameDetections:
         return FrameDetections(Detections.empty())
+
+
+@pytest.mark.parametrize("mode", ["full", "tiles", "roi"])
+def test_track_ids_in_every_mode_are_those_of_a_tracker_on_the_modes_detections(tiny_bundle: Path, mode: str) -> None:
+    from edge_sdk.tracking.tracker import ByteTracker, TrackingConfig
+
+    frames = [square_frame(i) for i in range(8)]
+    runs = {}
+    for enabled in (False, True):
+        cfg = config(bundle=tiny_bundle, mode=mode, cache=CacheConfig(enabled=False), tracking=TrackingConfig(enabled=enabled))
+        with Pipeline(cfg, source=ListSource(frames)) as pipeline:
+            runs[enabled] = [(r.detections, dict(r.latency_ms)) for r in pipeline]
+            assert (pipeline.tracking is not None) == enabled
+    assert all("track_id" not in d.data and "track" not in lat for d, lat in runs[False])
+    alone = ByteTracker()
+    expected = [alone.update(d).tolist() for d, _ in runs[False]]
+    assert [d.data["track_id"].tolist() for d, _ in runs[True]] == expected
+    assert all(lat["track"] >= 0 for _, lat in runs[True]) and max(max(ids, default=0) for ids in expected) >= 1

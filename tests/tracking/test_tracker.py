@@ -35,8 +35,9 @@ def run(tracker: ByteTracker, frames: Sequence[Dict[str, Box]], scores: Optional
     return out
 
 
-def test_two_objects_crossing_keep_their_ids() -> None:
-    frames = [{"a": box(40 + 6 * f, 100), "b": box(280 - 6 * f, 104)} for f in range(40)]  # they meet at f = 20
+@pytest.mark.parametrize("w, h", [(40, 40), (24, 60), (60, 24)])
+def test_two_objects_crossing_keep_their_ids(w: float, h: float) -> None:
+    frames = [{"a": box(40 + 6 * f, 100, w, h), "b": box(280 - 6 * f, 104, w, h)} for f in range(40)]  # they meet at f = 20
     seen = run(ByteTracker(), frames)
     assert seen[0]["a"] != seen[0]["b"] and min(seen[0].values()) >= 1
     assert all(ids == seen[0] for ids in seen), [ids for ids in seen if ids != seen[0]][:3]
@@ -99,6 +100,10 @@ def test_low_score_detections_keep_a_track_but_never_start_one() -> None:
     below = run(ByteTracker(TrackingConfig(buffer_frames=0)), [{"a": box(100, 100)}] * 2 + [{"a": box(100, 100)}],
                 scores={"a": 0.05})
     assert below[-1] == {"a": -1}  # under low_score: ignored
+    unsure = ByteTracker()
+    run(unsure, [{"a": box(100, 100)}])
+    assert run(unsure, [{"a": box(100, 100), "x": box(300, 300)}] * 3, scores={"x": 0.55})[-1] == {"a": 1, "x": -1}
+    assert len(unsure.tracks) == 1  # high-score, but under new_track_score: matched first, never a track of its own
 
 
 def test_classes_never_share_a_track() -> None:
@@ -161,3 +166,15 @@ def test_ids_are_unique_in_a_frame_and_never_come_back_once_ended(frames) -> Non
         alive = {t.id for t in tracker.tracks if t.id >= 0}
         ended |= alive_before - alive
         alive_before = alive
+
+
+def test_a_lost_track_stops_growing_while_it_is_predicted() -> None:
+    """ByteTrack zeroes a lost track's height velocity: an object that grew (came closer), hid for
+    40 frames and shows again at the size it had is found again, not left behind by a prediction
+    that kept growing."""
+    tracker = ByteTracker(TrackingConfig(buffer_frames=60))
+    for f in range(15):
+        tracker.update(dets([box(200, 200, 40 + 4 * f, 40 + 4 * f)]))
+    for _ in range(40):
+        tracker.update(Detections.empty())
+    assert tracker.update(dets([box(200, 200, 96, 96)])).tolist() == [1]
