@@ -257,3 +257,31 @@ def test_track_ids_in_every_mode_are_those_of_a_tracker_on_the_modes_detections(
     expected = [alone.update(d).tolist() for d, _ in runs[False]]
     assert [d.data["track_id"].tolist() for d, _ in runs[True]] == expected
     assert all(lat["track"] >= 0 for _, lat in runs[True]) and max(max(ids, default=0) for ids in expected) >= 1
+
+
+class _SilentAfter(Detector):
+    """One box in the first `frames` frames, none after (a detector that stops seeing anything)."""
+
+    def __init__(self, frames: int) -> None:
+        self.frames = frames
+
+    def detect(self, frame: Frame) -> FrameDetections:
+        if frame.index < self.frames:
+            return FrameDetections(Detections(np.array([[40.0, 40.0, 80.0, 80.0]]), np.array([0.9]), np.array([0])))
+        return FrameDetections(Detections.empty())
+
+
+def test_a_detector_silent_for_10_s_keeps_tracks_for_the_buffer_at_the_sources_fps_then_ends_them() -> None:
+    from edge_sdk.tracking.tracker import TrackingConfig
+
+    source = ListSource([scene(i) for i in range(105)])
+    source.fps = 10.0  # its native rate: 100 frames are 10 s, a 2 s buffer 20 frames
+    cfg = config(cache=CacheConfig(enabled=False), tracking=TrackingConfig(buffer_s=2.0))
+    lost, active = [], []
+    with Pipeline(cfg, source=source, detector=_SilentAfter(5)) as pipeline:
+        for result in pipeline:
+            tracker = pipeline.tracking.trackers["0"]
+            lost.append(tracker.lost_ids)
+            active.append(result.detections.data["track_id"].tolist())
+    assert active[:5] == [[1]] * 5
+    assert lost[5:25] == [[1]] * 20 and lost[25:] == [[]] * 80
