@@ -86,7 +86,7 @@ def assign(cost: np.ndarray, limit: float) -> Tuple[np.ndarray, np.ndarray, np.n
         pairs = [np.stack([rows[alone], cols[only[alone]]], axis=1)]
         rows, cols = rows[~alone], np.setdiff1d(cols, cols[only[alone]])
         if len(rows) and len(cols):
-            sub = np.minimum(cost[np.ix_(rows, cols)] - limit, 0.0)
+            sub = np.where(allowed[np.ix_(rows, cols)], cost[np.ix_(rows, cols)] - limit, 0.0)  # NaN: never allowed
             r, c = solve(sub)
             keep = allowed[rows[r], cols[c]]
             pairs.append(np.stack([rows[r][keep], cols[c][keep]], axis=1))

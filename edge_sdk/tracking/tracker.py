@@ -4,8 +4,8 @@
     ids = tracker.update(detections)            # (N,) int64: the track of each detection, -1: none
 
 Per frame (ByteTrack, Zhang et al. 2022):
-1. Every tracked and lost track is moved one frame ahead by its Kalman filter (a lost one with its
-   height velocity zeroed).
+1. Every confirmed track, tracked or lost, is moved one frame ahead by its Kalman filter (a lost
+   one with its height velocity zeroed); a tentative one, seen once, has no velocity yet.
 2. High-score detections (score >= `high_score`) are matched to those tracks by IoU weighted by the
    detection's score, at most `match_cost` apart (cost = 1 - IoU x score).
 3. Low-score detections (`low_score` <= score < `high_score`: a box the detector is less sure of,
@@ -68,7 +68,7 @@ class TrackingConfig:
 
 
 class _Track:
-    __slots__ = ("id", "mean", "cov", "score", "class_id", "state", "confirmed", "last_frame", "hits")
+    __slots__ = ("id", "mean", "cov", "score", "class_id", "state", "confirmed", "last_frame")
 
     def __init__(self, mean: np.ndarray, cov: np.ndarray, score: float, class_id: int, frame: int) -> None:
         self.id = NO_TRACK
@@ -77,7 +77,6 @@ class _Track:
         self.state = TRACKED
         self.confirmed = False
         self.last_frame = frame
-        self.hits = 1
 
 
 class ByteTracker:
@@ -140,15 +139,16 @@ class ByteTracker:
 
     # -- the steps
     def _predict(self) -> None:
-        if not self.tracks:
+        moving = [t for t in self.tracks if t.confirmed]
+        if not moving:
             return
-        mean = np.stack([t.mean for t in self.tracks])
-        cov = np.stack([t.cov for t in self.tracks])
-        for k, track in enumerate(self.tracks):
+        mean = np.stack([t.mean for t in moving])
+        cov = np.stack([t.cov for t in moving])
+        for k, track in enumerate(moving):
             if track.state != TRACKED:
                 mean[k, 7] = 0.0
         mean, cov = self.kalman.predict(mean, cov)
-        for k, track in enumerate(self.tracks):
+        for k, track in enumerate(moving):
             track.mean, track.cov = mean[k], cov[k]
 
     def _match(self, tracks: List[_Track], detections: Detections, which: np.ndarray, limit: float, fuse: bool):
@@ -176,7 +176,6 @@ class ByteTracker:
             track.score = float(detections.confidence[i])
             track.state = TRACKED
             track.last_frame = self.frame
-            track.hits += 1
             if not track.confirmed:
                 self._confirm(track)
             ids[i] = track.id

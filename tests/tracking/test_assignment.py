@@ -54,3 +54,9 @@ def test_nothing_under_the_limit_matches_nothing() -> None:
 def test_a_cost_that_is_not_finite_is_refused() -> None:
     with pytest.raises(ValueError, match="not finite"):
         solve(np.array([[1.0, np.inf]]))
+
+
+def test_a_cost_that_is_nan_is_never_a_match() -> None:
+    cost = np.array([[0.1, np.nan], [0.2, 0.3], [np.nan, 0.4]])  # least total: rows 0 and 1 on the diagonal
+    matches, free_rows, free_cols = assign(cost, 0.5)
+    assert sorted(matches.tolist()) == [[0, 0], [1, 1]] and free_rows.tolist() == [2] and free_cols.tolist() == []
