@@ -10,6 +10,7 @@ from typing import Any, Dict, Iterable, List, Union
 import numpy as np
 
 LABEL = "label"  # data key of the class names (N,) str, set by a decoder given labels
+TRACK_ID = "track_id"  # data key of the track ids (N,) int64 set by the tracker; -1: in no confirmed track
 # data keys of points (N, P, 2) as (x, y) in the boxes' pixel space: CenterFace's landmarks, a pose
 # head's keypoints. Whatever moves the boxes moves these.
 POINT_KEYS = ("landmarks", "keypoints")
@@ -86,15 +87,19 @@ class Detections:
         )
 
     def to_records(self, ndigits: int = 2) -> List[Dict[str, Any]]:
-        """JSON-ready list: [{"xyxy": [...], "score": s, "class_id": c, "label": name}, ...];
-        "label" where `data["label"]` names the class (the decoder's labels), else left out."""
+        """JSON-ready list: [{"xyxy": [...], "score": s, "class_id": c, "label": name, "track_id": t}, ...];
+        "label" where `data["label"]` names the class (the decoder's labels), else left out;
+        "track_id" where the tracker ran (`data["track_id"]`, -1: in no confirmed track)."""
         labels = self.data.get(LABEL)
+        tracks = self.data.get(TRACK_ID)
         records = []
         for i, (box, s, c) in enumerate(zip(self.xyxy, self.confidence, self.class_id)):
             record: Dict[str, Any] = {"xyxy": [round(float(v), ndigits) for v in box], "score": round(float(s), 4),
                                       "class_id": int(c)}
             if labels is not None and labels[i]:
                 record["label"] = str(labels[i])
+            if tracks is not None:
+                record["track_id"] = int(tracks[i])
             records.append(record)
         return records
 

@@ -51,6 +51,7 @@ def sections() -> List[Tuple[str, Any, str]]:
                                          StreamConfig)
     from edge_sdk.telemetry.broker import BrokerConfig
     from edge_sdk.telemetry.health import HealthConfig, Rule
+    from edge_sdk.tracking.tracker import TrackingConfig
 
     return [
         ("top level", PipelineConfig, "edge_sdk/runtime/config.py"),
@@ -59,6 +60,7 @@ def sections() -> List[Tuple[str, Any, str]]:
         ("[cache]", CacheConfig, "edge_sdk/runtime/config.py"),
         ("[reconnect]", ReconnectConfig, "edge_sdk/runtime/config.py"),
         ("[batching]", BatchingConfig, "edge_sdk/runtime/config.py"),
+        ("[tracking]", TrackingConfig, "edge_sdk/tracking/tracker.py"),
         ("[roi]", RoiConfig, "edge_sdk/roi/config.py"),
         ("[device]", DeviceConfig, "edge_sdk/daemon/config.py"),
         ("[mqtt]", BrokerConfig, "edge_sdk/telemetry/broker.py"),

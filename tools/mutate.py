@@ -94,6 +94,8 @@ GROUPS: Dict[str, Group] = {
                            "edge_sdk/decoders/yolo.py", "edge_sdk/decoders/yolox.py", "edge_sdk/decoders/ssd.py",
                            "edge_sdk/decoders/centerface.py"), ("tests/decoders", "tests/runtime/test_letterbox.py")),
     "batcher": Group(("edge_sdk/runtime/batcher.py",), ("tests/runtime/test_batcher.py",)),
+    "tracking": Group(("edge_sdk/tracking/tracker.py", "edge_sdk/tracking/assignment.py", "edge_sdk/tracking/kalman.py"),
+                      ("tests/tracking",)),
     "batched-detector": Group(("edge_sdk/runtime/detectors/batched.py",), ("tests/runtime/test_batched_detector.py",)),
     "streams": Group(("edge_sdk/runtime/streams.py",), ("tests/runtime/test_streams.py", "tests/runtime/test_streams_tiny.py")),
     "stream-drift": Group(("edge_sdk/daemon/drift.py",), ("tests/test_drift.py", "tests/daemon/test_drift_alert.py")),
@@ -235,6 +237,7 @@ DSTR, SVC, REP = "edge_sdk/daemon/streams.py", "edge_sdk/daemon/service.py", "ed
 EXPO = "edge_sdk/telemetry/exposition.py"
 SHD, PROMO, RMOD = "edge_sdk/daemon/shadow.py", "edge_sdk/daemon/promotion.py", "edge_sdk/daemon/model.py"
 SHR, RUN = "edge_sdk/runtime/detectors/shared.py", "edge_sdk/daemon/model.py"
+TRK, ASG, KF = "edge_sdk/tracking/tracker.py", "edge_sdk/tracking/assignment.py", "edge_sdk/tracking/kalman.py"
 
 MUTANTS: List[Mutant] = [
     # --- preprocess -----------------------------------------------------------------------------
@@ -523,6 +526,27 @@ MUTANTS: List[Mutant] = [
       "a frame is copied for each stream when a sample is due: copies the monitor drops, turns lost"),
     M("MS5", "streams", STR, "lambda: stream.in_flight < self.frames_in_flight or", "lambda: True or",
       "a stream puts every frame it captures into the batcher, however many wait there"),
+    # --- the tracker ------------------------------------------------------------------------------
+    M("TR1", "tracking", TRK, "if self.frame == 1:", "if True:", "every new track is confirmed on its first hit"),
+    M("TR2", "tracking", TRK, "self.frame - track.last_frame > self.max_lost", "self.frame - track.last_frame >= self.max_lost",
+      "a lost track ends one frame before its buffer runs out"),
+    M("TR3", "tracking", TRK, "still = [t for t in free_tracks if t.state == TRACKED]", "still = []",
+      "low-score detections are never matched (one-stage association)"),
+    M("TR4", "tracking", TRK, "        for track in unmatched:\n            track.state = LOST\n", "",
+      "a track missed in a frame stays tracked and never ends"),
+    M("TR5", "tracking", TRK, "cost = np.where(same, 1.0 - iou, 1.0)", "cost = 1.0 - iou", "classes share tracks"),
+    M("TR6", "tracking", TRK, "                mean[k, 7] = 0.0\n", "                pass\n",
+      "a lost track's height keeps growing while it is predicted"),
+    M("TR7", "tracking", TRK, "        self._next_id += 1\n", "", "every confirmed track gets the same id"),
+    M("TR8", "tracking", TRK, "if scores[i] < cfg.new_track_score:", "if scores[i] < cfg.low_score:",
+      "any detection the second stage takes starts a track"),
+    M("AS1", "tracking", ASG, "allowed = cost < limit", "allowed = cost <= limit + 1.0", "pairs above the limit are matched"),
+    M("AS2", "tracking", ASG, "minv[free] -= delta", "minv[free] -= 0.0", "the Hungarian slack is not reduced"),
+    M("AS3", "tracking", ASG, "alone = (ok.sum(axis=1) == 1) & (ok.sum(axis=0)[only] == 1)", "alone = ok.sum(axis=1) == 1",
+      "a row with one option takes it even where another row needs that column more"),
+    M("KF1", "tracking", KF, "self.motion[:4, 4:] = np.eye(4)", "self.motion[:4, 4:] = 0.0", "no motion: the filter predicts no move"),
+    M("KF2", "tracking", KF, "return np.stack([xyxy[:, 0] + w / 2, xyxy[:, 1] + h / 2, w / h, h], axis=1)",
+      "return np.stack([xyxy[:, 0] + w / 2, xyxy[:, 1] + h / 2, h / w, h], axis=1)", "aspect taken as h / w"),
 ]
 
 

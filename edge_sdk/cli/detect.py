@@ -99,6 +99,7 @@ def detect(
     save_video: Annotated[Optional[Path], typer.Option("--save-video", help="Write the frames with boxes drawn (.avi: MJPG, .mp4: mp4v).")] = None,
     threads: Annotated[Optional[int], typer.Option("--threads", help="Inference threads (ONNX Runtime intra-op; 0: its default).")] = None,
     no_cache: Annotated[bool, typer.Option("--no-cache", help="Run the model on every frame, even unchanged ones.")] = False,
+    no_track: Annotated[bool, typer.Option("--no-track", help="No track ids: leave tracking off ([tracking] enabled = false).")] = False,
     mode: Annotated[Optional[str], typer.Option("--mode", help="Per-frame strategy: full (one pass on the whole frame), tiles or roi (small objects in big frames).")] = None,
     loop: Annotated[bool, typer.Option("--loop", help="Restart a file, folder or finite synthetic source at its end.")] = False,
     fps: Annotated[Optional[float], typer.Option("--fps", help="Pace file/folder/synthetic sources to this rate (0: as fast as possible).")] = None,
@@ -132,6 +133,8 @@ def detect(
         overrides["bundle"] = str(bundle)
     if no_cache:
         overrides["cache"] = {"enabled": False}
+    if no_track:
+        overrides["tracking"] = {"enabled": False}
     cfg = load_config(config, overrides) if config is not None else config_from_dict(overrides, origin="command line")
     if not sources:  # the config's own: checked as SOURCE arguments are; --loop and --fps apply to each
         for table in cfg.sources or [cfg.source]:
@@ -217,7 +220,8 @@ def _detect_streams(cfg: Any, jsonl: Optional[str], quiet: bool, console: Any) -
         detector = _streams_detector(cfg, model, streams, policy.max_batch_size)
         pipeline = MultiStreamPipeline([(s.id, open_source(s.uri, loop=s.loop, **s.options)) for s in streams],
                                        detector, policy, reconnect=cfg.reconnect, pool_size=cfg.pool_size,
-                                       frames_in_flight=cfg.batching.frames_in_flight, fps={s.id: s.fps for s in streams})
+                                       frames_in_flight=cfg.batching.frames_in_flight, fps={s.id: s.fps for s in streams},
+                                       tracking=cfg.tracking)
         if jsonl is not None:
             sink = JsonlSink(jsonl)
         cap = cfg.max_frames

@@ -341,7 +341,7 @@ class Daemon:
                 log.error("SIGHUP: bundle %s not loaded: %s", new.pipeline.bundle, exc)
                 self.reporter.raise_alert("reload_failed", True, f"reload of {new.pipeline.bundle} refused, the old "
                                           f"model keeps running: {exc}", "critical", repeat=True)
-        restart = [k for k in ("source", "sources", "backend", "threads", "mode", "score_threshold", "nms_iou")
+        restart = [k for k in ("source", "sources", "backend", "threads", "mode", "score_threshold", "nms_iou", "tracking")
                    if getattr(new.pipeline, k) != getattr(old.pipeline, k)]
         if new.mqtt != old.mqtt or new.device.id != old.device.id:
             restart.append("mqtt/device")

@@ -46,7 +46,7 @@ class StreamsPipeline:
         self.multi = MultiStreamPipeline(sources, detector, policy, reconnect=config.reconnect,
                                          pool_size=max(4, config.pool_size), keep_frames=keep_frames,
                                          frames_in_flight=config.batching.frames_in_flight,
-                                         fps={s.id: s.fps for s in config.streams()})
+                                         fps={s.id: s.fps for s in config.streams()}, tracking=config.tracking)
         self.failed_stage: Optional[str] = None
         self._processed: Dict[str, int] = {sid: 0 for sid, _ in sources}
         self._lock = threading.Lock()

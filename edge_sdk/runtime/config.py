@@ -40,6 +40,11 @@ max_batch_size = 4         # default: the number of sources (at most what the bu
 preferred_batch_sizes = [4]  # default: [max_batch_size]; a batch goes as soon as the largest can be formed
 max_queue_delay_ms = 5.0   # the longest a frame waits for a fuller batch
 frames_in_flight = 1       # frames of one stream in the batcher or the model at once (<= pool_size - 2)
+
+[tracking]                 # a track id on every detection, per stream, in every mode (edge_sdk.tracking)
+enabled = true
+high_score = 0.5           # matched first, may start a track; lower ones (>= low_score) are matched second
+buffer_frames = 30         # a lost track waits this long to be found again; or buffer_s at the stream's fps
 ```
 
 Validation happens once, at the edge (`load_config`, `config_from_dict`, or `Pipeline` calling
@@ -62,6 +67,7 @@ from edge_sdk.roi.config import MODES, RoiConfig
 from edge_sdk.runtime.backends import BACKEND_NAMES
 from edge_sdk.runtime.batcher import BatchPolicy
 from edge_sdk.runtime.frame import DEFAULT_STREAM_ID
+from edge_sdk.tracking.tracker import TrackingConfig
 
 MAX_SOURCES = 16  # [[sources]] tables in one config: beyond, one process per group of cameras
 STREAM_ID = {"max_len": 64, "pattern": r"[A-Za-z0-9_-]+", "allows": "letters, digits, '-' and '_'"}
@@ -148,6 +154,7 @@ class PipelineConfig:
     roi: RoiConfig = field(default_factory=RoiConfig)
     sources: List[StreamConfig] = key(factory=list, max_len=MAX_SOURCES)  # [[sources]]: several cameras, each with its id (instead of [source])
     batching: BatchingConfig = field(default_factory=BatchingConfig)
+    tracking: TrackingConfig = field(default_factory=TrackingConfig)
 
     @property
     def cache_enabled(self) -> bool:
@@ -159,6 +166,7 @@ class PipelineConfig:
         """Every key against its type and bounds (edge_sdk.config_schema); ConfigError naming it."""
         check_fields(self, origin)
         self.roi.validate(origin)
+        self.tracking.validate(origin)
         if self.sources and self.source not in (SourceConfig(), self.sources[0].source()):  # single_stream's form
             raise ConfigError(f"{origin}: both [source] and [[sources]] are set: keep one (several cameras: one "
                               "[[sources]] table each, with its id)")
@@ -212,7 +220,7 @@ class PipelineConfig:
 
 
 _SECTIONS = {"source": SourceConfig, "cache": CacheConfig, "reconnect": ReconnectConfig, "roi": RoiConfig,
-             "batching": BatchingConfig}
+             "batching": BatchingConfig, "tracking": TrackingConfig}
 
 
 def _check_sources_table(data: Mapping[str, Any], origin: str) -> None:

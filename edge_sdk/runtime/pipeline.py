@@ -14,6 +14,7 @@ The stages and where each runs:
 | preprocess | the capture thread, right after capture (`beside capture`), or the inference thread (`inline`) | one network input per frame buffer (PreparedInput), plus the prediction cache's thumbnail |
 | infer | the inference thread: the one iterating the pipeline, or its own (`runs_ahead`) | the backend's bound output buffers (ahead: copied into one of two output sets) |
 | decode / merge | the inference thread, after infer (ahead: the iterating thread) | the frame's Detections |
+| track | the thread that decodes (the inference thread, or the iterating one ahead) | the tracks' states ([tracking]) |
 | sinks | the caller's loop body | — |
 
 Where each stage runs is the execution plan's (edge_sdk.runtime.plan: a pure function of the
@@ -56,7 +57,8 @@ from edge_sdk.runtime.model import Model, load_model
 from edge_sdk.runtime.plan import DetectorFacts, ExecutionPlan, plan as plan_for
 from edge_sdk.runtime.sources import Source, open_source
 from edge_sdk.runtime.timing import LatencyWindow, clock
-from edge_sdk.runtime.types import FrameResult, PipelineStats
+from edge_sdk.runtime.types import TRACK, FrameResult, PipelineStats
+from edge_sdk.tracking.tracker import StreamTrackers
 
 EventCallback = Callable[[Dict[str, Any]], None]
 
@@ -142,6 +144,7 @@ class Pipeline:
         self._prepare_failed = False
         self._infer_thread: Any = None  # the InferThread while one runs
         self._plan_cache: Optional[Tuple[Optional[Detector], ExecutionPlan]] = None
+        self.tracking: Optional[StreamTrackers] = None  # made at open() when [tracking] is enabled
         self.failed_stage: Optional[str] = None  # the stage whose exception ended the iteration
 
     # -- assembly ------------------------------------------------------------------------------
@@ -198,6 +201,9 @@ class Pipeline:
                 self._source = open_source(cfg.source.uri, loop=cfg.source.loop, **cfg.source.options)
             self._cache = PredictionCache(cfg.cache.threshold, (cfg.cache.width, cfg.cache.height), enabled=cfg.cache_enabled)
             self._prepare = self._make_prepare(self._detector)
+            if cfg.tracking.enabled:
+                fps = cfg.source.fps or self._source.fps
+                self.tracking = StreamTrackers(cfg.tracking, {cfg.stream_ids()[0]: fps} if fps else None)
             from edge_sdk.cuda.frames import frame_memory
             from edge_sdk.runtime.detectors.gpu import measured_frame_memory
 
@@ -474,6 +480,10 @@ class Pipeline:
 
     def _result(self, slot: FrameSlot, detections: Any, latency: Dict[str, float], info: Dict[str, Any],
                 cached: bool) -> FrameResult:
+        if self.tracking is not None:
+            t_track = clock()
+            detections = self.tracking.apply(slot.view.stream_id, detections)
+            latency[TRACK] = (clock() - t_track) * 1000.0
         t_done = clock()
         latency["total"] = (t_done - slot.t_capture) * 1000.0
         self.stats.frames_processed += 1

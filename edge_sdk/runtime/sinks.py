@@ -12,7 +12,7 @@ from typing import Any, Optional, TextIO, Tuple
 import numpy as np
 
 from edge_sdk import _imports
-from edge_sdk.detections import POINT_KEYS
+from edge_sdk.detections import POINT_KEYS, TRACK_ID
 from edge_sdk.errors import ConfigError
 from edge_sdk.runtime.types import FrameResult
 from edge_sdk.validate import dumps_outgoing
@@ -79,17 +79,21 @@ def _color(class_id: int) -> Tuple[int, int, int]:
 
 
 def draw_detections(frame: np.ndarray, result: FrameResult, thickness: int = 2) -> np.ndarray:
-    """Draw boxes, class names and scores, and landmarks or keypoints of `result` onto `frame` in
-    place, and the stream id and frame number in its top-left corner; returns `frame`."""
+    """Draw boxes, class names, track ids (`#7`, where the tracker gave one) and scores, and
+    landmarks or keypoints of `result` onto `frame` in place, and the stream id and frame number
+    in its top-left corner; returns `frame`."""
     cv2 = _imports.cv2()
     _draw_caption(cv2, frame, f"stream {result.stream}  frame {result.index}")
     det = result.detections
     points = [det.data[key] for key in POINT_KEYS if key in det.data]
+    tracks = det.data.get(TRACK_ID)
     for i, (box, score, cid) in enumerate(zip(det.xyxy, det.confidence, det.class_id)):
         x1, y1, x2, y2 = (int(round(float(v))) for v in box)
         color = _color(int(cid))
         cv2.rectangle(frame, (x1, y1), (x2, y2), color, thickness)
         label = det.label(i)
+        if tracks is not None and tracks[i] >= 0:
+            label = f"{label} #{int(tracks[i])}" if label else f"#{int(tracks[i])}"
         text = f"{label} {float(score):.2f}" if label else f"{float(score):.2f}"
         cv2.putText(frame, text, (x1, max(0, y1 - 4)), cv2.FONT_HERSHEY_SIMPLEX, 0.45, color, 1, cv2.LINE_AA)
         for found in points:

@@ -48,7 +48,8 @@ from edge_sdk.runtime.config import ReconnectConfig
 from edge_sdk.runtime.detectors.base import PreparedInput
 from edge_sdk.runtime.frame import DEFAULT_STREAM_ID
 from edge_sdk.runtime.sources import Source, open_source
-from edge_sdk.runtime.types import FrameResult, PipelineStats
+from edge_sdk.runtime.types import TRACK, FrameResult, PipelineStats
+from edge_sdk.tracking.tracker import StreamTrackers, TrackingConfig
 
 logger = logging.getLogger(__name__)
 
@@ -129,12 +130,13 @@ class MultiStreamPipeline:
     (anything with ``detect_batch(frames)``). `fps`: {stream id: the rate to pace its file, folder or
     synthetic source to}. `keep_frames`: each result carries a copy of its frame (True), or those
     of the frames for which it returns True, called with their stream id on the batch thread.
-    Python API; `start()` or use it as a context manager."""
+    `tracking`: a track id on each stream's detections (None, or not enabled: none). Python API; `start()` or use it as a context manager."""
 
     def __init__(self, sources: Sequence[Tuple[str, SourceSpec]], detector: Any, policy: BatchPolicy,
                  reconnect: Optional[ReconnectConfig] = None, pool_size: int = 4, loop: bool = False,
                  frames_in_flight: int = 1, fps: Optional[Dict[str, float]] = None,
-                 keep_frames: Union[bool, Callable[[str], bool]] = False) -> None:
+                 keep_frames: Union[bool, Callable[[str], bool]] = False,
+                 tracking: Optional[TrackingConfig] = None) -> None:
         ids = [str(sid) for sid, _ in sources]
         if not ids:
             raise ConfigError("no sources: give at least one (stream id, URI) pair")
@@ -154,6 +156,8 @@ class MultiStreamPipeline:
         self.frames_in_flight = frames_in_flight
         # each result carries a copy of its frame (snapshots), or those the callable picks (stream id -> keep)
         self.keep_frames = keep_frames if callable(keep_frames) else bool(keep_frames)
+        self.tracking = None if tracking is None or not tracking.enabled else StreamTrackers(
+            tracking, {s.id: s.fps or s.source.fps or 0.0 for s in self._streams})
         self._pending: Optional[Tuple[Any, threading.Event]] = None  # swap_detector's, until the next batch
         most = len(self._streams) * frames_in_flight
         if policy.target > most:
@@ -389,10 +393,15 @@ class MultiStreamPipeline:
                 try:
                     found = self.detector.detect_batch([slot.view for _, _, slot in held])
                     for (stream, _, slot), result, waited in zip(held, found, batch.queue_delays_ms()):
-                        latency = dict(result.latency, queue=waited, total=(clock() - slot.t_capture) * 1000.0)
+                        detections, latency = result.detections, dict(result.latency, queue=waited)
+                        if self.tracking is not None:  # in each stream's frame order: the batch thread's
+                            t_track = clock()
+                            detections = self.tracking.apply(stream.id, detections)
+                            latency[TRACK] = (clock() - t_track) * 1000.0
+                        latency["total"] = (clock() - slot.t_capture) * 1000.0
                         info = dict(result.info, events=list(slot.events)) if slot.events else result.info
                         self._results.put(StreamResult(
-                            index=slot.index, timestamp=slot.timestamp, detections=result.detections,
+                            index=slot.index, timestamp=slot.timestamp, detections=detections,
                             latency_ms=latency, info=info, ground_truth=slot.ground_truth, stream=stream.id,
                             frame=slot.buffer.copy() if self._keeps(stream.id) else None,
                             frame_age_ms=(formed - slot.t_capture) * 1000.0))

@@ -10,7 +10,8 @@ in a camera's frames; `gray=1` turns the whole scene grey (a monochrome camera).
 a height drawn log-uniformly from [min_size, max_size] pixels (the defaults give many small
 faces at 4K, the ones that vanish when a frame is shrunk to a 640-wide network input; the
 pasted crop around a face is 1.2-1.8 times its height), a slight brightness change, and a
-constant velocity that bounces off the frame edges. Frame `i` is a pure function of the
+constant velocity that bounces off the frame edges (`exits=1`: that leaves the frame at one edge
+and comes back in at the opposite one, as a new face). Frame `i` is a pure function of the
 parameters and `i`, so `render(i)` and `ground_truth(i)` can be asked in any order and a seed
 always gives the same video.
 
@@ -46,7 +47,7 @@ BRIGHTNESS_RANGE = (0.85, 1.15)
 _INT_PARAMS = ("width", "height", "count", "seed", "min_size", "max_size", "frames")
 _FLOAT_PARAMS = ("fps",)
 _STR_PARAMS = ("background",)
-_BOOL_PARAMS = ("gray",)
+_BOOL_PARAMS = ("gray", "exits")
 _BOOLS = {"1": True, "true": True, "yes": True, "0": False, "false": False, "no": False}
 
 
@@ -56,6 +57,8 @@ class SyntheticFaces:
     `min_size` and `max_size` bound the height of the faces (their ground-truth boxes), in
     frame pixels. `frames=None` plays forever; otherwise `read()` returns None after `frames`
     frames. `gray=True` renders every pixel grey (R = G = B), faces and background alike.
+    `exits=True`: a face leaves the frame at one edge and comes back in at the opposite one, with a
+    new identity in the ground truth (each pass through the frame is another object).
     """
 
     def __init__(
@@ -70,6 +73,7 @@ class SyntheticFaces:
         frames: Optional[int] = None,
         background: str = "coffee",
         gray: bool = False,
+        exits: bool = False,
     ) -> None:
         _check(width >= 32 and height >= 32, f"width and height must be at least 32 pixels, got {width}x{height}")
         _check(fps > 0, f"fps must be positive, got {fps}")
@@ -90,6 +94,7 @@ class SyntheticFaces:
         self.frames = None if frames is None else int(frames)
         self.background_name = background
         self.gray = bool(gray)
+        self.exits = bool(exits)
         self.index = 0  # the frame the next read() renders
 
         cv2 = _imports.cv2()
@@ -171,12 +176,33 @@ class SyntheticFaces:
         return self._face_in_patch + np.concatenate([pos, pos], axis=1)
 
     def positions(self, i: int) -> np.ndarray:
-        """Top-left corner (x, y) of every pasted crop in frame `i`, integer pixels, shape (count, 2)."""
+        """Top-left corner (x, y) of every pasted crop in frame `i`, integer pixels, shape (count, 2).
+        With `exits`, a corner runs from -side - 1 to the frame's size + 1 and wraps, so that a crop
+        is wholly outside the frame when it does (partly or wholly outside in between)."""
+        if self.exits:
+            return np.rint(np.mod(self._travel(i), self._wrap) - (self.patch_sizes[:, None] + 1)).astype(np.int64)
         travel = self._start + self._velocity * float(i)
         period = 2.0 * self._span
         folded = np.mod(travel, np.where(period > 0, period, 1.0))
         pos = np.where(period > 0, self._span - np.abs(folded - self._span), 0.0)
         return np.rint(pos).astype(np.int64)
+
+    @property
+    def _wrap(self) -> np.ndarray:
+        """With `exits`: the length of one pass through the frame per face and axis (count, 2)."""
+        return np.array([self.width, self.height], np.float64)[None, :] + self.patch_sizes[:, None] + 2
+
+    def _travel(self, i: int) -> np.ndarray:
+        return self._start + self.patch_sizes[:, None] + 1 + self._velocity * float(i)
+
+    def identities(self, i: int) -> np.ndarray:
+        """The identity of every face in frame `i` (count,): its index, plus `count` for each time
+        it has left the frame and come back (`exits`; without, always its index)."""
+        ids = np.arange(self.count, dtype=np.int64)
+        if not self.exits:
+            return ids
+        passes = np.abs(np.floor(self._travel(i) / self._wrap) - np.floor(self._travel(0) / self._wrap)).sum(axis=1)
+        return ids + self.count * passes.astype(np.int64)
 
     @staticmethod
     def _visible(faces: np.ndarray, crops: np.ndarray) -> np.ndarray:
@@ -193,19 +219,27 @@ class SyntheticFaces:
 
         A box is the face box of the pasted crop (drawn by hand on the source photo, moved and
         scaled with the crop); a face is left out when the crops pasted over it overlap its box
-        by more than MAX_OCCLUSION of its area (overlaps summed).
+        by more than MAX_OCCLUSION of its area (overlaps summed), or (`exits`) when more than that
+        share of it is outside the frame; a face partly outside is cut to the frame.
 
-        `data["track_id"]` is the face's index in this video (stable across frames) and
-        `data["face_id"]` the crop it shows.
+        `data["track_id"]` is the face's identity (`identities`: its index in this video, stable
+        across frames; with `exits` a new one each time it comes back in) and `data["face_id"]`
+        the crop it shows.
         """
         faces = self.face_boxes(i)
         visible = self._visible(faces, self.pasted_boxes(i))
+        if self.exits:
+            inside = np.clip(faces, 0, [self.width, self.height, self.width, self.height]).astype(np.float32)
+            area = (faces[:, 2] - faces[:, 0]) * (faces[:, 3] - faces[:, 1])
+            shown = np.clip(inside[:, 2] - inside[:, 0], 0, None) * np.clip(inside[:, 3] - inside[:, 1], 0, None)
+            visible &= shown >= (1.0 - MAX_OCCLUSION) * area
+            faces = inside
         n = int(visible.sum())
         return Detections(
             faces[visible],
             np.ones(n, np.float32),
             np.zeros(n, np.int32),
-            {"track_id": np.nonzero(visible)[0].astype(np.int32), "face_id": self.face_ids[visible]},
+            {"track_id": self.identities(i)[visible].astype(np.int32), "face_id": self.face_ids[visible]},
             {"frame": int(i), "timestamp": i / self.fps},
         )
 
@@ -216,7 +250,10 @@ class SyntheticFaces:
             raise SourceError(f"out must be a uint8 array of shape {self._background.shape}, got {frame.shape} {frame.dtype}")
         np.copyto(frame, self._background)
         for (x, y), side, patch in zip(self.positions(i), self.patch_sizes, self._patches):
-            frame[y : y + side, x : x + side] = patch
+            x0, y0 = max(x, 0), max(y, 0)  # exits: the part inside the frame
+            x1, y1 = min(x + side, self.width), min(y + side, self.height)
+            if x0 < x1 and y0 < y1:
+                frame[y0:y1, x0:x1] = patch[y0 - y : y1 - y, x0 - x : x1 - x]
         return frame
 
     def read(self, out: Optional[np.ndarray] = None) -> Optional[Tuple[np.ndarray, Detections]]:
@@ -256,7 +293,7 @@ class SyntheticFaces:
         return (
             f"SyntheticFaces(width={self.width}, height={self.height}, fps={self.fps:g}, count={self.count}, "
             f"seed={self.seed}, min_size={self.min_size}, max_size={self.max_size}, frames={self.frames}, "
-            f"background={self.background_name!r}, gray={self.gray})"
+            f"background={self.background_name!r}, gray={self.gray}, exits={self.exits})"
         )
 
 

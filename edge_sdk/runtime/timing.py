@@ -10,11 +10,11 @@ from typing import Dict, Iterable, List, Mapping, Optional, Sequence
 
 import numpy as np
 
-from edge_sdk.runtime.types import STAGES
+from edge_sdk.runtime.types import RESULT_STAGES
 
 clock = time.perf_counter  # monotonic, high resolution: every duration in the runtime uses it
 
-SUMMARY_STAGES = STAGES + ("total",)
+SUMMARY_STAGES = RESULT_STAGES + ("total",)
 
 
 def ms_since(t0: float) -> float:

@@ -12,6 +12,8 @@ from edge_sdk.runtime.frame import DEFAULT_STREAM_ID, Frame
 
 # Stage names, in pipeline order. Latencies are milliseconds.
 STAGES = ("capture_wait", "preprocess", "infer", "decode", "merge")
+TRACK = "track"  # after the detector: the tracker's time, where [tracking] is on
+RESULT_STAGES = STAGES + (TRACK,)  # what a FrameResult's latency_ms may hold, beside "total"
 
 
 class FrameDetections:

@@ -12,10 +12,10 @@ from typing import Any, Callable, Dict, Mapping, Optional, Sequence
 
 import numpy as np
 
-from edge_sdk.runtime.types import STAGES, FrameResult, PipelineStats
+from edge_sdk.runtime.types import RESULT_STAGES, FrameResult, PipelineStats
 
 TOTAL = "total"
-DEFAULT_STAGES = STAGES + (TOTAL,)
+DEFAULT_STAGES = RESULT_STAGES + (TOTAL,)
 PERCENTILES = (50.0, 95.0, 99.0)
 
 

@@ -15,7 +15,7 @@ from edge_sdk.preprocess import InputSpec
 from runtime_factories import CENTERFACE_DECODER, tiny_centerface_model, write_bundle, write_video
 
 runner = CliRunner()
-STAGE_KEYS = {"capture_wait", "preprocess", "infer", "decode", "merge", "total"}
+STAGE_KEYS = {"capture_wait", "preprocess", "infer", "decode", "merge", "track", "total"}  # track: [tracking] is on by default
 
 
 @pytest.fixture(scope="module")
@@ -48,7 +48,8 @@ def test_video_to_jsonl_and_video(bundle: Path, tmp_path: Path) -> None:
         assert set(record["latency_ms"]) == STAGE_KEYS
         assert all(isinstance(v, float) for v in record["latency_ms"].values())
         for det in record["detections"]:
-            assert list(det) == ["xyxy", "score", "class_id"]
+            assert list(det) == ["xyxy", "score", "class_id", "track_id"]
+            assert isinstance(det["track_id"], int) and det["track_id"] >= -1
             assert len(det["xyxy"]) == 4 and 0 <= det["score"] <= 1 and det["class_id"] == 0
             x1, y1, x2, y2 = det["xyxy"]
             assert 0 <= x1 <= x2 <= 128 and 0 <= y1 <= y2 <= 96
@@ -152,3 +153,20 @@ def test_a_bundle_with_a_bad_manifest_field_exits_8_naming_it(bundle: Path, tmp_
     assert result.exit_code == 8, result.output
     assert f"inputs[0].pad_value must be in 0..255, got {pad_value}" in result.output
     assert str(bad / "manifest.json") in result.output and "Traceback" not in result.output
+
+
+@pytest.mark.parametrize("flag", [None, "--no-track"])
+def test_track_ids_in_the_rows_and_no_track_leaves_them_out(bundle: Path, tmp_path: Path, flag: Any) -> None:
+    clip = write_video(tmp_path / "clip.avi", 9, width=128, height=96)
+    out = tmp_path / "out.jsonl"
+    result = invoke(clip, "--bundle", bundle, "--jsonl", out, "--threads", "1", "-q", *([flag] if flag else []))
+    assert result.exit_code == 0, result.output
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(rows) == 9 and all(row["detections"] for row in rows)
+    if flag:
+        assert all("track_id" not in d for row in rows for d in row["detections"])
+        assert all("track" not in row["latency_ms"] for row in rows)
+        return
+    assert all(isinstance(d["track_id"], int) and d["track_id"] >= -1 for row in rows for d in row["detections"])
+    first = [d["track_id"] for d in rows[0]["detections"]]
+    assert sorted(first) == list(range(1, len(first) + 1))  # the first frame's tracks are confirmed at once

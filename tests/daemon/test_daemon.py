@@ -397,3 +397,13 @@ def test_a_dying_pipeline_says_which_stage_failed(models: Path, tmp_path: Path, 
     assert "pipeline_stopped" in log.on("telemetry")[-1]["alerts_open"]  # the final telemetry says so too
     for message in alerts + log.on("status"):
         assert schemas.errors(message) == []
+
+
+def test_sighup_with_other_tracking_says_a_restart_applies_it(models: Path, tmp_path: Path, caplog) -> None:
+    daemon, path = _hup_daemon(models, tmp_path)
+    path.write_text(path.read_text() + "[tracking]\nenabled = false\n")
+    with caplog.at_level("WARNING", logger="edge_sdk.daemon"):
+        daemon.reload_config()
+    assert any("tracking changed; restart the service to apply" in r.getMessage() for r in caplog.records), caplog.text
+    assert daemon.config.pipeline.tracking.enabled  # the running tracker stays as it is
+    daemon.commands.close()

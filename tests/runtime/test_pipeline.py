@@ -14,7 +14,7 @@ from edge_sdk.errors import BundleError, ConfigError
 from edge_sdk.runtime.config import CacheConfig, PipelineConfig, ReconnectConfig, SourceConfig
 from edge_sdk.runtime.pipeline import Detector, Pipeline
 from edge_sdk.runtime.frame import Frame
-from edge_sdk.runtime.types import STAGES, FrameDetections
+from edge_sdk.runtime.types import RESULT_STAGES, FrameDetections
 from astronaut import assert_finds_her_face, astronaut_bgr
 from runtime_factories import FakeCamera, ListSource, scene, write_bundle
 
@@ -37,7 +37,7 @@ def test_video_file_through_the_tiny_model(tiny_bundle: Path, video_factory) -> 
         results = [(r.index, r.latency_ms, r.frame.shape, r.to_json()) for r in pipeline]
     assert [r[0] for r in results] == list(range(8))
     for _, latency, shape, line in results:
-        assert set(latency) == set(STAGES) | {"total"}
+        assert set(latency) == set(RESULT_STAGES) | {"total"}  # [tracking] is on by default
         assert latency["total"] >= latency["infer"] > 0
         assert shape == (96, 128, 3)
         assert json.loads(json.dumps(line))["frame"] == line["frame"]
@@ -71,7 +71,7 @@ def test_prediction_cache_in_the_pipeline(tiny_bundle: Path, enabled: bool, hits
     assert pipeline.stats.cache_hits == hits
     assert [c for c, _, _ in results] == [False] + [enabled] * 5
     if enabled:
-        assert all(d is results[0][1] for _, d, _ in results)
+        assert all(np.shares_memory(d.xyxy, results[0][1].xyxy) for _, d, _ in results)  # the cache's boxes
         assert "infer" not in results[1][2] and "total" in results[1][2]
 
 
@@ -239,3 +239,49 @@ def test_capture_is_idle_class_only_beside_cpu_inference(tiny_bundle: Path, back
 class _EmptyDetector(Detector):
     def detect(self, frame: Frame) -> FrameDetections:
         return FrameDetections(Detections.empty())
+
+
+@pytest.mark.parametrize("mode", ["full", "tiles", "roi"])
+def test_track_ids_in_every_mode_are_those_of_a_tracker_on_the_modes_detections(tiny_bundle: Path, mode: str) -> None:
+    from edge_sdk.tracking.tracker import ByteTracker, TrackingConfig
+
+    frames = [square_frame(i) for i in range(8)]
+    runs = {}
+    for enabled in (False, True):
+        cfg = config(bundle=tiny_bundle, mode=mode, cache=CacheConfig(enabled=False), tracking=TrackingConfig(enabled=enabled))
+        with Pipeline(cfg, source=ListSource(frames)) as pipeline:
+            runs[enabled] = [(r.detections, dict(r.latency_ms)) for r in pipeline]
+            assert (pipeline.tracking is not None) == enabled
+    assert all("track_id" not in d.data and "track" not in lat for d, lat in runs[False])
+    alone = ByteTracker()
+    expected = [alone.update(d).tolist() for d, _ in runs[False]]
+    assert [d.data["track_id"].tolist() for d, _ in runs[True]] == expected
+    assert all(lat["track"] >= 0 for _, lat in runs[True]) and max(max(ids, default=0) for ids in expected) >= 1
+
+
+class _SilentAfter(Detector):
+    """One box in the first `frames` frames, none after (a detector that stops seeing anything)."""
+
+    def __init__(self, frames: int) -> None:
+        self.frames = frames
+
+    def detect(self, frame: Frame) -> FrameDetections:
+        if frame.index < self.frames:
+            return FrameDetections(Detections(np.array([[40.0, 40.0, 80.0, 80.0]]), np.array([0.9]), np.array([0])))
+        return FrameDetections(Detections.empty())
+
+
+def test_a_detector_silent_for_10_s_keeps_tracks_for_the_buffer_at_the_sources_fps_then_ends_them() -> None:
+    from edge_sdk.tracking.tracker import TrackingConfig
+
+    source = ListSource([scene(i) for i in range(105)])
+    source.fps = 10.0  # its native rate: 100 frames are 10 s, a 2 s buffer 20 frames
+    cfg = config(cache=CacheConfig(enabled=False), tracking=TrackingConfig(buffer_s=2.0))
+    lost, active = [], []
+    with Pipeline(cfg, source=source, detector=_SilentAfter(5)) as pipeline:
+        for result in pipeline:
+            tracker = pipeline.tracking.trackers["0"]
+            lost.append(tracker.lost_ids)
+            active.append(result.detections.data["track_id"].tolist())
+    assert active[:5] == [[1]] * 5
+    assert lost[5:25] == [[1]] * 20 and lost[25:] == [[]] * 80

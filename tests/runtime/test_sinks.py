@@ -62,10 +62,18 @@ def test_unknown_video_type() -> None:
         VideoSink("out.gif")
 
 
-def test_draw_detections_writes_the_class_name_before_the_score() -> None:
+@pytest.mark.parametrize("tracks, texts", [
+    (None, ("car 0.90", "0.75")),
+    ([7, -1], ("car #7 0.90", "0.75")),  # -1: in no confirmed track, no id drawn
+    ([-1, 12], ("car 0.90", "#12 0.75")),
+])
+def test_draw_detections_writes_the_class_name_and_track_id_before_the_score(tracks, texts) -> None:
     cv2 = pytest.importorskip("cv2")
+    data = {"label": np.array(["car", ""])}
+    if tracks is not None:
+        data["track_id"] = np.array(tracks, np.int64)
     det = Detections(np.array([[10.0, 30.0, 90.0, 60.0], [100.0, 30.0, 150.0, 60.0]]), np.array([0.9, 0.75]),
-                     np.array([2, 7]), {"label": np.array(["car", ""])})
+                     np.array([2, 7]), data)
     frame = draw_detections(np.zeros((80, 200, 3), np.uint8), FrameResult(0, 0.0, det))
     # what cv2 draws for "car 0.90" above the first box and "0.75" (no name for class 7) above the
     # second, after the stream id and frame number on a black band in the top-left corner
@@ -73,7 +81,7 @@ def test_draw_detections_writes_the_class_name_before_the_score() -> None:
     (w, h), base = cv2.getTextSize("stream 0  frame 0", cv2.FONT_HERSHEY_SIMPLEX, 0.45, 1)
     cv2.rectangle(expected, (0, 0), (w + 6, h + base + 6), (0, 0, 0), -1)
     cv2.putText(expected, "stream 0  frame 0", (3, h + 3), cv2.FONT_HERSHEY_SIMPLEX, 0.45, (255, 255, 255), 1, cv2.LINE_AA)
-    for (x1, y1, x2, y2), text, color in (((10, 30, 90, 60), "car 0.90", (255, 64, 64)), ((100, 30, 150, 60), "0.75", (0, 128, 255))):
+    for (x1, y1, x2, y2), text, color in zip(((10, 30, 90, 60), (100, 30, 150, 60)), texts, ((255, 64, 64), (0, 128, 255))):
         cv2.rectangle(expected, (x1, y1), (x2, y2), color, 2)
         cv2.putText(expected, text, (x1, y1 - 4), cv2.FONT_HERSHEY_SIMPLEX, 0.45, color, 1, cv2.LINE_AA)
     np.testing.assert_array_equal(frame, expected)

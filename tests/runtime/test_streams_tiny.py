@@ -150,3 +150,31 @@ def test_the_last_frame_of_the_last_stream_goes_at_once_and_before_its_ring_stop
         assert p.stats()["batcher"]["histogram"] == {1: 1, 2: 1}
     finally:
         model.close()
+
+
+def test_each_stream_has_its_own_tracks_in_its_frame_order(tmp_path: Path):
+    """Two streams of the same clip get the same ids (one tracker each: a shared one would number
+    the second stream's objects on), and each stream's ids are those of a tracker run on its
+    detections alone, frame by frame; with tracking off there are none."""
+    from edge_sdk.tracking.tracker import ByteTracker, TrackingConfig
+
+    model = tiny_model(tmp_path / "batch.onnx", "batch")
+    try:
+        runs = {}
+        for tracking in (TrackingConfig(), TrackingConfig(enabled=False)):
+            detector = make_batch_detector(model, max_batch_size=3)
+            with MultiStreamPipeline([(sid, uri(seed)) for sid, seed in (("a", 4), ("b", 4), ("c", 5))], detector,
+                                     BatchPolicy(3, (3,), max_queue_delay_ms=60_000), tracking=tracking) as pipeline:
+                results = list(pipeline.results(timeout=60))
+            runs[tracking.enabled] = {sid: [r.detections for r in results if r.stream == sid] for sid in "abc"}
+        tracked = runs[True]
+        assert all("track_id" not in d.data for dets in runs[False].values() for d in dets)
+        assert sum(len(d) for d in tracked["a"]) > FRAMES  # boxes to track
+        ids = {sid: [d.data["track_id"].tolist() for d in dets] for sid, dets in tracked.items()}
+        assert ids["a"] == ids["b"]
+        for sid, dets in tracked.items():
+            alone = ByteTracker()
+            assert ids[sid] == [alone.update(d).tolist() for d in dets], sid
+            assert max(max(frame, default=0) for frame in ids[sid]) >= 1
+    finally:
+        model.close()

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from edge_sdk.detections import match_detections
+from edge_sdk.detections import box_iou, match_detections
 from edge_sdk.errors import SourceError
 from edge_sdk.runtime.synthetic import MAX_OCCLUSION, SyntheticFaces, face_crops
 
@@ -229,3 +229,46 @@ def test_small_faces_vanish_when_a_4k_frame_is_shrunk_to_the_network_input(detec
     frame, truth = SyntheticFaces(seed=0).read()
     m = match_detections(detect(frame), truth, iou=0.5)
     assert len(truth) >= 15 and m["recall"] <= 0.2, m
+
+
+FRAME = np.array([[0, 0, 320, 200]], np.float32)
+
+
+def test_with_exits_faces_leave_the_frame_and_come_back_as_new_faces() -> None:
+    src = SyntheticFaces.from_uri("synthetic://faces?width=320&height=200&count=6&seed=4&min_size=24&max_size=40&fps=10&exits=1")
+    assert src.exits and not SyntheticFaces(width=320, height=200, count=1).exits
+    prev_ids, prev_crops = src.identities(0), src.pasted_boxes(0)
+    assert prev_ids.tolist() == list(range(6))
+    changed = partly_out = 0
+    for i in range(1, 400):
+        ids, crops = src.identities(i), src.pasted_boxes(i)
+        assert (ids >= prev_ids).all()
+        for k in np.nonzero(ids != prev_ids)[0]:  # a new face: the old one had left, wholly
+            changed += 1
+            assert ids[k] == prev_ids[k] + 6
+            outside = [box_iou(b[None], FRAME)[0, 0] == 0 for b in (prev_crops[k], crops[k])]
+            assert any(outside), (i, k, prev_crops[k], crops[k])
+        partly_out += int(((crops[:, :2] < 0) | (crops[:, 2:] > [320, 200])).any(axis=1).sum())
+        truth = src.ground_truth(i)
+        assert (truth.xyxy >= 0).all() and (truth.xyxy[:, [0, 2]] <= 320).all() and (truth.xyxy[:, [1, 3]] <= 200).all()
+        assert set(truth.data["track_id"].tolist()) <= set(ids.tolist())
+        prev_ids, prev_crops = ids, crops
+    assert changed >= 6 and partly_out > 0
+
+
+def test_with_exits_a_face_partly_outside_is_drawn_cut_and_the_rest_is_background() -> None:
+    src = SyntheticFaces(width=320, height=200, count=6, seed=4, min_size=24, max_size=40, fps=10, exits=True)
+
+    def out(i: int) -> np.ndarray:
+        crops = src.pasted_boxes(i)
+        return ((crops[:, :2] < 0) | (crops[:, 2:] > [320, 200])).any(axis=1) & (box_iou(crops, FRAME)[:, 0] > 0)
+
+    cut = next(i for i in range(400) if out(i).any())
+    frame = src.render(cut).astype(np.int16)
+    changed = np.abs(frame - src.background.astype(np.int16)).max(axis=2) > 0
+    pasted = np.zeros((200, 320), bool)
+    for x1, y1, x2, y2 in src.pasted_boxes(cut).astype(int):
+        pasted[max(y1, 0):max(y2, 0), max(x1, 0):max(x2, 0)] = True
+    assert not changed[~pasted].any()  # outside the crops' parts in the frame: the background
+    x1, y1, x2, y2 = src.pasted_boxes(cut)[np.argmax(out(cut))].astype(int)
+    assert changed[max(y1, 0):max(y2, 0), max(x1, 0):max(x2, 0)].mean() > 0.5  # the part inside is drawn

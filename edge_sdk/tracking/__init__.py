@@ -1,0 +1,1 @@
+"""Multi-object tracking: ByteTrack's association over a Kalman motion model, numpy only."""
