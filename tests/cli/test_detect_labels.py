@@ -50,7 +50,7 @@ def test_jsonl_names_each_detection(tmp_path: Path) -> None:
         cv2.imwrite(str(folder / f"{i}.png"), np.full((96, 128, 3), 60 * i, np.uint8))
     out = tmp_path / "out.jsonl"
     cmd: List[str] = [sys.executable, "-c", "from edge_sdk.cli import main; main()", "detect", str(folder),
-                      "--bundle", str(bundle), "--jsonl", str(out), "--threads", "1", "--quiet", "--no-cache"]
+                      "--bundle", str(bundle), "--jsonl", str(out), "--threads", "1", "--quiet", "--no-cache", "--no-track"]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     lines = [json.loads(line) for line in out.read_text().splitlines()]
