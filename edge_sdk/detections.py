@@ -10,6 +10,7 @@ from typing import Any, Dict, Iterable, List, Union
 import numpy as np
 
 LABEL = "label"  # data key of the class names (N,) str, set by a decoder given labels
+TRACK_ID = "track_id"  # data key of the track ids (N,) int64 when tracking is on; -1: no confirmed track
 # data keys of points (N, P, 2) as (x, y) in the boxes' pixel space: CenterFace's landmarks, a pose
 # head's keypoints. Whatever moves the boxes moves these.
 POINT_KEYS = ("landmarks", "keypoints")
@@ -97,6 +98,12 @@ class Detections:
                 record["label"] = str(labels[i])
             records.append(record)
         return records
+
+    def tracked(self) -> "Detections":
+        """The detections that have a confirmed track (`data["track_id"] >= 0`); none without
+        track ids (tracking off)."""
+        ids = self.data.get(TRACK_ID)
+        return self[ids >= 0] if ids is not None else self[np.zeros(0, np.int64)]
 
     def label(self, i: int) -> str:
         """The class name of detection `i`, or "" when the decoder has no name for it."""

@@ -96,6 +96,7 @@ GROUPS: Dict[str, Group] = {
     "batcher": Group(("edge_sdk/runtime/batcher.py",), ("tests/runtime/test_batcher.py",)),
     "batched-detector": Group(("edge_sdk/runtime/detectors/batched.py",), ("tests/runtime/test_batched_detector.py",)),
     "streams": Group(("edge_sdk/runtime/streams.py",), ("tests/runtime/test_streams.py", "tests/runtime/test_streams_tiny.py")),
+    "api": Group(("edge_sdk/api.py", "edge_sdk/__init__.py", "edge_sdk/detections.py"), ("tests/test_api.py",)),
     "daemon-streams": Group(("edge_sdk/daemon/streams.py", "edge_sdk/daemon/service.py", "edge_sdk/daemon/handlers.py",
                              "edge_sdk/telemetry/reporter.py", "edge_sdk/telemetry/exposition.py", "edge_sdk/runtime/streams.py"),
                             ("tests/daemon/test_daemon_streams.py", "tests/daemon/test_stream_metrics.py",
@@ -228,6 +229,7 @@ RCFG, HND, DET = "edge_sdk/runtime/config.py", "edge_sdk/daemon/handlers.py", "e
 BAT, BATD, STR = "edge_sdk/runtime/batcher.py", "edge_sdk/runtime/detectors/batched.py", "edge_sdk/runtime/streams.py"
 DSTR, SVC, REP = "edge_sdk/daemon/streams.py", "edge_sdk/daemon/service.py", "edge_sdk/telemetry/reporter.py"
 EXPO = "edge_sdk/telemetry/exposition.py"
+API, DETS = "edge_sdk/api.py", "edge_sdk/detections.py"
 
 MUTANTS: List[Mutant] = [
     # --- preprocess -----------------------------------------------------------------------------
@@ -477,6 +479,17 @@ MUTANTS: List[Mutant] = [
       "", "the last stream to end waits the queue delay for its last frames before it closes the batcher"),
     M("MS5", "streams", STR, "lambda: stream.in_flight < self.frames_in_flight or", "lambda: True or",
       "a stream puts every frame it captures into the batcher, however many wait there"),
+    # --- the top-level API -------------------------------------------------------------------------
+    M("AP1", "api", API, "        parse_uri(source)  # no such file or scheme: SourceError now\n", "",
+      "a missing source is found only at the first frame"),
+    M("AP2", "api", API, "        Bundle.load(Path(bundle), verify=False)", "        Path(bundle)",
+      "a folder that is not a bundle is found only at the first frame"),
+    M("AP3", "api", API, "source={\"uri\": str(source), \"loop\": loop, \"fps\": fps}", "source={\"uri\": str(source)}",
+      "loop and fps are taken and dropped"),
+    M("AP4", "api", DETS, "return self[ids >= 0] if ids is not None", "return self[ids >= -1] if ids is not None",
+      "detections without a confirmed track count as tracks"),
+    M("AP5", "api", DETS, "else self[np.zeros(0, np.int64)]", "else self",
+      "without tracking every detection is a track"),
 ]
 
 
