@@ -12,21 +12,16 @@ load the runtime when first used.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, List
-
 __version__ = "0.1.0"
 
 from edge_sdk.errors import EdgeSdkError
 
-if TYPE_CHECKING:
-    from edge_sdk.api import Pipeline, draw
-
 __all__ = ["EdgeSdkError", "Pipeline", "__version__", "draw"]
 
-_LAZY = ("Pipeline", "draw")  # edge_sdk.api's names, loaded on first use
+_LAZY = ("Pipeline", "draw")  # edge_sdk.api's names, loaded on first use (typing is not imported here either)
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:
     if name in _LAZY:
         from edge_sdk import api
 
@@ -36,5 +31,5 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'edge_sdk' has no attribute {name!r}")
 
 
-def __dir__() -> List[str]:
+def __dir__() -> list:
     return sorted(set(globals()) | set(_LAZY))
