@@ -97,6 +97,7 @@ GROUPS: Dict[str, Group] = {
     "batched-detector": Group(("edge_sdk/runtime/detectors/batched.py",), ("tests/runtime/test_batched_detector.py",)),
     "streams": Group(("edge_sdk/runtime/streams.py",), ("tests/runtime/test_streams.py", "tests/runtime/test_streams_tiny.py")),
     "api": Group(("edge_sdk/api.py", "edge_sdk/__init__.py", "edge_sdk/detections.py"), ("tests/test_api.py",)),
+    "zone-counter": Group(("apps/zone_counter/zone_counter.py",), ("tests/apps/test_zone_counter.py",)),
     "daemon-streams": Group(("edge_sdk/daemon/streams.py", "edge_sdk/daemon/service.py", "edge_sdk/daemon/handlers.py",
                              "edge_sdk/telemetry/reporter.py", "edge_sdk/telemetry/exposition.py", "edge_sdk/runtime/streams.py"),
                             ("tests/daemon/test_daemon_streams.py", "tests/daemon/test_stream_metrics.py",
@@ -229,7 +230,7 @@ RCFG, HND, DET = "edge_sdk/runtime/config.py", "edge_sdk/daemon/handlers.py", "e
 BAT, BATD, STR = "edge_sdk/runtime/batcher.py", "edge_sdk/runtime/detectors/batched.py", "edge_sdk/runtime/streams.py"
 DSTR, SVC, REP = "edge_sdk/daemon/streams.py", "edge_sdk/daemon/service.py", "edge_sdk/telemetry/reporter.py"
 EXPO = "edge_sdk/telemetry/exposition.py"
-API, DETS = "edge_sdk/api.py", "edge_sdk/detections.py"
+API, DETS, ZC = "edge_sdk/api.py", "edge_sdk/detections.py", "apps/zone_counter/zone_counter.py"
 
 MUTANTS: List[Mutant] = [
     # --- preprocess -----------------------------------------------------------------------------
@@ -490,6 +491,21 @@ MUTANTS: List[Mutant] = [
       "detections without a confirmed track count as tracks"),
     M("AP5", "api", DETS, "else self[np.zeros(0, np.int64)]", "else self",
       "without tracking every detection is a track"),
+    # --- the zone counter: unique tracks per zone, line crossings ---------------------------------
+    M("ZC1", "zone-counter", ZC, "                if side == 0:\n                    continue  # on the line: a crossing is decided by the side it leaves to\n",
+      "", "a track that touches the line and goes back is counted as crossing"),
+    M("ZC2", "zone-counter", ZC, "last[0] != side and line.meets(last[1], centre)", "last[0] != side",
+      "a track that passes beside the line's end is counted as crossing it"),
+    M("ZC3", "zone-counter", ZC, "if h and name not in t.zones", "if h",
+      "a track is counted again each frame it is in a zone"),
+    M("ZC4", "zone-counter", ZC, "direction = line.names[0] if last[0] > 0 else line.names[1]",
+      "direction = line.names[0] if last[0] < 0 else line.names[1]", "crossings counted under the other direction"),
+    M("ZC5", "zone-counter", ZC, "confirmed = ids >= 0", "confirmed = ids >= -1",
+      "detections without a confirmed track are counted as one track"),
+    M("ZC6", "zone-counter", ZC, "        if sides[0] < 0:\n            line.names = (second, first)\n", "",
+      "the side names follow the order in the file, not the side their points lie on"),
+    M("ZC7", "zone-counter", ZC, "self._frame - t.seen > self.forget_after", "self._frame - t.seen >= self.forget_after",
+      "a track is forgotten one frame early"),
 ]
 
 
