@@ -506,6 +506,10 @@ MUTANTS: List[Mutant] = [
       "the side names follow the order in the file, not the side their points lie on"),
     M("ZC7", "zone-counter", ZC, "self._frame - t.seen > self.forget_after", "self._frame - t.seen >= self.forget_after",
       "a track is forgotten one frame early"),
+    M("ZC8", "zone-counter", ZC, "        if row_stream != stream:\n            return\n", "",
+      "--listen counts the frames of every stream of the device as one camera's"),
+    M("ZC9", "zone-counter", ZC, "\n            frames.put_nowait(parsed)", "\n            frames.put_nowait(parsed) if False else None",
+      "--listen drops every frame"),
 ]
 
 

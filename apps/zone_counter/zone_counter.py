@@ -37,9 +37,10 @@ are polygons in frame pixels, lines two points and the names of their sides, in 
 `from` names the two sides by a point on each: a crossing that starts on the side of the `in`
 point counts as `in`.
 
-Frames come from the pipeline (`config_from_dict` and `Pipeline`, edge_sdk.runtime) or, with
-`--jsonl FILE`, from the rows `edge-sdk detect --jsonl` wrote; the broker settings and client
-are the daemon's (`BrokerConfig`, `make_client`).
+Frames come from the pipeline (`edge_sdk.Pipeline`), from the rows `edge-sdk detect --jsonl`
+wrote (`--jsonl FILE`), or from the detections messages a device's daemon publishes
+(`--listen DEVICE_ID`); the broker settings and client are the daemon's (`BrokerConfig`,
+`make_client`).
 """
 from __future__ import annotations
 
@@ -47,7 +48,9 @@ import argparse
 import json
 import logging
 import math
+import queue
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
@@ -64,6 +67,7 @@ TOPIC_ROOT = "edge-sdk-apps"
 MAX_ZONES = 64
 MAX_LINES = 64
 MAX_VERTICES = 256
+LISTEN_QUEUE = 256  # frames received and not counted yet, with --listen
 FORGET_AFTER = 900  # frames a track may be away before it is forgotten (a tracker ends it long before)
 
 
@@ -354,11 +358,27 @@ class Counter:
         return (self.chosen or self.by_frame).message(device_id, frame)
 
 
-def read_jsonl(path: Path, stream: Optional[str] = None) -> Iterator[Tuple[int, np.ndarray, Optional[np.ndarray]]]:
-    """(frame, boxes (N, 4), track ids (N,) or None) per row of one stream of an `edge-sdk detect
-    --jsonl` file: `stream`'s rows, the others skipped (None: the file must hold one stream);
-    ConfigError naming the line otherwise. Track ids are None unless every detection of the row
-    carries one."""
+Row = Tuple[int, np.ndarray, Optional[np.ndarray]]  # frame, boxes (N, 4) xyxy, track ids (N,) or None
+
+
+def parse_row(row: Any, where: str) -> Tuple[str, Row]:
+    """(stream, row) of one `edge-sdk detect --jsonl` row or daemon detections message of kind
+    frame; ConfigError naming `where` otherwise. Track ids are None unless every detection
+    carries one (a device without tracking gives none)."""
+    try:
+        found = row["detections"]
+        xyxy = np.array([d["xyxy"] for d in found], np.float64).reshape(-1, 4)
+        ids = [d.get(TRACK_ID) for d in found]
+        frame, stream = int(row["frame"]), str(row.get("stream", "0"))  # no stream: a device from before streams
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise ConfigError(f"{where}: not a row of detections ({exc!r:.80})") from None
+    has_ids = bool(found) and all(isinstance(i, int) and not isinstance(i, bool) for i in ids)
+    return stream, (frame, xyxy, np.array(ids, np.int64) if has_ids else None)
+
+
+def read_jsonl(path: Path, stream: Optional[str] = None) -> Iterator[Row]:
+    """The rows of one stream of an `edge-sdk detect --jsonl` file: `stream`'s, the others
+    skipped (None: the file must hold one stream); ConfigError naming the line otherwise."""
     chosen = stream
     try:
         f = open(path, encoding="utf-8")
@@ -371,12 +391,9 @@ def read_jsonl(path: Path, stream: Optional[str] = None) -> Iterator[Tuple[int, 
             where = f"--jsonl {path} line {number}"
             try:
                 row = json.loads(text)
-                found = row["detections"]
-                xyxy = np.array([d["xyxy"] for d in found], np.float64).reshape(-1, 4)
-                ids = [d.get(TRACK_ID) for d in found]
-                frame, row_stream = int(row["frame"]), str(row.get("stream", "0"))
-            except (ValueError, KeyError, TypeError, AttributeError) as exc:
-                raise ConfigError(f"{where}: not a row of `edge-sdk detect --jsonl` ({exc!r:.80})") from None
+            except ValueError as exc:
+                raise ConfigError(f"{where}: not JSON ({exc})") from None
+            row_stream, parsed = parse_row(row, where)
             if chosen is not None and row_stream != chosen:
                 continue
             if stream is None:
@@ -384,11 +401,60 @@ def read_jsonl(path: Path, stream: Optional[str] = None) -> Iterator[Tuple[int, 
             elif row_stream != stream:
                 raise ConfigError(f"{where}: a row of stream {row_stream!r} after rows of {stream!r}: zones are drawn "
                                   "on one camera's frames; pick its stream with --stream")
-            has_ids = bool(found) and all(isinstance(i, int) and not isinstance(i, bool) for i in ids)
-            yield frame, xyxy, (np.array(ids, np.int64) if has_ids else None)
+            yield parsed
 
 
-def pipeline_frames(args: argparse.Namespace) -> Iterator[Tuple[int, np.ndarray, Optional[np.ndarray]]]:
+def listen_frames(client: Any, device: str, stream: str, subscribed: Optional[threading.Event] = None) -> Iterator[Row]:
+    """The frames of `stream` in the detections messages a device's daemon publishes
+    (`edge-sdk/<device>/detections`, kind frame: `[telemetry] detections = "frame"` on the
+    device), through `client`: its callbacks are set here, before the caller connects it, so
+    that it subscribes on every connect. Messages that are not detections rows are skipped and
+    counted (a warning for the first); frames that arrive faster than they are counted wait in
+    a bounded queue, and beyond it are dropped and counted."""
+    topic = f"edge-sdk/{device}/detections"
+    frames: "queue.Queue[Row]" = queue.Queue(maxsize=LISTEN_QUEUE)
+    skipped, dropped = [0], [0]
+
+    def on_connect(client: Any, userdata: Any, flags: Any, reason: Any, properties: Any = None) -> None:
+        client.subscribe(topic, qos=0)
+
+    def on_subscribe(client: Any, userdata: Any, mid: Any, reasons: Any, properties: Any = None) -> None:
+        if subscribed is not None:
+            subscribed.set()
+
+    def on_message(client: Any, userdata: Any, msg: Any) -> None:
+        try:
+            row = json.loads(msg.payload)
+            if not isinstance(row, dict) or row.get("kind") != "frame":
+                return  # a summary, or another kind of message
+            row_stream, parsed = parse_row(row, f"message on {topic}")
+        except (ValueError, ConfigError) as exc:
+            skipped[0] += 1
+            if skipped[0] == 1:
+                log.warning("skipping messages on %s that are not detections rows: %s", topic, exc)
+            return
+        if row_stream != stream:
+            return
+        try:
+            frames.put_nowait(parsed)
+        except queue.Full:
+            dropped[0] += 1
+            if dropped[0] == 1:
+                log.warning("frames arrive faster than they are counted: dropping (counted in the log at the end)")
+
+    def received() -> Iterator[Row]:
+        try:
+            while True:
+                yield frames.get()
+        finally:
+            if skipped[0] or dropped[0]:
+                log.warning("%s: %d messages skipped (not detections rows), %d frames dropped", topic, skipped[0], dropped[0])
+
+    client.on_connect, client.on_subscribe, client.on_message = on_connect, on_subscribe, on_message
+    return received()
+
+
+def pipeline_frames(args: argparse.Namespace) -> Iterator[Row]:
     """(frame, boxes, track ids or None) of each frame of `--source` in roi mode."""
     import edge_sdk
 
@@ -398,31 +464,48 @@ def pipeline_frames(args: argparse.Namespace) -> Iterator[Tuple[int, np.ndarray,
             yield result.index, result.detections.xyxy, result.detections.data.get(TRACK_ID)
 
 
-def run(args: argparse.Namespace, publish: Optional[Callable[[str, bytes], Any]] = None) -> int:
+def connect(args: argparse.Namespace) -> Any:
+    """A client of `--broker` (TLS and credentials as the daemon's [mqtt]), not connected yet."""
+    from edge_sdk.telemetry.broker import BrokerConfig, make_client
+
+    return make_client(BrokerConfig(url=args.broker), f"zone-counter-{args.device}")
+
+
+def run(args: argparse.Namespace, publish: Optional[Callable[[str, bytes], Any]] = None,
+        subscribed: Optional[threading.Event] = None) -> int:
+    """Count the frames of `--source` (or `--jsonl`, or `--listen`) and publish the counts with
+    `publish` (default: QoS 1 on `--broker`). `subscribed` is set once `--listen` subscribed."""
     zones, lines = load_layout(args.zones)
-    frames = read_jsonl(args.jsonl, args.stream) if args.jsonl is not None else pipeline_frames(args)
-    client = None
-    if publish is None:
-        from edge_sdk.telemetry.broker import BrokerConfig, make_client
+    client = connect(args) if publish is None or args.listen else None
+    if args.listen:
+        frames = listen_frames(client, args.listen, args.stream or "0", subscribed)
+    elif args.jsonl is not None:
+        frames = read_jsonl(args.jsonl, args.stream)
+    else:
+        frames = pipeline_frames(args)
+    if client is not None:
+        from edge_sdk.telemetry.broker import BrokerConfig
 
         broker = BrokerConfig(url=args.broker)
-        client = make_client(broker, f"zone-counter-{args.device}")
         client.connect(broker.host, broker.port)
         client.loop_start()
-
+    if publish is None:
         def publish(topic: str, payload: bytes) -> Any:
             return client.publish(topic, payload, qos=1)
 
     topic = f"{args.topic_root}/{args.device}/zones"
     counter = Counter(zones, lines, args.forget_after)
     last = None
+    counted = 0
     sent: List[Any] = []
     try:
         for index, xyxy, track_ids in frames:
             counter.count(xyxy, track_ids)
-            last = index
+            last, counted = index, counted + 1
             if counter.frames >= args.every:
                 sent.append(publish(topic, dumps(counter.message(args.device, last)).encode()))
+            if args.max_frames and counted >= args.max_frames:
+                break
         if counter.frames and last is not None:
             sent.append(publish(topic, dumps(counter.message(args.device, last)).encode()))
     finally:
@@ -443,7 +526,10 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     p.add_argument("--source", default="synthetic://faces?width=3840&height=2160", help="source URI")
     p.add_argument("--jsonl", type=Path, default=None,
                    help="count the rows of this `edge-sdk detect --jsonl` file instead of running --source")
-    p.add_argument("--stream", default=None, help="with --jsonl: the stream to count (default: the file's only one)")
+    p.add_argument("--listen", metavar="DEVICE_ID", default=None,
+                   help="count the detections messages this device's daemon publishes on --broker instead of running --source")
+    p.add_argument("--stream", default=None,
+                   help="the stream to count: with --jsonl, default the file's only one; with --listen, default 0")
     p.add_argument("--zones", type=Path, required=True, help="zones (and lines) JSON file (see the README)")
     p.add_argument("--broker", default="mqtt://127.0.0.1:1883", help="mqtt://host:1883 or mqtts://host:8883")
     p.add_argument("--device", default="cam-1", help="device id in the topic")
@@ -459,6 +545,8 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         p.error("--every must be >= 1")
     if args.forget_after < 1:
         p.error("--forget-after must be >= 1")
+    if args.listen is not None and args.jsonl is not None:
+        p.error("--listen and --jsonl are two inputs: give one")
     return args
 
 

@@ -266,3 +266,49 @@ def test_a_jsonl_file_of_several_streams_needs_stream(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="line 2.*--stream"):
         list(zc.read_jsonl(path))
     assert [frame for frame, _, _ in zc.read_jsonl(path, "door")] == [0]
+
+
+def test_the_app_counts_the_detections_messages_of_a_device_over_mqtt(tmp_path: Path, broker, message_log,
+                                                                     caplog: pytest.LogCaptureFixture) -> None:
+    import json
+    import threading
+
+    from edge_sdk.telemetry.broker import BrokerConfig, make_client
+
+    (tmp_path / "zones.json").write_text(json.dumps({"zones": {"sq": SQUARE.tolist()}, "lines": {"gate": GATE}}))
+    log = message_log(broker.url, ["edge-sdk-apps/#"])
+    args = zc.parse_args(["--listen", "cam-7", "--zones", str(tmp_path / "zones.json"), "--broker", broker.url,
+                          "--device", "door-counter", "--every", "2", "--max-frames", "4"])
+    subscribed, done = threading.Event(), []
+    app = threading.Thread(target=lambda: done.append(zc.run(args, subscribed=subscribed)), daemon=True)
+    app.start()
+    assert subscribed.wait(10), "the app did not subscribe"
+
+    def frame(i: int, points, ids, stream: str = "0") -> str:
+        row = json.loads(jsonl_row(i, points, ids, stream))
+        return json.dumps({"schema": "edge-sdk/detections/1", "device_id": "cam-7", "ts": 0, "seq": i, "kind": "frame",
+                           "stream": row["stream"], "frame": i, "detections": row["detections"]})
+
+    settings = BrokerConfig(url=broker.url)
+    device = make_client(settings, "cam-7-daemon")
+    device.connect(settings.host, settings.port)
+    device.loop_start()
+    try:
+        for payload in [frame(0, [(5, 5)], [1]), "not json",
+                        json.dumps({"schema": "edge-sdk/detections/1", "device_id": "cam-7", "ts": 0, "seq": 9,
+                                    "kind": "summary", "frames": 3, "count": 4}),
+                        frame(1, [(15, 5)], [1]), frame(1, [(5, 5), (6, 6)], [4, 5], stream="yard"),
+                        frame(2, [(5, 6), (6, 5)], [1, 2]), frame(3, [(15, 15)], [2])]:
+            device.publish("edge-sdk/cam-7/detections", payload, qos=1).wait_for_publish(5)
+        app.join(20)
+    finally:
+        device.loop_stop()
+        device.disconnect()
+    assert done == [0]
+    assert log.wait(lambda m: len(log.on("zones")) == 2, timeout=10)
+    first, second = log.on("zones")
+    assert first["zones"]["sq"] == {"now": 0, "new": 1, "total": 1} and first["lines"]["gate"]["in"] == 1
+    assert second["zones"]["sq"] == {"now": 0, "new": 1, "total": 2}
+    assert second["lines"]["gate"] == {"in": 1, "out": 1, "total": {"in": 2, "out": 1}}
+    assert (first["frame"], second["frame"], first["device_id"]) == (1, 3, "door-counter")
+    assert "1 messages skipped (not detections rows), 0 frames dropped" in caplog.text  # the summary is no frame, not skipped
