@@ -1,7 +1,14 @@
 """edge-sdk: build, run and watch vision models on NVIDIA Jetson and other embedded devices.
 
+    import edge_sdk
+
+    with edge_sdk.Pipeline("csi://0", bundle="bundle") as pipe:
+        for result in pipe:
+            edge_sdk.draw(result.frame, result)
+
 Importing this package is cheap: no TensorRT, CUDA, ONNX Runtime, OpenCV or MQTT module is
-loaded until a command or object that needs it is used.
+loaded until a command or object that needs it is used; `Pipeline` and `draw` (edge_sdk.api)
+load the runtime when first used.
 """
 from __future__ import annotations
 
@@ -9,4 +16,20 @@ __version__ = "0.1.0"
 
 from edge_sdk.errors import EdgeSdkError
 
-__all__ = ["EdgeSdkError", "__version__"]
+__all__ = ["EdgeSdkError", "Pipeline", "__version__", "draw"]
+
+_LAZY = ("Pipeline", "draw")  # edge_sdk.api's names, loaded on first use (typing is not imported here either)
+
+
+def __getattr__(name: str) -> object:
+    if name in _LAZY:
+        from edge_sdk import api
+
+        value = getattr(api, name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'edge_sdk' has no attribute {name!r}")
+
+
+def __dir__() -> list:
+    return sorted(set(globals()) | set(_LAZY))

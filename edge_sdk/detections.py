@@ -103,6 +103,12 @@ class Detections:
             records.append(record)
         return records
 
+    def tracked(self) -> "Detections":
+        """The detections that have a confirmed track (`data["track_id"] >= 0`); none without
+        track ids (tracking off)."""
+        ids = self.data.get(TRACK_ID)
+        return self[ids >= 0] if ids is not None else self[np.zeros(0, np.int64)]
+
     def label(self, i: int) -> str:
         """The class name of detection `i`, or "" when the decoder has no name for it."""
         labels = self.data.get(LABEL)

@@ -99,6 +99,8 @@ GROUPS: Dict[str, Group] = {
     "batched-detector": Group(("edge_sdk/runtime/detectors/batched.py",), ("tests/runtime/test_batched_detector.py",)),
     "streams": Group(("edge_sdk/runtime/streams.py",), ("tests/runtime/test_streams.py", "tests/runtime/test_streams_tiny.py")),
     "stream-drift": Group(("edge_sdk/daemon/drift.py",), ("tests/test_drift.py", "tests/daemon/test_drift_alert.py")),
+    "api": Group(("edge_sdk/api.py", "edge_sdk/__init__.py", "edge_sdk/detections.py"), ("tests/test_api.py",)),
+    "zone-counter": Group(("apps/zone_counter/zone_counter.py",), ("tests/apps/test_zone_counter.py",)),
     "daemon-streams": Group(("edge_sdk/daemon/streams.py", "edge_sdk/daemon/service.py", "edge_sdk/daemon/handlers.py",
                              "edge_sdk/telemetry/reporter.py", "edge_sdk/telemetry/exposition.py", "edge_sdk/runtime/streams.py"),
                             ("tests/daemon/test_daemon_streams.py", "tests/daemon/test_stream_metrics.py",
@@ -238,6 +240,7 @@ EXPO = "edge_sdk/telemetry/exposition.py"
 SHD, PROMO, RMOD = "edge_sdk/daemon/shadow.py", "edge_sdk/daemon/promotion.py", "edge_sdk/daemon/model.py"
 SHR, RUN = "edge_sdk/runtime/detectors/shared.py", "edge_sdk/daemon/model.py"
 TRK, ASG, KF = "edge_sdk/tracking/tracker.py", "edge_sdk/tracking/assignment.py", "edge_sdk/tracking/kalman.py"
+API, DETS, ZC = "edge_sdk/api.py", "edge_sdk/detections.py", "apps/zone_counter/zone_counter.py"
 
 MUTANTS: List[Mutant] = [
     # --- preprocess -----------------------------------------------------------------------------
@@ -547,6 +550,36 @@ MUTANTS: List[Mutant] = [
     M("KF1", "tracking", KF, "self.motion[:4, 4:] = np.eye(4)", "self.motion[:4, 4:] = 0.0", "no motion: the filter predicts no move"),
     M("KF2", "tracking", KF, "return np.stack([xyxy[:, 0] + w / 2, xyxy[:, 1] + h / 2, w / h, h], axis=1)",
       "return np.stack([xyxy[:, 0] + w / 2, xyxy[:, 1] + h / 2, h / w, h], axis=1)", "aspect taken as h / w"),
+    # --- the top-level API -------------------------------------------------------------------------
+    M("AP1", "api", API, "        parse_uri(source)  # no such file or scheme: SourceError now\n", "",
+      "a missing source is found only at the first frame"),
+    M("AP2", "api", API, "        Bundle.load(Path(bundle), verify=False)", "        Path(bundle)",
+      "a folder that is not a bundle is found only at the first frame"),
+    M("AP3", "api", API, "source={\"uri\": str(source), \"loop\": loop, \"fps\": fps}", "source={\"uri\": str(source)}",
+      "loop and fps are taken and dropped"),
+    M("AP4", "api", DETS, "return self[ids >= 0] if ids is not None", "return self[ids >= -1] if ids is not None",
+      "detections without a confirmed track count as tracks"),
+    M("AP5", "api", DETS, "else self[np.zeros(0, np.int64)]", "else self",
+      "without tracking every detection is a track"),
+    # --- the zone counter: unique tracks per zone, line crossings ---------------------------------
+    M("ZC1", "zone-counter", ZC, "                if side == 0:\n                    continue  # on the line: a crossing is decided by the side it leaves to\n",
+      "", "a track that touches the line and goes back is counted as crossing"),
+    M("ZC2", "zone-counter", ZC, "last[0] != side and line.meets(last[1], centre)", "last[0] != side",
+      "a track that passes beside the line's end is counted as crossing it"),
+    M("ZC3", "zone-counter", ZC, "if h and name not in t.zones", "if h",
+      "a track is counted again each frame it is in a zone"),
+    M("ZC4", "zone-counter", ZC, "direction = line.names[0] if last[0] > 0 else line.names[1]",
+      "direction = line.names[0] if last[0] < 0 else line.names[1]", "crossings counted under the other direction"),
+    M("ZC5", "zone-counter", ZC, "confirmed = ids >= 0", "confirmed = ids >= -1",
+      "detections without a confirmed track are counted as one track"),
+    M("ZC6", "zone-counter", ZC, "        if sides[0] < 0:\n            line.names = (second, first)\n", "",
+      "the side names follow the order in the file, not the side their points lie on"),
+    M("ZC7", "zone-counter", ZC, "self._frame - t.seen > self.forget_after", "self._frame - t.seen >= self.forget_after",
+      "a track is forgotten one frame early"),
+    M("ZC8", "zone-counter", ZC, "        if row_stream != stream:\n            return\n", "",
+      "--listen counts the frames of every stream of the device as one camera's"),
+    M("ZC9", "zone-counter", ZC, "\n            frames.put_nowait(parsed)", "\n            frames.put_nowait(parsed) if False else None",
+      "--listen drops every frame"),
 ]
 
 

@@ -40,7 +40,7 @@ class FrameResult:
     the host view of (stream id, capture clocks, the device pointer where a device held it),
     equally the capture ring's until the next result. `stream` is the id of the source the
     frame came from (its Frame's `stream_id`; "0" for the one `[source]`), in every JSONL row
-    and MQTT detections message.
+    and MQTT detections message. `tracks` are the detections with a confirmed track id.
     """
 
     index: int
@@ -57,6 +57,12 @@ class FrameResult:
     def __post_init__(self) -> None:
         if not self.stream:
             self.stream = self.captured.stream_id if self.captured is not None else DEFAULT_STREAM_ID
+
+    @property
+    def tracks(self) -> Detections:
+        """The detections that have a confirmed track (Detections.tracked): empty when tracking
+        is off."""
+        return self.detections.tracked()
 
     def to_json(self) -> Dict[str, Any]:
         """The `--jsonl` line format."""
