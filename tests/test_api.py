@@ -56,7 +56,7 @@ def test_the_readme_example_runs_as_written(tmp_path: Path) -> None:
     with Pipeline(config) as pipeline:
         for result in pipeline:
             det = result.detections
-            expected.append(f"stream 0 frame {result.index}: {len(det)} objects, 0 tracked")
+            expected.append(f"stream 0 frame {result.index}: {len(det)} objects, {len(result.tracks)} tracked")
             expected += [f"  {[float(round(v)) for v in box]} {score:.2f}" for box, score in zip(det.xyxy, det.confidence)]
             drawn = draw_detections(result.frame.copy(), result)
             plain = result.frame.copy()

@@ -66,23 +66,25 @@ def test_app_publishes_zone_counts_over_mqtt(tmp_path: Path, broker, message_log
     assert log.wait(lambda m: len(log.on("zones")) == 3, timeout=20)
     sent = log.on("zones")
     assert [m["frame"] for m in sent] == [3, 7, 9] and [m["frames"] for m in sent] == [4, 4, 2]
-    assert all(m["counting"] == "detections" and "lines" not in m for m in sent)  # this pipeline has no tracker
+    assert all(m["counting"] == "tracks" and "lines" in m for m in sent)  # the pipeline tracks by default
 
-    # the same pipeline run independently: count the last frame of each message by hand
+    # the same pipeline run independently: count the tracked boxes of each message's last frame by hand
+    from edge_sdk.detections import TRACK_ID
     from edge_sdk.runtime.config import config_from_dict
     from edge_sdk.runtime.pipeline import Pipeline
 
     cfg = config_from_dict({"bundle": str(bundle), "backend": "onnxruntime-cpu", "threads": 1, "mode": "roi",
                             "max_frames": 10, "source": {"uri": source}, "cache": {"enabled": False}})
     with Pipeline(cfg) as pipeline:
-        boxes = {r.index: r.detections.xyxy.copy() for r in pipeline}
+        boxes = {r.index: (r.detections.xyxy.copy(), r.detections.data[TRACK_ID].copy()) for r in pipeline}
     for message in sent:
-        xyxy = boxes[message["frame"]]
+        xyxy, ids = boxes[message["frame"]]
         cx = (xyxy[:, 0] + xyxy[:, 2]) / 2
-        assert message["zones"]["left_half"]["now"] == int((cx <= 1919).sum())
+        assert message["zones"]["left_half"]["now"] == int(((cx <= 1919) & (ids >= 0)).sum())
         for zone in message["zones"].values():
-            assert zone["now"] <= zone["max"] and zone["mean"] <= zone["max"]
-    assert sum(len(b) for b in boxes.values()) > 0, "the tiny model found nothing: the check above proves nothing"
+            assert zone["now"] <= zone["total"] and zone["new"] <= zone["total"]
+    assert any((ids >= 0).any() for _, ids in boxes.values()), "no confirmed track: the counts above prove little"
+    assert sum(len(b) for b, _ in boxes.values()) > 0, "the tiny model found nothing: the check above proves nothing"
 
 
 # --- tracks: unique per zone, line crossings with their direction ------------------------------------
