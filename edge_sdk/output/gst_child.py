@@ -9,7 +9,8 @@ imports nothing of edge_sdk, only the standard library and gi, so it runs from i
 stdin: frames, each a 12-byte header (b"EDGF", width, height as little-endian uint32) and
 width*height*3 bytes of BGR; end of input ends the stream (a file gets its EOS and is finished).
 stdout: JSON lines: first {"ready": ...} or {"error": ..., "code": ...}, then every second
-{"frames": N, "dropped": N, "encode_ms": ms, "clients": N}, and a last one at exit.
+{"frames": N, "dropped": N, "encode_ms": ms, "encode_ms_mean": ms, "clients": N} (the encoder's
+ms per frame over the last second and since the start), and a last one at exit.
 
 A separate process keeps GStreamer off the caller's threads: a stalled client or encoder
 stops this process's reads, never the pipeline that feeds it (edge_sdk.output.video drops
@@ -101,12 +102,13 @@ def encode_chain(encoder, fps):
     """Raw BGR in, H.264 byte-stream out, low latency: a keyframe every second (a late client
     waits at most that long), SPS/PPS repeated with it. x264enc's zerolatency tune cuts each
     frame into slices, one per thread, which FFmpeg's RTSP clients decode as corrupt frames (the
-    top of the picture smeared): one slice per frame, frame threads instead."""
+    top of the picture smeared); frame threads hold back a frame each (66 ms at 30 FPS on two
+    cores): one slice, one thread (ultrafast still encodes 1080p faster than 30 FPS)."""
     gop = max(1, int(round(fps)))
     if encoder == "nvv4l2h264enc":
         return ("videoconvert ! video/x-raw,format=BGRx ! nvvidconv ! video/x-raw(memory:NVMM),format=I420 ! "
                 "nvv4l2h264enc insert-sps-pps=true idrinterval={0} iframeinterval={0} maxperf-enable=true".format(gop))
-    return ("videoconvert ! video/x-raw,format=I420 ! x264enc tune=zerolatency sliced-threads=false speed-preset=ultrafast "
+    return ("videoconvert ! video/x-raw,format=I420 ! x264enc tune=zerolatency sliced-threads=false threads=1 speed-preset=ultrafast "
             "key-int-max={} bframes=0 byte-stream=true".format(gop))
 
 
@@ -120,6 +122,8 @@ class Output:
         self.frames = 0
         self.dropped = 0
         self.encode_ms = []
+        self.encoded = 0
+        self.encode_ms_total = 0.0
         self.pushed_at = collections.deque(maxlen=256)
         self.clients = 0
 
@@ -150,8 +154,11 @@ class Output:
         with self.lock:
             spent = self.encode_ms
             self.encode_ms = []
+            self.encoded += len(spent)
+            self.encode_ms_total += sum(spent)
             row = {"frames": self.frames, "dropped": self.dropped, "clients": self.clients,
-                   "encode_ms": round(sum(spent) / len(spent), 3) if spent else None}
+                   "encode_ms": round(sum(spent) / len(spent), 3) if spent else None,
+                   "encode_ms_mean": round(self.encode_ms_total / self.encoded, 3) if self.encoded else None}
         say(row)
 
 
@@ -221,8 +228,9 @@ class FileOrDisplay:
 
 
 class Rtsp:
-    """GStreamer's RTSP server with one shared media at the URL's path. Frames that arrive while
-    no client watches are counted as sent and go nowhere; a media whose queue is full drops."""
+    """GStreamer's RTSP server with one shared media at the URL's path, listening from the start
+    (a client that comes before the first frame waits for it). Frames that arrive while no client
+    watches are counted as sent and go nowhere; a media whose queue is full drops them, counted."""
 
     def __init__(self, Gst, GstRtspServer, out, url, encoder):
         self.Gst, self.out = Gst, out
@@ -232,7 +240,9 @@ class Rtsp:
         self.server.set_service(str(parts.port or 8554))
         self.factory = GstRtspServer.RTSPMediaFactory()
         self.factory.set_shared(True)
-        self.encoder = encoder
+        self.factory.set_launch("( appsrc name=src is-live=true do-timestamp=true format=time block=false "
+                                "! queue leaky=downstream max-size-buffers=4 ! {} name=enc ! h264parse ! "
+                                "rtph264pay name=pay0 pt=96 config-interval=-1 )".format(encode_chain(encoder, out.fps)))
         self.caps = None
         self.src = None
         self.limit = 0
@@ -254,12 +264,17 @@ class Rtsp:
             self.out.clients -= 1
 
     def start(self, width, height):
-        self.caps = caps_string(width, height, self.out.fps)
-        self.limit = width * height * 3 * 4
-        self.factory.set_launch("( appsrc name=src is-live=true do-timestamp=true format=time block=false max-bytes={} caps={} "
-                                "! queue leaky=downstream max-size-buffers=4 ! {} name=enc ! h264parse ! "
-                                "rtph264pay name=pay0 pt=96 config-interval=-1 )".format(
-                                    self.limit, self.caps, encode_chain(self.encoder, self.out.fps)))
+        """The first frame sets the size: a client that came before it has waited for it."""
+        with self.lock:
+            self.caps = self.Gst.Caps.from_string(caps_string(width, height, self.out.fps))
+            self.limit = width * height * 3 * 4
+            src = self.src
+        if src is not None:
+            self._shape(src)
+
+    def _shape(self, src):
+        src.set_property("caps", self.caps)
+        src.set_property("max-bytes", self.limit)
 
     def _configure(self, factory, media):
         element = media.get_element()
@@ -268,6 +283,9 @@ class Rtsp:
         media.connect("unprepared", self._gone)
         with self.lock:
             self.src = src
+            known = self.caps is not None
+        if known:
+            self._shape(src)
 
     def _gone(self, media):
         with self.lock:
@@ -275,12 +293,12 @@ class Rtsp:
 
     def push(self, data):
         with self.lock:
-            src = self.src
+            src, limit = self.src, self.limit
         with self.out.lock:
             self.out.frames += 1
         if src is None:
             return
-        if src.get_property("current-level-bytes") + len(data) > self.limit:
+        if src.get_property("current-level-bytes") + len(data) > limit:
             with self.out.lock:
                 self.out.dropped += 1
             return

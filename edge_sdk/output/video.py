@@ -40,7 +40,7 @@ CHILD = Path(__file__).with_name("gst_child.py")
 HEADER = b"EDGF"
 SYSTEM_PYTHON = "/usr/bin/python3"
 FILE_SUFFIXES = (".mp4",)
-ENCODERS = ("auto", "x264enc", "nvv4l2h264enc")
+ENCODERS = ("auto", "x264enc", "nvv4l2h264enc")  # auto: nvv4l2h264enc where GStreamer has it, else x264enc
 
 
 @dataclass
@@ -218,11 +218,12 @@ class VideoOutput:
 
     def stats(self) -> Dict[str, Any]:
         """frames sent to the child, dropped (here and in the child), its encoder's ms per frame
-        (last second's mean) and its RTSP clients."""
+        (the last second's mean and the mean since the start) and its RTSP clients."""
         with self._cond:
             child = dict(self._child_stats)
             return {"out": self.name, "kind": self.target.kind, "encoder": self.encoder, "frames": self.sent,
                     "dropped": self.dropped + int(child.get("dropped") or 0), "encode_ms": child.get("encode_ms"),
+                    "encode_ms_mean": child.get("encode_ms_mean"),
                     "clients": int(child.get("clients") or 0), "error": self._error}
 
     def close(self, timeout_s: float = 30.0) -> None:

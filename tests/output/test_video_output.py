@@ -20,32 +20,13 @@ from edge_sdk.errors import ConfigError, OutputError
 from edge_sdk.output.video import (AnnotatedSink, OutputTarget, VideoOutput, gst_python, open_outputs,
                                    parse_output, read_index)
 from edge_sdk.runtime.types import FrameResult
+from gstreamer import needs_gstreamer
 from mqtt_broker import free_port
 from polling import wait_until
 
 W, H = 320, 240
 BOX = (60, 50, 200, 170)  # x1, y1, x2, y2 of the one detection, class 0
 GREEN = (0, 200, 0)  # runtime.sinks' colour of class 0 (BGR)
-
-
-def _gst_reason() -> str:
-    """Why the GStreamer tests cannot run here ('' when they can)."""
-    try:
-        python = gst_python()
-    except OutputError as exc:
-        return str(exc)
-    probe = subprocess.run([python, "-c", "import gi; gi.require_version('Gst', '1.0'); "
-                            "gi.require_version('GstRtspServer', '1.0'); from gi.repository import Gst, GstRtspServer; "
-                            "Gst.init(None); assert Gst.ElementFactory.find('x264enc') is not None"],
-                           capture_output=True, text=True)
-    if probe.returncode != 0:
-        return ("GStreamer with its RTSP server and x264enc is not installed (sudo apt install python3-gi "
-                "gir1.2-gst-rtsp-server-1.0 gstreamer1.0-rtsp gstreamer1.0-plugins-ugly gstreamer1.0-plugins-bad ffmpeg)")
-    return ""
-
-
-REASON = _gst_reason()
-gst = pytest.mark.skipif(bool(REASON), reason=REASON)
 
 
 def result(index: int) -> FrameResult:
@@ -107,7 +88,7 @@ def opencv_frames(url: str, count: int) -> Iterator[np.ndarray]:
         cap.release()
 
 
-@gst
+@needs_gstreamer
 def test_rtsp_serves_annotated_h264_to_ffprobe_and_opencv() -> None:
     url = rtsp_url()
     sink = AnnotatedSink(open_outputs([url], fps=30), mark_index=True)
@@ -132,7 +113,7 @@ def test_rtsp_serves_annotated_h264_to_ffprobe_and_opencv() -> None:
     assert set(indices) <= set(sink.put_at), "an index read back was never written"
 
 
-@gst
+@needs_gstreamer
 def test_mp4_file_has_every_frame_in_h264_with_the_overlay(tmp_path: Path) -> None:
     import cv2
 
@@ -150,7 +131,7 @@ def test_mp4_file_has_every_frame_in_h264_with_the_overlay(tmp_path: Path) -> No
     assert ok and box_colour_present(first)
 
 
-@gst
+@needs_gstreamer
 def test_several_outputs_at_once(tmp_path: Path) -> None:
     url, path = rtsp_url(), tmp_path / "copy.mp4"
     sink = AnnotatedSink(open_outputs([url, str(path)], fps=30, queue=64))
@@ -162,7 +143,7 @@ def test_several_outputs_at_once(tmp_path: Path) -> None:
     cap.release()
 
 
-@gst
+@needs_gstreamer
 def test_a_stalled_encoder_never_blocks_the_frame_loop() -> None:
     """The GStreamer process stopped (SIGSTOP): its pipe fills, put() still returns at once and
     the oldest frames are dropped and counted; once it runs again, frames flow again."""
@@ -189,7 +170,7 @@ def test_a_stalled_encoder_never_blocks_the_frame_loop() -> None:
         out.close()
 
 
-@gst
+@needs_gstreamer
 def test_rtsp_port_in_use_is_a_typed_error_at_start() -> None:
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
@@ -201,13 +182,13 @@ def test_rtsp_port_in_use_is_a_typed_error_at_start() -> None:
         assert time.monotonic() - started < 15
 
 
-@gst
+@needs_gstreamer
 def test_a_missing_encoder_element_names_what_to_install(tmp_path: Path) -> None:
     with pytest.raises(OutputError, match="nvv4l2h264enc.*nvidia-l4t-gstreamer"):
         open_outputs([str(tmp_path / "a.mp4")], fps=30, encoder="nvv4l2h264enc")
 
 
-@gst
+@needs_gstreamer
 def test_gstreamer_without_x264enc_names_the_ugly_plugins(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A GStreamer whose plugin folder has only appsrc, videoconvert and the core elements."""
     probe = subprocess.run([gst_python(), "-c", "import gi; gi.require_version('Gst', '1.0'); from gi.repository import Gst; "

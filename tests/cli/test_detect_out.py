@@ -1,0 +1,105 @@
+"""`edge-sdk detect --out`: the annotated frames as H.264 to an MP4 file and an RTSP server at
+once, read back by real clients; bad --out values refused before a bundle is read."""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import threading
+from pathlib import Path
+from typing import Any, List
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from edge_sdk.cli import app
+from edge_sdk.preprocess import InputSpec
+from edge_sdk.runtime.synthetic import SyntheticFaces
+from gstreamer import needs_gstreamer
+from mqtt_broker import free_port
+from polling import wait_until
+from runtime_factories import CENTERFACE_DECODER, tiny_centerface_model, write_bundle
+
+runner = CliRunner()
+SCENE = "synthetic://faces?width=320&height=240&seed=3&count=2"
+
+
+@pytest.fixture(scope="module")
+def bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    tmp = tmp_path_factory.mktemp("cli-out")
+    model = tiny_centerface_model(tmp / "tiny.onnx")
+    return write_bundle(tmp / "bundle", model, InputSpec(name="input.1", shape=[1, 3, 32, 64]), CENTERFACE_DECODER)
+
+
+def invoke(*args: Any) -> Any:
+    return runner.invoke(app, ["detect", *[str(a) for a in args]])
+
+
+def listening(port: int) -> bool:
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+@needs_gstreamer
+def test_out_to_a_file_and_rtsp_at_once(bundle: Path, tmp_path: Path) -> None:
+    import cv2
+
+    port, video = free_port(), tmp_path / "annotated.mp4"
+    url = f"rtsp://127.0.0.1:{port}/live"
+    done: List[Any] = []
+    run = threading.Thread(target=lambda: done.append(invoke(
+        f"{SCENE}&frames=90", "--bundle", bundle, "--fps", "30", "--threads", "1", "--no-cache",
+        "--out", video, "--out", url)))
+    run.start()
+    try:
+        assert wait_until(lambda: listening(port) or bool(done), timeout=60), "the RTSP server never listened"
+        os.environ["OPENCV_FFMPEG_CAPTURE_OPTIONS"] = "rtsp_transport;tcp"
+        cap = cv2.VideoCapture(url, cv2.CAP_FFMPEG)
+        received = [cap.read()[1] for _ in range(10)] if cap.isOpened() else []
+        cap.release()
+    finally:
+        run.join(120)
+    result = done[0]
+    assert result.exit_code == 0, result.output
+    assert len(received) == 10 and all(f is not None and f.shape == (240, 320, 3) for f in received)
+    said = " ".join(result.output.split())
+    assert f"{url}: " in said and f"{video}: 90 frames sent, 0 dropped (x264enc" in said, said
+    probe = subprocess.run(["ffprobe", "-v", "error", "-count_frames", "-show_entries", "stream=codec_name,nb_read_frames",
+                            "-of", "json", str(video)], capture_output=True, text=True)
+    assert json.loads(probe.stdout)["streams"][0] == {"codec_name": "h264", "nb_read_frames": "90"}
+    cap = cv2.VideoCapture(str(video), cv2.CAP_FFMPEG)
+    ok, first = cap.read()
+    cap.release()
+    source = SyntheticFaces.from_uri(f"{SCENE}&frames=90").render(0)
+    # the caption (stream and frame number, white on black) over the top-left corner of the scene
+    black = (lambda px: float((px.max(axis=2) < 16).mean()))
+    white = (lambda px: float((px.min(axis=2) > 200).mean()))
+    band, under = first[1:16, 2:100], source[1:16, 2:100]
+    assert ok and black(band) > 0.5 and white(band) > 0.05, "no caption in the written frames"
+    assert black(under) < 0.2 and white(under) < 0.01, "the scene looks like a caption there already"
+
+
+@needs_gstreamer
+def test_rtsp_port_in_use_stops_detect_with_its_code(bundle: Path) -> None:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen(1)
+        port = busy.getsockname()[1]
+        result = invoke(f"{SCENE}&frames=3", "--bundle", bundle, "--threads", "1", "--out", f"rtsp://127.0.0.1:{port}/x")
+    assert result.exit_code == 12, result.output
+    assert f"port {port} on 127.0.0.1 is in use" in " ".join(result.output.split())
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--out", "no/such/folder/v.mp4"], "the folder no/such/folder does not exist; create it"),
+    (["--out", "ftp://host/v"], "unknown output"),
+    ([f"{SCENE}&frames=3", "--out", "v.mp4"], "--out writes one source's frames"),
+])
+def test_bad_out_is_refused_before_a_bundle_is_read(args: List[str], message: str, tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    result = invoke(f"{SCENE}&frames=3", *args, "--bundle", tmp_path / "no-bundle-here")  # a bundle error would be exit 8
+    assert result.exit_code == 2, result.output
+    assert message in " ".join(result.output.split())
