@@ -15,12 +15,11 @@ import pytest
 from typer.testing import CliRunner
 
 from edge_sdk.cli import app
-from edge_sdk.preprocess import InputSpec
 from edge_sdk.runtime.synthetic import SyntheticFaces
 from gstreamer import needs_gstreamer
 from mqtt_broker import free_port
 from polling import wait_until
-from runtime_factories import CENTERFACE_DECODER, tiny_centerface_model, write_bundle
+from tiny_bundle import make_tiny_bundle
 
 runner = CliRunner()
 SCENE = "synthetic://faces?width=320&height=240&seed=3&count=2"
@@ -28,13 +27,11 @@ SCENE = "synthetic://faces?width=320&height=240&seed=3&count=2"
 
 @pytest.fixture(scope="module")
 def bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    tmp = tmp_path_factory.mktemp("cli-out")
-    model = tiny_centerface_model(tmp / "tiny.onnx")
-    return write_bundle(tmp / "bundle", model, InputSpec(name="input.1", shape=[1, 3, 32, 64]), CENTERFACE_DECODER)
+    return make_tiny_bundle(tmp_path_factory.mktemp("cli-out") / "bundle")
 
 
 def invoke(*args: Any) -> Any:
-    return runner.invoke(app, ["detect", *[str(a) for a in args]])
+    return runner.invoke(app, ["detect", *map(str, args)])
 
 
 def listening(port: int) -> bool:
