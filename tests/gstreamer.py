@@ -3,7 +3,10 @@ system has no GStreamer RTSP server, x264enc or ffprobe (.ci/run installs them).
 from __future__ import annotations
 
 import shutil
+import socket
 import subprocess
+from contextlib import contextmanager
+from typing import Iterator
 
 import pytest
 
@@ -32,3 +35,12 @@ def missing() -> str:
 
 REASON = missing()
 needs_gstreamer = pytest.mark.skipif(bool(REASON), reason=REASON)
+
+
+@contextmanager
+def busy_port() -> Iterator[int]:
+    """A TCP port on 127.0.0.1 that another socket listens on, for as long as the block runs."""
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen(1)
+        yield int(busy.getsockname()[1])

@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 
 from edge_sdk.cli import app
 from edge_sdk.runtime.synthetic import SyntheticFaces
-from gstreamer import needs_gstreamer
+from gstreamer import busy_port, needs_gstreamer
 from mqtt_broker import free_port
 from polling import wait_until
 from tiny_bundle import make_tiny_bundle
@@ -80,10 +80,7 @@ def test_out_to_a_file_and_rtsp_at_once(bundle: Path, tmp_path: Path) -> None:
 
 @needs_gstreamer
 def test_rtsp_port_in_use_stops_detect_with_its_code(bundle: Path) -> None:
-    with socket.socket() as busy:
-        busy.bind(("127.0.0.1", 0))
-        busy.listen(1)
-        port = busy.getsockname()[1]
+    with busy_port() as port:
         result = invoke(f"{SCENE}&frames=3", "--bundle", bundle, "--threads", "1", "--out", f"rtsp://127.0.0.1:{port}/x")
     assert result.exit_code == 12, result.output
     assert f"port {port} on 127.0.0.1 is in use" in " ".join(result.output.split())

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import threading
 import time
@@ -20,7 +19,7 @@ from edge_sdk.errors import ConfigError, OutputError
 from edge_sdk.output.video import (AnnotatedSink, OutputTarget, VideoOutput, gst_python, open_outputs,
                                    parse_output, read_index)
 from edge_sdk.runtime.types import FrameResult
-from gstreamer import needs_gstreamer
+from gstreamer import busy_port, needs_gstreamer
 from mqtt_broker import free_port
 from polling import wait_until
 
@@ -172,10 +171,7 @@ def test_a_stalled_encoder_never_blocks_the_frame_loop() -> None:
 
 @needs_gstreamer
 def test_rtsp_port_in_use_is_a_typed_error_at_start() -> None:
-    with socket.socket() as busy:
-        busy.bind(("127.0.0.1", 0))
-        busy.listen(1)
-        port = busy.getsockname()[1]
+    with busy_port() as port:
         started = time.monotonic()
         with pytest.raises(OutputError, match=f"port {port} .*in use.*choose another port"):
             open_outputs([f"rtsp://127.0.0.1:{port}/live"], fps=30)
