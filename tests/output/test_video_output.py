@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
+import socket
 import subprocess
 import threading
 import time
 from pathlib import Path
-from typing import Iterator, List
+from typing import Iterator, List, Optional, Tuple
 
 import numpy as np
 import pytest
@@ -38,15 +40,30 @@ def result(index: int) -> FrameResult:
 class Feeder:
     """Writes results into `sink` at `fps` from a thread until stopped (a live camera)."""
 
-    def __init__(self, sink: AnnotatedSink, fps: float = 30.0) -> None:
+    def __init__(self, sink: AnnotatedSink, fps: float = 30.0, noisy: bool = False) -> None:
         self.sink, self.period, self.stop = sink, 1.0 / fps, threading.Event()
+        self.noise = np.random.default_rng(0).integers(0, 255, (H, W, 3), np.uint8) if noisy else None
         self.written = 0
-        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.slowest = 0.0  # the longest write, in seconds
+        self.error: Optional[BaseException] = None
+        self.thread = threading.Thread(target=self._guarded, daemon=True)
+
+    def _guarded(self) -> None:
+        try:
+            self._run()
+        except BaseException as exc:  # raised again in the test's thread by __exit__
+            self.error = exc
 
     def _run(self) -> None:
         index = 0
         while not self.stop.wait(self.period):
-            self.sink.write(result(index))
+            made = result(index)
+            if self.noise is not None:  # a picture that costs the encoder many bytes
+                made.frame[:] = np.roll(self.noise, index, axis=1)
+                made.frame[BOX[1]:BOX[3], BOX[0]:BOX[2]] = 90
+            started = time.perf_counter()
+            self.sink.write(made)
+            self.slowest = max(self.slowest, time.perf_counter() - started)
             index += 1
             self.written = index
 
@@ -59,6 +76,8 @@ class Feeder:
     def __exit__(self, *exc: object) -> None:
         self.stop.set()
         self.thread.join(10)
+        if self.error is not None:
+            raise self.error
 
 
 def box_colour_present(frame: np.ndarray) -> bool:
@@ -167,6 +186,68 @@ def test_a_stalled_encoder_never_blocks_the_frame_loop() -> None:
         assert wait_until(lambda: out.stats()["frames"] > sent, timeout=20)
     finally:
         out.close()
+
+
+class StalledClient:
+    """An RTSP client that asks for the stream over TCP (DESCRIBE, SETUP interleaved, PLAY) with a
+    4 kB receive buffer, then never reads again."""
+
+    def __init__(self, url: str) -> None:
+        host, port = url[len("rtsp://"):].split("/", 1)[0].split(":")
+        self.sock = socket.create_connection((host, int(port)), timeout=20)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        head, sdp = self._ask(f"DESCRIBE {url} RTSP/1.0\r\nCSeq: 1\r\nAccept: application/sdp\r\n\r\n")
+        control = re.search(r"a=control:(\S+)", sdp.split("m=video", 1)[1]).group(1)
+        head, _ = self._ask(f"SETUP {url}/{control} RTSP/1.0\r\nCSeq: 2\r\n"
+                            "Transport: RTP/AVP/TCP;unicast;interleaved=0-1\r\n\r\n")
+        session = re.search(r"Session: ([^;\r]+)", head).group(1)
+        head, _ = self._ask(f"PLAY {url} RTSP/1.0\r\nCSeq: 3\r\nSession: {session}\r\n\r\n")
+
+    def _ask(self, request: str) -> Tuple[str, str]:
+        self.sock.sendall(request.encode())
+        data = b""
+        while b"\r\n\r\n" not in data:
+            data += self.sock.recv(1)
+        head = data.decode()
+        assert head.startswith("RTSP/1.0 200"), head
+        found = re.search(r"Content-Length: (\d+)", head)
+        body = b""
+        while found and len(body) < int(found.group(1)):
+            body += self.sock.recv(int(found.group(1)) - len(body))
+        return head, body.decode()
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+@needs_gstreamer
+def test_a_stalled_rtsp_client_holds_up_neither_the_frames_nor_other_clients() -> None:
+    url = rtsp_url()
+    sink = AnnotatedSink(open_outputs([url], fps=30), mark_index=True)
+    with sink, Feeder(sink, noisy=True) as feeder:
+        stalled = StalledClient(url)
+        try:
+            sent = sink.stats()[0]["frames"]
+            assert wait_until(lambda: sink.stats()[0]["frames"] >= sent + 60, timeout=20), sink.stats()
+            frames = list(opencv_frames(url, 10))  # a second client, served while the first stalls
+            assert sink.stats()[0]["clients"] == 2
+        finally:
+            stalled.close()
+        assert feeder.slowest < 0.25, f"a write waited {feeder.slowest:.3f} s"
+    indices = [read_index(f) for f in frames]
+    assert indices == sorted(indices) and all(box_colour_present(f) for f in frames)
+
+
+@needs_gstreamer
+def test_a_client_that_leaves_and_one_that_comes_late_are_both_served() -> None:
+    url = rtsp_url()
+    sink = AnnotatedSink(open_outputs([url], fps=30), mark_index=True)
+    with sink, Feeder(sink):
+        early = [read_index(f) for f in opencv_frames(url, 5)]
+        assert wait_until(lambda: sink.stats()[0]["clients"] == 0, timeout=20)  # it left
+        written = max(sink.put_at)
+        late = [read_index(f) for f in opencv_frames(url, 5)]
+    assert late[0] > max(early) and late[0] >= written - 30, (early, late, written)
 
 
 @needs_gstreamer
