@@ -1,7 +1,9 @@
 """GStreamer for the video output tests: skipped, with the packages to install, only where the
-system has no GStreamer RTSP server, x264enc or ffprobe (.ci/run installs them)."""
+system has no GStreamer RTSP server, x264enc or ffprobe (.ci/run installs them, and sets
+EDGE_SDK_REQUIRE_GSTREAMER_TESTS=1 so that their absence fails there instead)."""
 from __future__ import annotations
 
+import os
 import shutil
 import socket
 import subprocess
@@ -34,6 +36,8 @@ def missing() -> str:
 
 
 REASON = missing()
+if REASON and os.environ.get("EDGE_SDK_REQUIRE_GSTREAMER_TESTS") == "1":  # .ci/run: these tests must run
+    raise RuntimeError(f"EDGE_SDK_REQUIRE_GSTREAMER_TESTS=1, but {REASON}")
 needs_gstreamer = pytest.mark.skipif(bool(REASON), reason=REASON)
 
 
