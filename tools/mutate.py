@@ -100,6 +100,7 @@ GROUPS: Dict[str, Group] = {
                              "edge_sdk/telemetry/reporter.py", "edge_sdk/telemetry/exposition.py", "edge_sdk/runtime/streams.py"),
                             ("tests/daemon/test_daemon_streams.py", "tests/daemon/test_stream_metrics.py",
                              "tests/telemetry/test_reporter.py")),
+    "video-out": Group(("edge_sdk/output/video.py", "edge_sdk/output/gst_child.py"), ("tests/output/test_video_output.py",)),
 }
 
 # The generated-operator sweep (`--sweep`): one row per module, its files and the tests that pin
@@ -228,6 +229,7 @@ RCFG, HND, DET = "edge_sdk/runtime/config.py", "edge_sdk/daemon/handlers.py", "e
 BAT, BATD, STR = "edge_sdk/runtime/batcher.py", "edge_sdk/runtime/detectors/batched.py", "edge_sdk/runtime/streams.py"
 DSTR, SVC, REP = "edge_sdk/daemon/streams.py", "edge_sdk/daemon/service.py", "edge_sdk/telemetry/reporter.py"
 EXPO = "edge_sdk/telemetry/exposition.py"
+VOUT, GSTC = "edge_sdk/output/video.py", "edge_sdk/output/gst_child.py"
 
 MUTANTS: List[Mutant] = [
     # --- preprocess -----------------------------------------------------------------------------
@@ -477,6 +479,17 @@ MUTANTS: List[Mutant] = [
       "", "the last stream to end waits the queue delay for its last frames before it closes the batcher"),
     M("MS5", "streams", STR, "lambda: stream.in_flight < self.frames_in_flight or", "lambda: True or",
       "a stream puts every frame it captures into the batcher, however many wait there"),
+    # --- video out ------------------------------------------------------------------------------
+    M("VO1", "video-out", VOUT, "elif len(self._ready) >= self.queue:", "elif False:",
+      "a full ring grows instead of dropping its oldest frame"),
+    M("VO2", "video-out", VOUT, "                self.dropped += 1\n", "", "frames dropped from a full ring are not counted"),
+    M("VO3", "video-out", VOUT, 'if "error" in self._hello:', "if False:", "a child that could not start is taken as ready"),
+    M("VO4", "video-out", VOUT, "if not folder.is_dir():", "if False:", "an MP4 in a missing folder is accepted"),
+    M("VO5", "video-out", VOUT, "if (index >> (bits - 1 - bit)) & 1", "if (index >> bit) & 1",
+      "the burned index is written least significant bit first, read most significant first"),
+    M("VO6", "video-out", GSTC, "if self.server.attach(None) == 0:", "if False:", "an RTSP port in use goes unnoticed"),
+    M("VO7", "video-out", GSTC, '    names = ENCODERS if wanted == "auto" else (wanted,)\n', '    names = ENCODERS\n',
+      "an encoder asked for by name falls back to another"),
 ]
 
 
