@@ -425,14 +425,15 @@ class Daemon:
         """One source: the injected factory's pipeline (the real Pipeline by default). Several:
         a StreamsPipeline with the batcher's settings fitted to what the bundle takes (an explicit
         max_batch_size it cannot take: ConfigError naming the rebuild); frames are kept when
-        snapshots can be taken."""
+        snapshots can be taken or [output] shows them."""
         cfg = self.config
         if not self.several:
             return self.pipeline_factory(cfg.pipeline, model=model, detector=detector)
         policy, note = fitted_policy(cfg.pipeline.batching, model, len(cfg.pipeline.streams()))
         if note is not None:
             log.warning(note)
-        return StreamsPipeline(cfg.pipeline, detector, policy, keep_frames=cfg.device.snapshot_dir is not None)
+        keep = cfg.device.snapshot_dir is not None or bool(cfg.output.out)  # snapshots and [output] draw on them
+        return StreamsPipeline(cfg.pipeline, detector, policy, keep_frames=keep)
 
     def _stopped_by(self, exc: BaseException, unexpected: bool) -> str:
         """Log the error that ended the run and, once reporting runs, raise the

@@ -183,6 +183,8 @@ class VideoOutput:
                 buf = self._ready.popleft()  # the oldest waiting frame gives way
                 self.dropped += 1
             else:
+                buf = np.empty(0, np.uint8)
+            if buf.size != len(HEADER) + 8 + frame.size:  # the first frames, or a new size: a buffer that fits
                 buf = np.empty(len(HEADER) + 8 + frame.size, np.uint8)
             buf[:len(HEADER)] = np.frombuffer(HEADER, np.uint8)
             buf[len(HEADER):len(HEADER) + 8] = np.array(frame.shape[1::-1], "<u4").view(np.uint8)
@@ -302,7 +304,7 @@ class AnnotatedSink(Sink):
         cv2 = _imports.cv2()
         frame = result.frame
         if frame is None:
-            raise ConfigError("--out needs the frames; the pipeline returned results without them")
+            raise ConfigError("the video output (--out, [output]) needs the frames; the pipeline returned results without them")
         h, w = frame.shape[:2]
         if self._canvas is None:
             self._size = (w, h)

@@ -21,13 +21,15 @@ from tiny_bundle import make_tiny_bundle
 pytest.importorskip("onnxruntime")
 
 
-def device_toml(tmp_path: Path, outs: List[str]) -> Path:
+SCENE = "synthetic://faces?width=320&height=240&count=2&fps=30"
+
+
+def device_toml(tmp_path: Path, outs: List[str], sources: str = f'[source]\nuri = "{SCENE}"\n', extra: str = "") -> Path:
     bundle = make_tiny_bundle(tmp_path / "bundle")
     config = tmp_path / "device.toml"
-    config.write_text(f'bundle = "{bundle}"\nbackend = "onnxruntime-cpu"\nthreads = 1\n'
-                      '[source]\nuri = "synthetic://faces?width=320&height=240&count=2&fps=30"\n'
+    config.write_text(f'bundle = "{bundle}"\nbackend = "onnxruntime-cpu"\nthreads = 1\n{sources}'
                       '[device]\nid = "cam-out"\n[telemetry]\ninterval_s = 0.3\n'
-                      f'[output]\nout = {json.dumps(outs)}\n')  # no broker: JSON lines on stdout
+                      f'[output]\nout = {json.dumps(outs)}\n{extra}')  # no broker: JSON lines on stdout
     return config
 
 
@@ -89,6 +91,20 @@ def test_a_port_in_use_stops_the_daemon_at_start_with_exit_12(tmp_path: Path) ->
         _, err = proc.communicate(timeout=60)
     assert proc.returncode == 12, err
     assert f"port {port} on 127.0.0.1 is in use" in err
+
+
+@needs_gstreamer
+def test_with_several_sources_the_output_shows_the_stream_it_names(tmp_path: Path) -> None:
+    """Stream b's scene is 160x120, a's 320x240: the file's size says whose frames it has."""
+    video = tmp_path / "b.mp4"
+    sources = (f'[[sources]]\nid = "a"\nuri = "{SCENE}&frames=30"\n'
+               '[[sources]]\nid = "b"\nuri = "synthetic://faces?width=160&height=120&count=1&fps=30&frames=30"\n')
+    proc = start(device_toml(tmp_path, [str(video)], sources, extra='stream = "b"\nqueue = 64\n'))  # room for every frame while x264enc starts
+    _, err = proc.communicate(timeout=120)  # both sources end: the daemon stops by itself
+    assert proc.returncode == 0, err
+    probe = subprocess.run(["ffprobe", "-v", "error", "-count_frames", "-show_entries",
+                            "stream=width,height,nb_read_frames", "-of", "json", str(video)], capture_output=True, text=True)
+    assert json.loads(probe.stdout)["streams"][0] == {"width": 160, "height": 120, "nb_read_frames": "30"}
 
 
 def test_an_output_in_a_missing_folder_is_a_config_error(tmp_path: Path) -> None:
