@@ -64,8 +64,8 @@ def parse_output(text: str, origin: str = "--out") -> OutputTarget:
         return OutputTarget("rtsp", text)
     if text.startswith("display://"):
         screen = text[len("display://"):]
-        if not screen.isdigit():
-            raise ConfigError(f"{origin} {text!r}: write display://0 (the screen's number)")
+        if screen != "0":
+            raise ConfigError(f"{origin} {text!r}: write display://0 (nv3dsink shows frames on the first screen)")
         from edge_sdk.telemetry.system import is_jetson
 
         if not is_jetson():

@@ -121,14 +121,17 @@ def test_rtsp_serves_annotated_h264_to_ffprobe_and_opencv() -> None:
         # 2 s at 30 FPS, less at most one second's wait for the first keyframe
         assert int(stream["nb_read_frames"]) >= 30, stream
         indices: List[int] = []
+        latency_s: List[float] = []
         for frame in opencv_frames(url, 20):
             assert frame.shape == (H, W, 3)
             assert box_colour_present(frame), "the drawn box is not in the received picture"
             indices.append(read_index(frame))
+            latency_s.append(time.perf_counter() - sink.put_at[indices[-1]])
         stats = sink.stats()[0]
         assert stats["encoder"] == "x264enc"
+    # glass to glass: a live stream, not a recording played back (bench/bench_video_latency.py measures it)
+    assert 0 < float(np.median(latency_s)) < 1.0, latency_s
     assert indices == sorted(indices) and len(set(indices)) == len(indices), indices
-    assert set(indices) <= set(sink.put_at), "an index read back was never written"
 
 
 @needs_gstreamer
@@ -290,6 +293,7 @@ def test_gstreamer_without_x264enc_names_the_ugly_plugins(tmp_path: Path, monkey
     ("rtsp://127.0.0.1:8554", "rtsp://HOST:PORT/PATH"),
     ("udp://127.0.0.1:5000", "unknown output"),
     ("display://one", "display://0"),
+    ("display://1", "display://0"),
 ])
 def test_bad_out_values_are_refused_before_anything_starts(value: str, message: str, tmp_path: Path,
                                                            monkeypatch: pytest.MonkeyPatch) -> None:
