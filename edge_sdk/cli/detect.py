@@ -113,10 +113,10 @@ def detect(
 
     from edge_sdk.default_bundle import ensure_default_bundle
     from edge_sdk.errors import ConfigError
+    from edge_sdk.output.video import AnnotatedSink, open_outputs, parse_output
     from edge_sdk.runtime.config import config_from_dict, load_config
     from edge_sdk.runtime.pipeline import Pipeline
     from edge_sdk.runtime.sinks import JsonlSink, Sink, VideoSink
-    from edge_sdk.output.video import AnnotatedSink, open_outputs, parse_output
     from edge_sdk.runtime.sources import parse_uri
 
     sources = list(sources or [])
