@@ -70,6 +70,13 @@ class BackendError(EdgeSdkError):
     exit_code = 10
 
 
+class OutputError(EdgeSdkError):
+    """A video output (RTSP server, H.264 file, display) cannot start or its encoder died; the
+    message names the package to install or the setting to change."""
+
+    exit_code = 12
+
+
 class CudaError(BackendError):
     """The CUDA layer cannot run: no device or driver, a kernel that does not compile, no memory.
 

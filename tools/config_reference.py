@@ -36,7 +36,7 @@ are refused with exit 2, naming the key and the file. `edge-sdk run` re-reads th
 SIGHUP and, when it is refused, keeps running on the config it has (`config_invalid` alert).
 
 One TOML file configures `edge-sdk detect --config` (the pipeline's keys) and `edge-sdk run
---config` (the same keys plus `[device]`, `[mqtt]`, `[telemetry]` and `[health]`). Unknown keys
+--config` (the same keys plus `[device]`, `[mqtt]`, `[telemetry]`, `[health]` and `[output]`). Unknown keys
 are refused with the list of known ones; every error names the key and the file. Check what a
 config needs on the device with `edge-sdk doctor --config device.toml`.
 """
@@ -46,6 +46,7 @@ def sections() -> List[Tuple[str, Any, str]]:
     """(TOML table, dataclass, where it lives) in the order of the reference."""
     from edge_sdk.daemon.config import DeviceConfig, TelemetryConfig
     from edge_sdk.daemon.shadow import ShadowConfig
+    from edge_sdk.output.config import OutputConfig
     from edge_sdk.roi.config import RoiConfig
     from edge_sdk.runtime.config import (BatchingConfig, CacheConfig, PipelineConfig, ReconnectConfig, SourceConfig,
                                          StreamConfig)
@@ -68,6 +69,7 @@ def sections() -> List[Tuple[str, Any, str]]:
         ("[health]", HealthConfig, "edge_sdk/telemetry/health.py"),
         ("[[health.extra]]", Rule, "edge_sdk/telemetry/health.py"),
         ("[shadow]", ShadowConfig, "edge_sdk/daemon/shadow.py"),
+        ("[output]", OutputConfig, "edge_sdk/output/config.py"),
     ]
 
 

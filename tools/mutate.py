@@ -109,6 +109,7 @@ GROUPS: Dict[str, Group] = {
                      "edge_sdk/daemon/handlers.py"), ("tests/daemon/test_shadow.py",)),
     "stream-modes": Group(("edge_sdk/runtime/detectors/shared.py", "edge_sdk/daemon/model.py", "edge_sdk/daemon/handlers.py"),
                           ("tests/runtime/test_streams_modes.py", "tests/daemon/test_daemon_streams.py")),
+    "video-out": Group(("edge_sdk/output/video.py", "edge_sdk/output/gst_child.py"), ("tests/output/test_video_output.py",)),
 }
 
 # The generated-operator sweep (`--sweep`): one row per module, its files and the tests that pin
@@ -241,6 +242,7 @@ SHD, PROMO, RMOD = "edge_sdk/daemon/shadow.py", "edge_sdk/daemon/promotion.py", 
 SHR, RUN = "edge_sdk/runtime/detectors/shared.py", "edge_sdk/daemon/model.py"
 TRK, ASG, KF = "edge_sdk/tracking/tracker.py", "edge_sdk/tracking/assignment.py", "edge_sdk/tracking/kalman.py"
 API, DETS, ZC = "edge_sdk/api.py", "edge_sdk/detections.py", "apps/zone_counter/zone_counter.py"
+VOUT, GSTC = "edge_sdk/output/video.py", "edge_sdk/output/gst_child.py"
 
 MUTANTS: List[Mutant] = [
     # --- preprocess -----------------------------------------------------------------------------
@@ -580,6 +582,17 @@ MUTANTS: List[Mutant] = [
       "--listen counts the frames of every stream of the device as one camera's"),
     M("ZC9", "zone-counter", ZC, "\n            frames.put_nowait(parsed)", "\n            frames.put_nowait(parsed) if False else None",
       "--listen drops every frame"),
+    # --- video out ------------------------------------------------------------------------------
+    M("VO1", "video-out", VOUT, "elif len(self._ready) >= self.queue:", "elif False:",
+      "a full ring grows instead of dropping its oldest frame"),
+    M("VO2", "video-out", VOUT, "                self.dropped += 1\n", "", "frames dropped from a full ring are not counted"),
+    M("VO3", "video-out", VOUT, 'if "error" in self._hello:', "if False:", "a child that could not start is taken as ready"),
+    M("VO4", "video-out", VOUT, "if not folder.is_dir():", "if False:", "an MP4 in a missing folder is accepted"),
+    M("VO5", "video-out", VOUT, "if (index >> (bits - 1 - bit)) & 1", "if (index >> bit) & 1",
+      "the burned index is written least significant bit first, read most significant first"),
+    M("VO6", "video-out", GSTC, "if self.server.attach(None) == 0:", "if False:", "an RTSP port in use goes unnoticed"),
+    M("VO7", "video-out", GSTC, '    names = ENCODERS if wanted == "auto" else (wanted,)\n', '    names = ENCODERS\n',
+      "an encoder asked for by name falls back to another"),
 ]
 
 

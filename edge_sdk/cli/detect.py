@@ -96,7 +96,8 @@ def detect(
     backend: Annotated[Optional[str], typer.Option("--backend", help=f"{', '.join(BACKEND_NAMES)}. auto: TensorRT when installed, else ONNX Runtime.")] = None,
     max_frames: Annotated[Optional[int], typer.Option("--max-frames", help="Stop after N frames (0: until the source ends); with several sources, N frames of each.")] = None,
     jsonl: Annotated[Optional[str], typer.Option("--jsonl", help="Write one JSON line per frame to this file ('-' for stdout).")] = None,
-    save_video: Annotated[Optional[Path], typer.Option("--save-video", help="Write the frames with boxes drawn (.avi: MJPG, .mp4: mp4v).")] = None,
+    save_video: Annotated[Optional[Path], typer.Option("--save-video", help="Write the frames with boxes drawn (.avi: MJPG, .mp4: mp4v) with OpenCV.")] = None,
+    out: Annotated[Optional[List[str]], typer.Option("--out", help="Send the annotated frames (boxes, labels, FPS) as H.264 through GStreamer: rtsp://HOST:PORT/PATH serves them (e.g. rtsp://0.0.0.0:8554/live), FILE.mp4 writes them, display://0 shows them on a Jetson. Repeat for several. Needs python3-gi and GStreamer (see README).")] = None,
     threads: Annotated[Optional[int], typer.Option("--threads", help="Inference threads (ONNX Runtime intra-op; 0: its default).")] = None,
     no_cache: Annotated[bool, typer.Option("--no-cache", help="Run the model on every frame, even unchanged ones.")] = False,
     no_track: Annotated[bool, typer.Option("--no-track", help="No track ids: leave tracking off ([tracking] enabled = false).")] = False,
@@ -113,12 +114,16 @@ def detect(
 
     from edge_sdk.default_bundle import ensure_default_bundle
     from edge_sdk.errors import ConfigError
+    from edge_sdk.output.video import AnnotatedSink, open_outputs, parse_output
     from edge_sdk.runtime.config import config_from_dict, load_config
     from edge_sdk.runtime.pipeline import Pipeline
     from edge_sdk.runtime.sinks import JsonlSink, Sink, VideoSink
     from edge_sdk.runtime.sources import parse_uri
 
     sources = list(sources or [])
+    outs = list(out or [])
+    for value in outs:
+        parse_output(value)  # a missing folder or unknown scheme fails now, before any bundle is built
     if not sources and config is None:
         raise ConfigError("no SOURCE: give one or more (e.g. `edge-sdk detect csi://0`), or a --config file with "
                           "[source] or [[sources]]")
@@ -145,9 +150,10 @@ def detect(
         cfg.validate("command line")
     several = len(cfg.streams()) > 1
     if several:  # what several sources cannot do is refused before a bundle is built
-        if save_video is not None:
-            raise ConfigError("--save-video writes one source's frames: with several sources, leave it out (or run "
-                              "`edge-sdk detect SOURCE --save-video FILE` for the one to watch)")
+        if save_video is not None or outs:
+            flag = "--save-video" if save_video is not None else "--out"
+            raise ConfigError(f"{flag} writes one source's frames: with several sources, leave it out (or run "
+                              f"`edge-sdk detect SOURCE {flag} ...` for the one to watch)")
     else:
         cfg = cfg.single_stream("command line")
     if not cfg.bundle:
@@ -165,6 +171,8 @@ def detect(
             sinks.append(JsonlSink(jsonl))
         if save_video is not None:
             sinks.append(VideoSink(save_video, fps=(src.fps if src is not None and src.fps else 30.0)))
+        if outs:
+            sinks.append(AnnotatedSink(open_outputs(outs, fps=(src.fps if src is not None and src.fps else 30.0))))
         total = src.frame_count if src is not None and not cfg.source.loop else None
         if cfg.max_frames:
             total = min(total, cfg.max_frames) if total else cfg.max_frames
@@ -189,6 +197,16 @@ def detect(
                 console.print(f"wrote {sink.lines} lines to {target}")
             elif isinstance(sink, VideoSink):
                 console.print(f"wrote {sink.frames} frames to {target}")
+            elif isinstance(sink, AnnotatedSink):
+                for row in sink.stats():
+                    console.print(_describe_output(row))
+
+
+def _describe_output(row: Dict[str, Any]) -> str:
+    """One line per --out: frames sent, dropped, the encoder and its cost."""
+    cost = f", {row['encode_ms_mean']:.2f} ms per frame" if row.get("encode_ms_mean") is not None else ""
+    line = f"{row['out']}: {row['frames']} frames sent, {row['dropped']} dropped ({row['encoder'] or 'no encoder'}{cost})"
+    return line + (f"; stopped: {row['error']}" if row.get("error") else "")
 
 
 def _batch_policy(cfg: Any, model: Any, streams: int, console: Optional[Any]) -> Any:

@@ -25,6 +25,9 @@ window_s = 10
 target_fps = 30
 detections = "off"             # off | summary | frame
 
+[output]                       # annotated video out (edge_sdk/output/config.py)
+out = ["rtsp://0.0.0.0:8554/live"]
+
 [health]
 latency_p99_ms = 300
 fps_ratio = 0.9
@@ -53,6 +56,7 @@ from edge_sdk.config_schema import ENV_VAR, NAME_CHARS, check_fields, from_table
 from edge_sdk.daemon.shadow import ShadowConfig
 from edge_sdk.errors import ConfigError
 from edge_sdk.fsutil import read_toml
+from edge_sdk.output.config import OutputConfig
 from edge_sdk.runtime.config import PipelineConfig, config_from_dict, overlay
 from edge_sdk.telemetry.broker import BrokerConfig
 from edge_sdk.telemetry.health import HealthConfig
@@ -88,6 +92,7 @@ class DaemonConfig:
     telemetry: TelemetryConfig = field(default_factory=TelemetryConfig)
     health: HealthConfig = field(default_factory=HealthConfig)
     shadow: ShadowConfig = field(default_factory=ShadowConfig)
+    output: OutputConfig = field(default_factory=OutputConfig)
 
     def validate(self, origin: str = "config") -> "DaemonConfig":
         """Every key of the daemon's tables against its type and bounds (edge_sdk.config_schema),
@@ -100,6 +105,7 @@ class DaemonConfig:
         check_fields(self.telemetry, origin, "telemetry")
         check_fields(self.shadow, origin, "shadow")
         self.health.validate(origin)
+        self.output.validate(self.pipeline.stream_ids(), origin)
         if self.device.hmac_secret_env and self.device.hmac_secret_env not in os.environ:
             raise ConfigError(f"{origin}: device.hmac_secret_env names ${self.device.hmac_secret_env}, which is not set")
         if self.mqtt is not None:
@@ -112,7 +118,7 @@ class DaemonConfig:
 
 
 _SECTIONS = {"device": DeviceConfig, "mqtt": BrokerConfig, "telemetry": TelemetryConfig, "health": HealthConfig,
-             "shadow": ShadowConfig}
+             "shadow": ShadowConfig, "output": OutputConfig}
 
 
 def daemon_config_from_dict(data: Mapping[str, Any], origin: str = "config", base_dir: Optional[Path] = None) -> DaemonConfig:

@@ -104,6 +104,7 @@ class Daemon:
         self._last_result: Any = None
         self._last_of: Dict[str, Any] = {}  # each stream's last FrameResult (a snapshot of that stream)
         self.pipeline: Any = None  # built by run(), around the model it loads there
+        self.output: Any = None  # [output]: an edge_sdk.output.video.AnnotatedSink, started by run()
         # the publisher's own alerts (a full disk, a refused login) until the first status is out
         self._alert_lock = threading.Lock()
         self._early_alerts: List[Tuple[str, bool, str, str]] = []
@@ -135,7 +136,7 @@ class Daemon:
             self.publisher, HealthMonitor(config.health.rules()), self._pipeline_stats,
             interval_s=t.interval_s, window_s=t.window_s, target_fps=t.target_fps, model=self.model.describe,
             system=system, detections=t.detections, commands=self._command_counters, drift=drift,
-            streams=self._streams_report if self.several else None)
+            streams=self._streams_report if self.several else None, outputs=self._output_stats)
         # systemd's READY/WATCHDOG/STOPPING (Type=notify units) and the health file, fed by the frame
         # loop (imported here: `python -m edge_sdk.daemon.health` must not find itself imported already)
         from edge_sdk.daemon.health import Heartbeat, health_path_from_environ
@@ -192,6 +193,10 @@ class Daemon:
         """With several sources: the batcher's figures and each stream's state and counters."""
         report = getattr(self.pipeline, "report", None)
         return report() if report is not None else None
+
+    def _output_stats(self) -> List[Dict[str, Any]]:
+        output = self.output
+        return output.stats() if output is not None else []
 
     def _pipeline_stats(self) -> PipelineStats:
         return self.pipeline.stats if self.pipeline is not None else PipelineStats()
@@ -393,6 +398,10 @@ class Daemon:
                 raise ConfigError("no bundle: set `bundle` in the config (or --bundle DIR); build one with `edge-sdk build`")
             if self.several:
                 self.model.serve_streams(cfg.pipeline.batched_streams(), cfg.pipeline.batching)
+            if cfg.output.out:  # a port in use or a missing encoder stops the start here, before the model loads
+                shown = cfg.output.shown(cfg.pipeline.stream_ids())
+                fps = next(s.fps for s in cfg.pipeline.streams() if s.id == shown) if self.several else cfg.pipeline.source.fps
+                self.output = cfg.output.open(fps)
             model, detector = self.model.open(cfg.pipeline.bundle)
             self.pipeline = self._make_pipeline(model, detector)
             self.model.attach(self.pipeline)
@@ -420,15 +429,19 @@ class Daemon:
         """One source: the injected factory's pipeline (the real Pipeline by default). Several:
         a StreamsPipeline with the batcher's settings fitted to what the bundle takes (an explicit
         max_batch_size it cannot take: ConfigError naming the rebuild); frames are kept when
-        snapshots can be taken, else those the drift monitor samples (the streams in turn)."""
+        snapshots can be taken, else those the drift monitor samples (the streams in turn) and
+        those of the stream [output] shows."""
         cfg = self.config
         if not self.several:
             return self.pipeline_factory(cfg.pipeline, model=model, detector=detector)
         policy, note = fitted_policy(cfg.pipeline.batching, model, len(cfg.pipeline.streams()))
         if note is not None:
             log.warning(note)
-        keep: Any = True if cfg.device.snapshot_dir is not None else \
-            StreamTurns(self.reporter.drift, [s.id for s in cfg.pipeline.streams()])
+        keep: Any = True
+        if cfg.device.snapshot_dir is None:
+            turns = StreamTurns(self.reporter.drift, [s.id for s in cfg.pipeline.streams()])
+            shown = cfg.output.shown(cfg.pipeline.stream_ids()) if cfg.output.out else None
+            keep = turns if shown is None else (lambda sid: turns(sid) or sid == shown)  # turns sees every frame
         return StreamsPipeline(cfg.pipeline, detector, policy, keep_frames=keep)
 
     def _stopped_by(self, exc: BaseException, unexpected: bool) -> str:
@@ -449,11 +462,14 @@ class Daemon:
 
     def _loop(self) -> str:
         reporter, reloader, inbox, model, heartbeat = self.reporter, self.reloader, self._inbox, self.model, self.heartbeat
-        shadow = self.shadow
+        shadow, output = self.shadow, self.output
+        shown = self.config.output.shown(self.config.pipeline.stream_ids())
         for result in self.pipeline:
             reporter.observe(result)
             if shadow.active:
                 shadow.observe(result)  # the shadow's frames, the watch after a promotion
+            if output is not None and result.stream == shown:
+                output.write(result)  # never waits: a full queue drops its oldest frame
             self._last_result = self._last_of[result.stream] = result
             self.frames += 1
             heartbeat.beat(self.frames)  # WATCHDOG=1 and the health file, at most once per period
@@ -486,6 +502,8 @@ class Daemon:
             if self.pipeline is not None:
                 self.pipeline.close()
             self.shadow.close()
+            if self.output is not None:
+                self.output.close()  # a file gets its end
             self.reloader.join(10)
             leftover = self.reloader.poll()
             if leftover is not None:

@@ -45,6 +45,7 @@ class Reporter:
         commands: Optional[Callable[[], Dict[str, int]]] = None,
         drift: Optional[Any] = None,
         streams: Optional[Callable[[], Optional[Dict[str, Any]]]] = None,
+        outputs: Optional[Callable[[], List[Dict[str, Any]]]] = None,
     ) -> None:
         self.publisher = publisher
         self.health = health
@@ -59,6 +60,7 @@ class Reporter:
         self.system = system
         self.detections = detections
         self.drift = drift  # an edge_sdk.daemon.drift.DriftMonitor: fed frames here, its figures in `drift`
+        self._outputs = outputs  # the video outputs' figures (edge_sdk.output.video.VideoOutput.stats), in `output`
         self._clock = clock
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -165,6 +167,9 @@ class Reporter:
         drift = self.drift.snapshot() if self.drift is not None else None
         if drift is not None:
             message["drift"] = drift
+        outputs = self._outputs() if self._outputs is not None else None
+        if outputs:
+            message["output"] = outputs
         message["publisher"] = self.publisher.stats()
         return message
 
