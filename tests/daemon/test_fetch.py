@@ -204,6 +204,11 @@ def test_reload_by_url_resumes_a_cut_download_loads_it_and_shows_the_role(models
     assert again["ok"] and daemon.model.reloads == 2
     assert not [name for name in os.listdir(models) if name.endswith(".part")]
     all_valid(log)
+    # the schema describes both fields: a consumer can rely on their shape
+    status = [s for s in log.on("status") if s.get("rollout")][0]
+    assert schemas.errors(dict(status, rollout={"role": "canary"})) != []
+    assert schemas.errors(dict(status, download={"bundle": "b2", "bytes": -1, "total": None})) != []
+    assert schemas.errors(dict(status, download={"bundle": "b2", "bytes": 10, "total": 20})) == []
 
 
 def test_a_sha256_mismatch_or_a_hostile_archive_loads_nothing(models: Path, tmp_path: Path, broker, message_log,
