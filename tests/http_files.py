@@ -19,6 +19,8 @@ class Files(ThreadingHTTPServer):
         self.files: Dict[str, bytes] = {}
         self.ranges = True  # False: a server that ignores Range and always sends the whole file
         self.cuts: List[int] = []  # the next responses close the connection after this many body bytes
+        self.hold_at: Optional[int] = None  # the next response stops after this many body bytes until `release`
+        self.release = threading.Event()
         self.requests: List[Dict[str, Optional[str]]] = []
         self.sent = 0  # body bytes written, over every request
         self.lock = threading.Lock()
@@ -39,6 +41,7 @@ class _Handler(BaseHTTPRequestHandler):
         with srv.lock:
             srv.requests.append({"path": self.path, "range": header})
             cut = srv.cuts.pop(0) if srv.cuts else None
+            hold, srv.hold_at = srv.hold_at, None
         data = srv.files.get(self.path)
         if data is None:
             self.send_error(404, "no such file")
@@ -59,6 +62,13 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         if cut is not None:
             body = body[:cut]
+        if hold is not None:
+            self.wfile.write(body[:hold])
+            self.wfile.flush()
+            with srv.lock:
+                srv.sent += hold
+            srv.release.wait(30)
+            body = body[hold:]
         self.wfile.write(body)
         with srv.lock:
             srv.sent += len(body)

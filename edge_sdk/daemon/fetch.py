@@ -104,9 +104,13 @@ class BundleFetcher:
         self.timeout_s = timeout_s
         self.progress: Optional[Dict[str, Any]] = None
         self.changed = False  # progress moved: the frame loop publishes the status and clears it
-        self._lock = threading.Lock()
         self._reported = 0.0
         self._opener = urllib.request.build_opener(_HttpOnly())
+        self._stop = threading.Event()
+
+    def stop(self) -> None:
+        """End a download in progress at its next block (the daemon stops); its .part is kept."""
+        self._stop.set()
 
     def target(self, name: str) -> Path:
         """Where bundle `name` goes; ConfigError for a bad name or no model folder."""
@@ -130,6 +134,7 @@ class BundleFetcher:
             raise FetchError(f"bundle {name!r} already exists in {self.models_dir} with other content "
                              f"(sha256 {recorded or 'not recorded'}); send the new bundle under a name of its own")
         part = dest.with_name(f".{name}-{sha256[:16]}.part")
+        self._reported = 0.0  # the first block is shown at once
         try:
             self._download(url, part, name)
             got = sha256_file(part)
@@ -169,6 +174,8 @@ class BundleFetcher:
                     return
                 last = FetchError("the connection closed before the whole file came")
             except (OSError, http.client.HTTPException) as exc:  # refused, reset, timed out: the .part stays
+                if isinstance(exc, urllib.error.HTTPError) and exc.code == 416 and part.exists():
+                    return  # nothing after the end of the .part: it may hold the whole file, its sha256 decides
                 if isinstance(exc, urllib.error.HTTPError):
                     raise self._http_error(url, exc, part) from None
                 last = exc
@@ -179,10 +186,6 @@ class BundleFetcher:
                          "and the next reload with this url and sha256 resumes", resumable=size > 0)
 
     def _http_error(self, url: str, exc: "urllib.error.HTTPError", part: Path) -> FetchError:
-        if exc.code == 416 and part.exists():  # our .part is longer than the file: it was not this file
-            part.unlink()
-            return FetchError(f"{url} answered HTTP 416 to a resume: the file there changed; reload again to "
-                              "download it from the start")
         resumable = exc.code >= 500 and part.exists()
         if not resumable and part.exists():
             part.unlink()
@@ -202,7 +205,10 @@ class BundleFetcher:
                 self._check_room(url, part, total, offset)
             with open(part, "ab" if offset else "wb") as out:
                 while True:
-                    block = response.read(_CHUNK)
+                    if self._stop.is_set():
+                        raise FetchError(f"download of {url} stopped with the daemon at {offset} bytes; the next "
+                                         "reload with this url and sha256 resumes", resumable=True)
+                    block = response.read1(_CHUNK)  # what has come: the progress moves on a slow link too
                     if not block:
                         break
                     offset += len(block)

@@ -510,6 +510,7 @@ class Daemon:
             if self.pipeline is not None:
                 self.pipeline.close()
             self.shadow.close()
+            self.fetcher.stop()  # a download in progress ends at its next block, its .part kept
             if self.output is not None:
                 self.output.close()  # a file gets its end
             self.reloader.join(10)

@@ -103,6 +103,21 @@ def test_a_download_cut_every_time_keeps_its_part_and_the_next_reload_resumes(ht
     assert not part.exists() and Bundle.load(tmp_path / "b2").hash == archives["hash"]
 
 
+def test_a_part_that_holds_the_whole_file_is_verified_not_downloaded_again(http_files: Files, archives,
+                                                                          tmp_path) -> None:
+    data = archives["b"]
+    http_files.files["/b.tar.gz"] = data
+    part = tmp_path / f".b2-{archives['sha'][:16]}.part"
+    part.write_bytes(data)
+    assert Bundle.load(BundleFetcher(tmp_path).fetch(http_files.url("/b.tar.gz"), archives["sha"], "b2")).hash == archives["hash"]
+    assert http_files.requests == [{"path": "/b.tar.gz", "range": f"bytes={len(data)}-"}] and http_files.sent == 0
+    part = tmp_path / f".b3-{archives['sha'][:16]}.part"
+    part.write_bytes(b"x" * len(data))  # as long as the file, other bytes
+    with pytest.raises(FetchError, match="sha256 mismatch"):
+        BundleFetcher(tmp_path).fetch(http_files.url("/b.tar.gz"), archives["sha"], "b3")
+    assert not part.exists() and not (tmp_path / "b3").exists()
+
+
 def test_a_mismatch_a_404_a_refused_connection_and_an_oversized_file_are_refused(http_files: Files, archives,
                                                                                  tmp_path) -> None:
     http_files.files["/b.tar.gz"] = archives["b"]
@@ -209,6 +224,51 @@ def test_reload_by_url_resumes_a_cut_download_loads_it_and_shows_the_role(models
     assert schemas.errors(dict(status, rollout={"role": "canary"})) != []
     assert schemas.errors(dict(status, download={"bundle": "b2", "bytes": -1, "total": None})) != []
     assert schemas.errors(dict(status, download={"bundle": "b2", "bytes": 10, "total": 20})) == []
+
+
+def test_the_status_shows_the_progress_of_a_download_while_it_runs(models: Path, tmp_path: Path, broker, message_log,
+                                                                   http_files: Files, archives) -> None:
+    data = archives["b"]
+    http_files.files["/b.tar.gz"] = data
+    http_files.hold_at = 400  # the server stops there until released
+    daemon, log, running = start(models, tmp_path, broker.url, message_log)
+    try:
+        command(log, CMD, {"schema": "edge-sdk/cmd/1", "id": "r1", "cmd": "reload",
+                           "args": {"bundle": "b2", "url": http_files.url("/b.tar.gz"), "sha256": archives["sha"]}})
+        during = {"bundle": "b2", "bytes": 400, "total": len(data)}
+        assert log.wait(lambda m: any(s.get("download") == during for s in log.on("status")), timeout=20), log.on("status")
+        assert daemon.model.reloads == 0
+        http_files.release.set()
+        assert log.wait(lambda m: any(s.get("bundle") == "b2" and s.get("download") is None for s in log.on("status")),
+                        timeout=20)
+    finally:
+        http_files.release.set()
+        assert running.stop() == 0
+    assert daemon.status()["bundle_hash"] == archives["hash"] and http_files.sent == len(data)
+    all_valid(log)
+
+
+def test_a_download_in_progress_ends_when_the_daemon_stops_and_keeps_its_part(models: Path, tmp_path: Path, broker,
+                                                                             message_log, http_files: Files,
+                                                                             archives) -> None:
+    data = archives["b"]
+    http_files.files["/b.tar.gz"] = data
+    http_files.hold_at = 400
+    daemon, log, running = start(models, tmp_path, broker.url, message_log)
+    try:
+        command(log, CMD, {"schema": "edge-sdk/cmd/1", "id": "r1", "cmd": "reload",
+                           "args": {"bundle": "b2", "url": http_files.url("/b.tar.gz"), "sha256": archives["sha"]}})
+        assert wait_until(lambda: (daemon.fetcher.progress or {}).get("bytes") == 400)
+        daemon.request_stop("test")
+        assert wait_until(lambda: daemon.fetcher._stop.is_set())
+    finally:
+        http_files.release.set()  # the rest arrives; the download stops at that block
+        assert running.stop() == 0
+    kept = (models / f".b2-{archives['sha'][:16]}.part").read_bytes()
+    assert len(kept) >= 400 and data.startswith(kept) and not (models / "b2").exists()
+    # the next fetch resumes where it stopped (a .part that holds it all: the server has nothing after it)
+    assert Bundle.load(BundleFetcher(models).fetch(http_files.url("/b.tar.gz"), archives["sha"], "b2")).hash == archives["hash"]
+    assert http_files.requests[-1]["range"] == f"bytes={len(kept)}-"
 
 
 def test_a_sha256_mismatch_or_a_hostile_archive_loads_nothing(models: Path, tmp_path: Path, broker, message_log,
