@@ -29,6 +29,7 @@ MAX_BYTES = 4 << 30  # the unpacked files together; a Jetson's bundle (ONNX, eng
 MAX_MEMBERS = 10000
 MANIFEST = "manifest.json"
 _CHUNK = 1 << 20
+_BLOCK, _RECORD = 512, 10240  # tar's block and record sizes
 
 
 def _members(bundle_dir: Path) -> List[Path]:
@@ -44,6 +45,24 @@ def _members(bundle_dir: Path) -> List[Path]:
     return sorted(found, key=lambda p: p.relative_to(bundle_dir).as_posix())
 
 
+def _header(name: str, size: int, directory: bool) -> bytes:
+    """A ustar header with fixed times, owners and modes. Written here rather than by tarfile,
+    whose headers differ between Python releases (device fields of plain files)."""
+    raw = name.encode("utf-8")
+    if len(raw) > 100:
+        raise BundleError(f"{name!r} is longer than 100 bytes; a bundle archive takes shorter names: rename it")
+
+    def number(value: int, width: int) -> bytes:
+        return b"%0*o\0" % (width - 1, value)
+
+    fields = [raw.ljust(100, b"\0"), number(0o755 if directory else 0o644, 8), number(0, 8), number(0, 8),
+              number(size, 12), number(0, 12), b" " * 8, b"5" if directory else b"0", b"\0" * 100,
+              b"ustar\x0000", b"\0" * 32, b"\0" * 32, b"\0" * 8, b"\0" * 8, b"\0" * 155]
+    block = b"".join(fields).ljust(_BLOCK, b"\0")
+    checksum = b"%06o\0 " % sum(block)
+    return block[:148] + checksum + block[156:]
+
+
 def pack(bundle_dir: PathLike, out_file: PathLike) -> str:
     """Write `bundle_dir` as a deterministic .tar.gz to `out_file`; returns its sha256 (hex)."""
     bundle_dir, out_file = Path(bundle_dir), Path(out_file)
@@ -52,20 +71,26 @@ def pack(bundle_dir: PathLike, out_file: PathLike) -> str:
     members = _members(bundle_dir)
     out_file.parent.mkdir(parents=True, exist_ok=True)
     tmp = out_file.with_name(f".{out_file.name}.{os.getpid()}.tmp")
+    written = 0
     try:
         with open(tmp, "wb") as raw, \
-                gzip.GzipFile(filename="", mode="wb", fileobj=raw, compresslevel=6, mtime=0) as gz, \
-                tarfile.open(fileobj=gz, mode="w", format=tarfile.GNU_FORMAT) as tar:
+                gzip.GzipFile(filename="", mode="wb", fileobj=raw, compresslevel=6, mtime=0) as gz:
             for path in members:
-                info = tarfile.TarInfo(path.relative_to(bundle_dir).as_posix())
-                info.mtime, info.uid, info.gid, info.uname, info.gname = 0, 0, 0, "", ""
+                name = path.relative_to(bundle_dir).as_posix()
                 if path.is_dir():
-                    info.type, info.mode = tarfile.DIRTYPE, 0o755
-                    tar.addfile(info)
+                    written += gz.write(_header(name + "/", 0, directory=True))
                     continue
-                info.mode, info.size = 0o644, path.stat().st_size
+                size = path.stat().st_size
+                written += gz.write(_header(name, size, directory=False))
+                copied = 0
                 with open(path, "rb") as f:
-                    tar.addfile(info, f)
+                    for block in iter(lambda: f.read(_CHUNK), b""):
+                        copied += gz.write(block)
+                if copied != size:
+                    raise BundleError(f"{path} changed while it was packed; pack again")
+                written += copied + gz.write(b"\0" * (-size % _BLOCK))
+            end = 2 * _BLOCK
+            gz.write(b"\0" * (end + (-(written + end) % _RECORD)))  # two empty blocks, the record filled as tar does
         os.replace(tmp, out_file)
     finally:
         if tmp.exists():

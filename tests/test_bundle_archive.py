@@ -2,6 +2,7 @@
 leaves nothing behind."""
 from __future__ import annotations
 
+import gzip
 import hashlib
 import io
 import os
@@ -54,6 +55,29 @@ def test_unpack_gives_back_the_bundle_and_replaces_only_on_success(bundle: Path,
     for name in os.listdir(bundle):
         assert (dest / name).read_bytes() == (bundle / name).read_bytes()
     assert os.listdir(tmp_path / "models") == ["b"]  # no staging folder left
+
+
+def test_a_bundle_with_folders_packs_and_unpacks_whole(bundle: Path, tmp_path: Path) -> None:
+    nested = tmp_path / "nested"
+    (nested / "calib" / "images").mkdir(parents=True)
+    for name in os.listdir(bundle):
+        (nested / name).write_bytes((bundle / name).read_bytes())
+    (nested / "calib" / "images" / "0.bin").write_bytes(bytes(range(256)) * 5)  # not a multiple of 512
+    (nested / "calib" / "empty.txt").write_bytes(b"")
+    archive = tmp_path / "n.tar.gz"
+    pack(nested, archive)
+    with tarfile.open(archive) as tar:
+        assert tar.getnames() == ["calib", "calib/empty.txt", "calib/images", "calib/images/0.bin", "manifest.json",
+                                  "model.onnx"]
+        # plain ustar headers: no device numbers for files, as every Python release reads and writes them
+        assert {(m.type, m.devmajor, m.devminor, m.uname) for m in tar.getmembers()} == {
+            (tarfile.DIRTYPE, 0, 0, ""), (tarfile.REGTYPE, 0, 0, "")}
+    raw = gzip.decompress(archive.read_bytes())
+    assert len(raw) % 10240 == 0 and raw[329:345] == b"\0" * 16
+    out = unpack(archive, tmp_path / "out" / "n")
+    assert (out / "calib" / "images" / "0.bin").read_bytes() == bytes(range(256)) * 5
+    assert (out / "calib" / "empty.txt").read_bytes() == b""
+    assert (out / "manifest.json").read_bytes() == (bundle / "manifest.json").read_bytes()
 
 
 def hostile(path: Path, name: str, kind: bytes = tarfile.REGTYPE, data: bytes = b"x", link: Optional[str] = None,

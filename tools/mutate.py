@@ -597,9 +597,10 @@ MUTANTS: List[Mutant] = [
     M("VO7", "video-out", GSTC, '    names = ENCODERS if wanted == "auto" else (wanted,)\n', '    names = ENCODERS\n',
       "an encoder asked for by name falls back to another"),
     # --- a bundle archive fetched by URL ---------------------------------------------------------
-    M("BF1", "bundle-fetch", ARC, "info.mtime, info.uid, info.gid, info.uname, info.gname = 0, 0, 0, \"\", \"\"",
-      "info.mtime, info.uid, info.gid, info.uname, info.gname = int(path.stat().st_mtime), 0, 0, \"\", \"\"",
-      "the archive carries the files' times: the same bundle packs to another sha256"),
+    M("BF1", "bundle-fetch", ARC, 'gz.write(b"\\0" * (-size % _BLOCK))', 'gz.write(b"\\0" * (_BLOCK - size % _BLOCK))',
+      "a file of a whole number of blocks (an empty one) gets a block of padding too many"),
+    M("BF9", "bundle-fetch", ARC, "checksum = b\"%06o\\0 \" % sum(block)", "checksum = b\"%06o\\0 \" % (sum(block) + 1)",
+      "a header checksum that no tar reader accepts"),
     M("BF2", "bundle-fetch", ARC, 'if not parts or ".." in parts:', "if not parts:", "a member named ../x is unpacked outside"),
     M("BF3", "bundle-fetch", ARC, "if not (member.isfile() or member.isdir()):", "if member.isdev():",
       "a symlink member is unpacked"),
