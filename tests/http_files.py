@@ -21,6 +21,7 @@ class Files(ThreadingHTTPServer):
         self.cuts: List[int] = []  # the next responses close the connection after this many body bytes
         self.hold_at: Optional[int] = None  # the next response stops after this many body bytes until `release`
         self.release = threading.Event()
+        self.redirects: Dict[str, str] = {}  # path -> the Location a 302 sends the client to
         self.requests: List[Dict[str, Optional[str]]] = []
         self.sent = 0  # body bytes written, over every request
         self.lock = threading.Lock()
@@ -42,6 +43,12 @@ class _Handler(BaseHTTPRequestHandler):
             srv.requests.append({"path": self.path, "range": header})
             cut = srv.cuts.pop(0) if srv.cuts else None
             hold, srv.hold_at = srv.hold_at, None
+        if self.path in srv.redirects:
+            self.send_response(302)
+            self.send_header("Location", srv.redirects[self.path])
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
         data = srv.files.get(self.path)
         if data is None:
             self.send_error(404, "no such file")

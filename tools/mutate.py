@@ -611,6 +611,8 @@ MUTANTS: List[Mutant] = [
     M("BF6", "bundle-fetch", FET, "            if got != sha256:", "            if False:", "the sha256 is never checked"),
     M("BF7", "bundle-fetch", FET, "        return total is None or offset == total", "        return True",
       "a connection closed halfway is taken as the whole file"),
+    M("BF10", "bundle-fetch", FET, "urllib.request.build_opener(_HttpOnly())", "urllib.request.build_opener()",
+      "a redirect to ftp:// or to a URL with credentials is followed"),
     M("BF8", "bundle-fetch", HND, '        rollout = {"role": args["role"], "bundle": name} if "role" in args else None',
       '        rollout = {"role": args["role"], "bundle": name} if "role" in args else d.rollout',
       "a reload without a role keeps the last role in the status"),

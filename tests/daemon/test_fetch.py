@@ -134,7 +134,13 @@ def test_a_mismatch_a_404_a_refused_connection_and_an_oversized_file_are_refused
     assert not refused.value.resumable
     with pytest.raises(FetchError, match="over the limit of 100"):
         BundleFetcher(tmp_path, max_bytes=100).fetch(http_files.url("/b.tar.gz"), archives["sha"], "b2")
-    assert os.listdir(tmp_path) == []  # nothing kept: none of them can be resumed
+    for location, words in (("ftp://127.0.0.1/b.tar.gz", "only http"), ("http://u:p@127.0.0.1/b.tar.gz", "credentials")):
+        http_files.redirects["/moved.tar.gz"] = location
+        with pytest.raises(FetchError, match=f"redirect to '{location}' refused: url refused: .*{words}"):
+            fetcher.fetch(http_files.url("/moved.tar.gz"), archives["sha"], "b2")
+    http_files.redirects["/moved.tar.gz"] = "/b.tar.gz"  # a redirect within http is followed
+    assert Bundle.load(fetcher.fetch(http_files.url("/moved.tar.gz"), archives["sha"], "b3")).hash == archives["hash"]
+    assert sorted(os.listdir(tmp_path)) == [".b3.sha256", "b3"]  # nothing kept of the refused ones
 
 
 @pytest.mark.parametrize("url,words", [
@@ -284,6 +290,7 @@ def test_a_sha256_mismatch_or_a_hostile_archive_loads_nothing(models: Path, tmp_
         credentials = reload(log, "r3", {"bundle": "b2", "url": "http://u:p@127.0.0.1/b.tar.gz",
                                          "sha256": archives["sha"]})
         traversal = reload(log, "r4", {"bundle": "../b2", "url": http_files.url("/b.tar.gz"), "sha256": archives["sha"]})
+        port = reload(log, "r5", {"bundle": "b2", "url": "http://127.0.0.1:http/b.tar.gz", "sha256": archives["sha"]})
         frames = daemon.frames
         assert wait_until(lambda: daemon.frames > frames + 5)
     finally:
@@ -292,6 +299,7 @@ def test_a_sha256_mismatch_or_a_hostile_archive_loads_nothing(models: Path, tmp_
     assert not evil["ok"] and "outside the bundle folder" in evil["error"], evil
     assert not credentials["ok"] and credentials["reason"] == "invalid"
     assert not traversal["ok"] and traversal["reason"] == "invalid"
+    assert not port["ok"] and port["reason"] == "refused" and "url refused" in port["error"], port
     assert sorted(os.listdir(models)) == ["a"] and not (models.parent / "escaped").exists()
     assert daemon.status()["bundle_hash"] == hash_a and daemon.model.reloads == 0 and daemon.shadow.run is None
     assert [a for a in log.on("alerts") if a["alert"] == "reload_failed" and a["state"] == "raised"]
