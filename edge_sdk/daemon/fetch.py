@@ -239,9 +239,11 @@ class BundleFetcher:
                 part.unlink()
             raise FetchError(f"{url} is {total} bytes, over the limit of {self.max_bytes}; refused as not a bundle")
         free = shutil.disk_usage(part.parent).free
-        if total - offset > free:
-            raise FetchError(f"{url} needs {total - offset} more bytes and {part.parent} has {free} free; free some "
-                             "space (old bundles) and reload again", resumable=offset > 0)
+        need = total - offset + total  # the rest of the archive, then the bundle it unpacks to (at least as big)
+        if need > free:
+            raise FetchError(f"{url} needs {need} bytes of disk (the rest of the archive and the bundle unpacked from "
+                             f"it) and {part.parent} has {free} free; free some space (old bundles) and reload again",
+                             resumable=offset > 0)
 
 
 def _reason(exc: Optional[BaseException]) -> str:

@@ -5,8 +5,10 @@ Pipeline) with a real Mosquitto broker."""
 from __future__ import annotations
 
 import io
+import json
 import os
 import socket
+import sys
 import tarfile
 from pathlib import Path
 from typing import Any, Dict, List, Optional
@@ -20,6 +22,7 @@ from edge_sdk.errors import ConfigError
 from edge_sdk.manifest import Bundle
 from edge_sdk.telemetry import schemas
 
+from full_disk import run_on_small_disk
 from http_files import Files, http_files  # noqa: F401 - the fixture
 from polling import wait_until
 from test_daemon import Running, command, config
@@ -141,6 +144,35 @@ def test_a_mismatch_a_404_a_refused_connection_and_an_oversized_file_are_refused
     http_files.redirects["/moved.tar.gz"] = "/b.tar.gz"  # a redirect within http is followed
     assert Bundle.load(fetcher.fetch(http_files.url("/moved.tar.gz"), archives["sha"], "b3")).hash == archives["hash"]
     assert sorted(os.listdir(tmp_path)) == [".b3.sha256", "b3"]  # nothing kept of the refused ones
+
+
+FETCH_ON = """
+import json, sys
+from pathlib import Path
+from edge_sdk.daemon.fetch import BundleFetcher, FetchError
+try:
+    BundleFetcher(Path(sys.argv[1])).fetch(sys.argv[2], "0" * 64, "b2")
+except FetchError as exc:
+    print(json.dumps({"error": str(exc), "resumable": exc.resumable}))
+"""
+
+
+@pytest.mark.parametrize("kib,words", [(40, "needs 81920 bytes of disk"), (20, "sha256 mismatch")])
+def test_a_download_is_refused_before_it_starts_when_it_and_its_bundle_do_not_fit(http_files: Files, tmp_path: Path,
+                                                                                 kib: int, words: str) -> None:
+    """A real 64 KiB disk (tmpfs): a 40 KiB archive fits, but not with the bundle it unpacks to."""
+    http_files.files["/big.tar.gz"] = os.urandom(kib * 1024)
+    disk, kept = tmp_path / "disk", tmp_path / "kept"
+    disk.mkdir()
+    kept.mkdir()
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(Path(__file__).resolve().parents[2]),
+                                                       os.environ.get("PYTHONPATH", "")]))
+    result = run_on_small_disk([sys.executable, "-c", FETCH_ON, str(disk), http_files.url("/big.tar.gz")], disk, 64,
+                               kept, env=env)
+    assert result.returncode == 0, result.stderr
+    failure = json.loads(result.stdout)
+    assert words in failure["error"] and not failure["resumable"], failure
+    assert os.listdir(kept) == [] and len(http_files.requests) == 1  # nothing left on the disk, no retry
 
 
 @pytest.mark.parametrize("url,words", [
