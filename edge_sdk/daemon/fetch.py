@@ -136,7 +136,12 @@ class BundleFetcher:
         part = dest.with_name(f".{name}-{sha256[:16]}.part")
         self._reported = 0.0  # the first block is shown at once
         try:
-            self._download(url, part, name)
+            try:
+                self._download(url, part, name)
+            except FetchError as exc:
+                if not exc.resumable and part.exists():
+                    part.unlink()  # kept only where a later reload can go on from it
+                raise
             got = sha256_file(part)
             if got != sha256:
                 part.unlink()
@@ -182,8 +187,9 @@ class BundleFetcher:
                 if isinstance(exc, urllib.error.URLError) and not isinstance(exc.reason, socket.timeout):
                     break  # nobody answers there (refused, no such host): trying again at once changes nothing
         size = part.stat().st_size if part.exists() else 0
-        raise FetchError(f"download of {url} failed after {size} bytes: {_reason(last)}; the {size} bytes are kept "
-                         "and the next reload with this url and sha256 resumes", resumable=size > 0)
+        then = (f"the {size} bytes are kept and the next reload with this url and sha256 resumes" if size else
+                "reload again once the server answers")
+        raise FetchError(f"download of {url} failed after {size} bytes: {_reason(last)}; {then}", resumable=size > 0)
 
     def _http_error(self, url: str, exc: "urllib.error.HTTPError", part: Path) -> FetchError:
         resumable = exc.code >= 500 and part.exists()
