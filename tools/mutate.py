@@ -110,6 +110,8 @@ GROUPS: Dict[str, Group] = {
     "stream-modes": Group(("edge_sdk/runtime/detectors/shared.py", "edge_sdk/daemon/model.py", "edge_sdk/daemon/handlers.py"),
                           ("tests/runtime/test_streams_modes.py", "tests/daemon/test_daemon_streams.py")),
     "video-out": Group(("edge_sdk/output/video.py", "edge_sdk/output/gst_child.py"), ("tests/output/test_video_output.py",)),
+    "bundle-fetch": Group(("edge_sdk/bundle_archive.py", "edge_sdk/daemon/fetch.py", "edge_sdk/daemon/handlers.py"),
+                          ("tests/test_bundle_archive.py", "tests/daemon/test_fetch.py")),
 }
 
 # The generated-operator sweep (`--sweep`): one row per module, its files and the tests that pin
@@ -243,6 +245,7 @@ SHR, RUN = "edge_sdk/runtime/detectors/shared.py", "edge_sdk/daemon/model.py"
 TRK, ASG, KF = "edge_sdk/tracking/tracker.py", "edge_sdk/tracking/assignment.py", "edge_sdk/tracking/kalman.py"
 API, DETS, ZC = "edge_sdk/api.py", "edge_sdk/detections.py", "apps/zone_counter/zone_counter.py"
 VOUT, GSTC = "edge_sdk/output/video.py", "edge_sdk/output/gst_child.py"
+ARC, FET = "edge_sdk/bundle_archive.py", "edge_sdk/daemon/fetch.py"
 
 MUTANTS: List[Mutant] = [
     # --- preprocess -----------------------------------------------------------------------------
@@ -593,6 +596,26 @@ MUTANTS: List[Mutant] = [
     M("VO6", "video-out", GSTC, "if self.server.attach(None) == 0:", "if False:", "an RTSP port in use goes unnoticed"),
     M("VO7", "video-out", GSTC, '    names = ENCODERS if wanted == "auto" else (wanted,)\n', '    names = ENCODERS\n',
       "an encoder asked for by name falls back to another"),
+    # --- a bundle archive fetched by URL ---------------------------------------------------------
+    M("BF1", "bundle-fetch", ARC, 'gz.write(b"\\0" * (-size % _BLOCK))', 'gz.write(b"\\0" * (_BLOCK - size % _BLOCK))',
+      "a file of a whole number of blocks (an empty one) gets a block of padding too many"),
+    M("BF9", "bundle-fetch", ARC, "checksum = b\"%06o\\0 \" % sum(block)", "checksum = b\"%06o\\0 \" % (sum(block) + 1)",
+      "a header checksum that no tar reader accepts"),
+    M("BF2", "bundle-fetch", ARC, 'if not parts or ".." in parts:', "if not parts:", "a member named ../x is unpacked outside"),
+    M("BF3", "bundle-fetch", ARC, "if not (member.isfile() or member.isdir()):", "if member.isdev():",
+      "a symlink member is unpacked"),
+    M("BF4", "bundle-fetch", FET, 'headers["Range"] = f"bytes={offset}-"', 'headers["X-Range"] = f"bytes={offset}-"',
+      "a cut download starts over instead of resuming"),
+    M("BF5", "bundle-fetch", FET, "            if response.status != 206:\n", "            if False:\n",
+      "a server that ignores Range has its whole file appended to the part"),
+    M("BF6", "bundle-fetch", FET, "            if got != sha256:", "            if False:", "the sha256 is never checked"),
+    M("BF7", "bundle-fetch", FET, "        return total is None or offset == total", "        return True",
+      "a connection closed halfway is taken as the whole file"),
+    M("BF10", "bundle-fetch", FET, "urllib.request.build_opener(_HttpOnly())", "urllib.request.build_opener()",
+      "a redirect to ftp:// or to a URL with credentials is followed"),
+    M("BF8", "bundle-fetch", HND, '        rollout = {"role": args["role"], "bundle": name} if "role" in args else None',
+      '        rollout = {"role": args["role"], "bundle": name} if "role" in args else d.rollout',
+      "a reload without a role keeps the last role in the status"),
 ]
 
 

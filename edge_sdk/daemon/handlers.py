@@ -15,9 +15,10 @@ writes that stream's last frame.
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any, Dict, List, Protocol
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Protocol
 
 from edge_sdk.daemon.commands import CommandRejected, Handler, UnknownStream
+from edge_sdk.daemon.fetch import check_url
 from edge_sdk.daemon.reload import resolve_in
 from edge_sdk.daemon.snapshots import write_snapshot
 from edge_sdk.runtime.detectors.base import THRESHOLDS
@@ -25,6 +26,7 @@ from edge_sdk.runtime.detectors.base import THRESHOLDS
 if TYPE_CHECKING:
     from edge_sdk.daemon.commands import CommandProcessor
     from edge_sdk.daemon.config import DaemonConfig
+    from edge_sdk.daemon.fetch import BundleFetcher
     from edge_sdk.daemon.model import RunningModel
     from edge_sdk.daemon.promotion import ShadowControl
     from edge_sdk.daemon.reload import HotReloader
@@ -43,6 +45,8 @@ class RunningDaemon(Protocol):
     reporter: Reporter
     publisher: Publisher
     reloader: HotReloader
+    fetcher: BundleFetcher
+    rollout: Optional[Dict[str, str]]
     shadow: ShadowControl
     commands: CommandProcessor
     frames: int
@@ -135,17 +139,37 @@ class CommandHandlers:
     def reload(self, args: Dict[str, Any]) -> Dict[str, Any]:
         """Load a bundle to swap in, or with `shadow` to run beside the live model (one source,
         room in memory: edge_sdk.daemon.promotion); refused while a shadow runs or a promotion
-        is watched."""
+        is watched. With `url` and `sha256` the worker first downloads, verifies and unpacks the
+        bundle as NAME (edge_sdk.daemon.fetch), then loads it the same way. `role` (a rollout's
+        canary, wave k...) shows in the status as `rollout` until a reload without one."""
         d = self.daemon
         current = d.commands.current or {}
         d.shadow.check_idle("reload")
-        if args.get("shadow"):
-            if d.reloader.models_dir is None:
-                raise CommandRejected("reload needs a model folder: set models_dir in the device config")
-            d.shadow.check_fits(args["bundle"], resolve_in(d.reloader.models_dir, args["bundle"]))
-        path = d.reloader.request(args["bundle"], args.get("precision"), tag=current.get("id"),
-                                  shadow=bool(args.get("shadow")))
-        return dict({"loading": str(path)}, **({"shadow": True} if args.get("shadow") else {}))
+        name, shadow = args["bundle"], bool(args.get("shadow"))
+        if "url" in args:
+            check_url(args["url"])
+            path = d.fetcher.target(name)
+            if d.reloader.busy:  # checked again by load(); here so that nothing is touched for a refusal
+                raise CommandRejected("a reload is already in progress; wait for its alert or response")
+
+            def prepare() -> None:  # the reload worker
+                d.fetcher.fetch(args["url"], args["sha256"], name)
+                if shadow:
+                    d.shadow.check_fits(name, path)
+
+            d.reloader.load(path, args.get("precision"), tag=current.get("id"), shadow=shadow, prepare=prepare)
+        else:
+            if shadow:
+                if d.reloader.models_dir is None:
+                    raise CommandRejected("reload needs a model folder: set models_dir in the device config")
+                d.shadow.check_fits(name, resolve_in(d.reloader.models_dir, name))
+            path = d.reloader.request(name, args.get("precision"), tag=current.get("id"), shadow=shadow)
+        rollout = {"role": args["role"], "bundle": name} if "role" in args else None
+        if rollout != d.rollout:
+            d.rollout = rollout
+            d.publisher.set_status(d.status())
+        return dict({"loading": str(path)}, **({"shadow": True} if shadow else {}),
+                    **({"url": args["url"]} if "url" in args else {}))
 
     def promote(self, args: Dict[str, Any]) -> Dict[str, Any]:
         """The shadow candidate becomes the live model; the previous one is kept for the watch."""

@@ -81,19 +81,23 @@ class HotReloader:
         return tag
 
     def load(self, path: Path, precision: Optional[str] = None, tag: Optional[str] = None,
-             shadow: bool = False) -> Path:
-        """Start loading the bundle at `path` (trusted: from the device's own config)."""
+             shadow: bool = False, prepare: Optional[Callable[[], None]] = None) -> Path:
+        """Start loading the bundle at `path` (trusted: from the device's own config). `prepare`,
+        when given, runs first on the worker and puts the bundle there (a download:
+        edge_sdk.daemon.fetch); what it raises is the reload's failure."""
         with self._lock:
             if self.busy or self._ready is not None:
                 raise ConfigError("a reload is already in progress; wait for its alert or response")
             self._tag = tag
             self.shadow = shadow
-            self._worker = threading.Thread(target=self._load, args=(path, precision), name="model-reload", daemon=True)
+            self._worker = threading.Thread(target=self._load, args=(path, precision, prepare), name="model-reload", daemon=True)
             self._worker.start()
         return path
 
-    def _load(self, path: Path, precision: Optional[str]) -> None:
+    def _load(self, path: Path, precision: Optional[str], prepare: Optional[Callable[[], None]] = None) -> None:
         try:
+            if prepare is not None:
+                prepare()
             model = self.loader(path, precision)
         except Exception as exc:  # noqa: BLE001 - any failure is the result: reported, alert raised
             # (ONNX Runtime and TensorRT raise their own exception types for a broken model)

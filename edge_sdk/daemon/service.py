@@ -39,6 +39,7 @@ from edge_sdk import __version__
 from edge_sdk.daemon.commands import MAX_PAYLOAD as MAX_COMMAND, CommandProcessor
 from edge_sdk.daemon.config import DaemonConfig, load_daemon_config
 from edge_sdk.daemon.drift import DriftMonitor, StreamTurns
+from edge_sdk.daemon.fetch import BundleFetcher
 from edge_sdk.daemon.handlers import CommandHandlers
 from edge_sdk.daemon.model import RunningModel
 from edge_sdk.daemon.promotion import ShadowControl, bundle_name
@@ -124,6 +125,8 @@ class Daemon:
         self.several = len(config.pipeline.streams()) > 1  # several [[sources]]: one batched model for all
         self.reloader = HotReloader(Path(config.device.models_dir) if config.device.models_dir else None,
                                     self.model.load, on_result=self._reload_result)
+        self.fetcher = BundleFetcher(self.reloader.models_dir)  # reload by url: download, verify, unpack
+        self.rollout: Optional[Dict[str, str]] = None  # reload's role, until a reload without one
         self.shadow = ShadowControl(self, config.shadow)  # shadow runs, promotion, rollback (one source)
         system = None
         if config.telemetry.system:
@@ -218,6 +221,8 @@ class Daemon:
             "bundle_hash": model["bundle_hash"],
             "bundle": bundle_name(self.model.model),
             "shadow": self.shadow.describe(),
+            "rollout": self.rollout,
+            "download": self.fetcher.progress,
             "mode": model["mode"],
             "thresholds": model["thresholds"],
             "source": self.config.pipeline.source.uri or None,
@@ -482,6 +487,9 @@ class Daemon:
                 shadow.start(new, str(new.bundle.root) if new.bundle is not None else "a bundle", reloader.take_tag())
             elif new is not None:
                 self._swap_in(new)
+            if self.fetcher.changed:  # a download's progress, at most once a second
+                self.fetcher.changed = False
+                self.publisher.set_status(self.status())
             if self._hup:
                 self.reload_config()
             if reporter.error is not None or self.publisher.error is not None:
@@ -502,6 +510,7 @@ class Daemon:
             if self.pipeline is not None:
                 self.pipeline.close()
             self.shadow.close()
+            self.fetcher.stop()  # a download in progress ends at its next block, its .part kept
             if self.output is not None:
                 self.output.close()  # a file gets its end
             self.reloader.join(10)
