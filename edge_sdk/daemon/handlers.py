@@ -23,6 +23,7 @@ from edge_sdk.daemon.snapshots import write_snapshot
 from edge_sdk.runtime.detectors.base import THRESHOLDS
 
 if TYPE_CHECKING:
+    from edge_sdk.daemon.ab import ABControl
     from edge_sdk.daemon.commands import CommandProcessor
     from edge_sdk.daemon.config import DaemonConfig
     from edge_sdk.daemon.model import RunningModel
@@ -44,6 +45,7 @@ class RunningDaemon(Protocol):
     publisher: Publisher
     reloader: HotReloader
     shadow: ShadowControl
+    ab: ABControl
     commands: CommandProcessor
     frames: int
     started_ms: int
@@ -139,18 +141,36 @@ class CommandHandlers:
         d = self.daemon
         current = d.commands.current or {}
         d.shadow.check_idle("reload")
-        if args.get("shadow"):
+        d.ab.check_idle("reload")
+        ab = args.get("ab")
+        if args.get("shadow") and ab is not None:
+            raise CommandRejected("reload takes shadow or ab, not both: a shadow compares on one source, an A/B "
+                                  "test splits several")
+        if args.get("shadow") or ab is not None:
             if d.reloader.models_dir is None:
                 raise CommandRejected("reload needs a model folder: set models_dir in the device config")
-            d.shadow.check_fits(args["bundle"], resolve_in(d.reloader.models_dir, args["bundle"]))
+            where = resolve_in(d.reloader.models_dir, args["bundle"])
+            if ab is not None:
+                d.ab.check(ab["b"], where)
+            else:
+                d.shadow.check_fits(args["bundle"], where)
         path = d.reloader.request(args["bundle"], args.get("precision"), tag=current.get("id"),
-                                  shadow=bool(args.get("shadow")))
+                                  shadow=bool(args.get("shadow")) or ab is not None)
+        d.ab.pending = list(ab["b"]) if ab is not None else None  # the loaded candidate serves arm B
+        if ab is not None:
+            return {"loading": str(path), "ab": {"b": list(ab["b"])}}
         return dict({"loading": str(path)}, **({"shadow": True} if args.get("shadow") else {}))
 
     def promote(self, args: Dict[str, Any]) -> Dict[str, Any]:
-        """The shadow candidate becomes the live model; the previous one is kept for the watch."""
+        """The shadow candidate becomes the live model; the previous one is kept for the watch.
+        In an A/B test, arm B's model runs every stream."""
+        if self.daemon.ab.active:
+            return self.daemon.ab.promote()
         return self.daemon.shadow.promote()
 
     def abort(self, args: Dict[str, Any]) -> Dict[str, Any]:
-        """The shadow candidate is dropped; during the watch after a promotion, roll back now."""
+        """The shadow candidate is dropped; during the watch after a promotion, roll back now.
+        In an A/B test, arm B's streams go back to the live model."""
+        if self.daemon.ab.active:
+            return self.daemon.ab.abort()
         return self.daemon.shadow.abort()
