@@ -74,13 +74,13 @@ class Oracle:
 
 
 def source(seed: int) -> str:
-    return "synthetic://faces?" + "&".join(f"{k}={v}" for k, v in SCENE.items()) + f"&fps=30&seed={seed}"
+    return "synthetic://faces?" + "&".join(f"{k}={v}" for k, v in SCENE.items()) + f"&seed={seed}"
 
 
 def start(models: Path, tmp_path: Path, url: str, message_log: Any) -> Tuple[Any, Any, Any, List[Any]]:
     cfg = daemon_config_from_dict({
         "bundle": str(models / "a"), "backend": "onnxruntime-cpu", "threads": 1, "cache": {"enabled": False},
-        "sources": [{"id": sid, "uri": source(seed)} for sid, seed in SEEDS.items()],
+        "sources": [{"id": sid, "uri": source(seed), "fps": 40} for sid, seed in SEEDS.items()],  # paced
         "device": {"id": "cam-1", "models_dir": str(models)},
         "telemetry": {"interval_s": 0.2, "target_fps": 0},
         "shadow": {"window_frames": 20},
@@ -165,6 +165,7 @@ def test_arm_b_streams_run_the_candidate_and_abort_puts_them_back(models: Path, 
     assert b["score_mean"] > a["score_mean"] + 0.05, running_figures
     assert a["detections_per_frame"] > 0 and b["detections_per_frame"] > 0
     assert a["fps"] > 0 and b["fps"] > 0 and a["latency_p99_ms"] > 0 and b["latency_p99_ms"] > 0
+    assert 0.6 < a["fps"] / b["fps"] < 1.6, running_figures  # per stream: every source is paced at 40 fps
     assert a["frames"] >= 20 and b["frames"] >= 20
     last = [m for m in log.on("ab") if m["state"] == "aborted"]
     assert len(last) == 1 and last[0]["arms"]["b"]["frames"] >= b["frames"]
