@@ -477,8 +477,9 @@ MUTANTS: List[Mutant] = [
     M("SH8", "shadow", RMOD, "            old, self.kept = None, old\n", "            self.kept = old\n",
       "the kept model is also retired (closed) while a rollback may need it"),
     # --- A/B tests: arm B's streams on a candidate beside the live model, per-arm figures -----------
-    M("AB1", "ab", ABC, 'fps=_r(m["fps"] / len(self.streams) if m["fps"] is not None else None)',
-      'fps=_r(m["fps"])', "an arm's fps is its streams' sum: an arm of more streams looks faster"),
+    M("AB1", "ab", ABC, "fps=_r((len(samples) - streams) / span / streams) if span > 0 else None",
+      "fps=_r((len(samples) - streams) / span) if span > 0 else None",
+      "an arm's fps is its streams' sum: an arm of more streams looks faster"),
     M("AB2", "ab", RUN, "survivor, retired = (candidate, self.model) if promote else (self.model, candidate)",
       "survivor, retired = (self.model, candidate) if promote else (candidate, self.model)",
       "promote and abort swapped: promote keeps the live model"),

@@ -12,7 +12,8 @@ in the model finishes on the detector it started with, queued frames go to the n
 dropped. Each model batches its own arm's streams (edge_sdk.runtime.detectors.shared
 make_arms_detector), and every result says which arm's model found it (`info["arm"]`), so the
 figures count exactly the frames each arm ran. Per arm, over its last `[shadow] window_frames`
-frames: fps per stream, p99 total latency, detections per frame and the mean detection score;
+frames: fps per stream (from the frames' capture times), p99 total latency, detections per
+frame and the mean detection score;
 published on the `ab` topic every telemetry interval, and once more on promote or abort.
 `promote` puts every stream on the candidate and retires the model of arm A; `abort` puts the
 streams of arm B back on the live model and closes the candidate.
@@ -25,8 +26,10 @@ from collections import deque
 from pathlib import Path
 from typing import Any, Deque, Dict, List, Optional, Tuple
 
+import numpy as np
+
 from edge_sdk.daemon.commands import CommandRejected, UnknownStream
-from edge_sdk.daemon.promotion import bundle_name, measure
+from edge_sdk.daemon.promotion import bundle_name
 from edge_sdk.daemon.shadow import ShadowConfig, fit_problem
 from edge_sdk.errors import ConfigError
 
@@ -34,7 +37,7 @@ log = logging.getLogger(__name__)
 
 clock = time.perf_counter
 ARMS = ("a", "b")
-ArmSample = Tuple[float, float, int, float]  # monotonic time, total latency (ms), detections, their score sum
+ArmSample = Tuple[str, float, float, int, float]  # stream, capture time (s), total latency (ms), detections, score sum
 
 
 class ArmFigures:
@@ -50,20 +53,28 @@ class ArmFigures:
     def add(self, result: Any) -> None:
         found = result.detections
         self.frames += 1
-        self.samples.append((clock(), float(result.latency_ms.get("total", 0.0)), len(found),
-                             float(found.confidence.sum()) if len(found) else 0.0))
+        self.samples.append((result.stream, float(result.timestamp), float(result.latency_ms.get("total", 0.0)),
+                             len(found), float(found.confidence.sum()) if len(found) else 0.0))
 
     def describe(self) -> Dict[str, Any]:
         return {"bundle": self.bundle, "bundle_hash": self.bundle_hash, "streams": list(self.streams)}
 
     def figures(self) -> Dict[str, Any]:
+        """fps per stream (by the frames' capture times: the frame loop gets results in bursts),
+        p99 latency, detections per frame and mean score over the window."""
         samples = list(self.samples)
-        m = measure([(t, ms, n) for t, ms, n, _ in samples])
-        found = sum(s[2] for s in samples)
+        if not samples:
+            return dict(self.describe(), frames=self.frames, window_frames=0, fps=None, latency_p99_ms=None,
+                        detections_per_frame=None, score_mean=None)
+        times = [s[1] for s in samples]
+        streams = len({s[0] for s in samples})  # a stalled stream has no frames in the window
+        span = max(times) - min(times)
+        found = sum(s[3] for s in samples)
         return dict(self.describe(), frames=self.frames, window_frames=len(samples),
-                    fps=_r(m["fps"] / len(self.streams) if m["fps"] is not None else None),
-                    latency_p99_ms=_r(m["latency_p99_ms"]), detections_per_frame=_r(m["detection_rate"]),
-                    score_mean=_r(sum(s[3] for s in samples) / found) if found else None)
+                    fps=_r((len(samples) - streams) / span / streams) if span > 0 else None,
+                    latency_p99_ms=_r(float(np.percentile([s[2] for s in samples], 99))),
+                    detections_per_frame=_r(found / len(samples)),
+                    score_mean=_r(sum(s[4] for s in samples) / found) if found else None)
 
 
 class ABControl:
