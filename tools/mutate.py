@@ -493,6 +493,8 @@ MUTANTS: List[Mutant] = [
     M("AB7", "ab", SHR, "participants.setdefault(id(shared), [shared, 0])[1] += 1",
       "participants.setdefault(id(shared), [shared, 1])[1] = 1",
       "each arm waits for one stream only: its calls are not gathered"),
+    M("AB8", "ab", RUN, "build_stream_detector(running.shared_of(stream), model, setup)",
+      "build_stream_detector(running.shared, model, setup)", "a stream of arm B set to another mode runs arm A's model"),
     # --- several streams each in its mode: a detector per stream, their backend calls gathered ----
     M("SM1", "stream-modes", SHR, "if self._pending and len(self._pending) >= self._active:", "if self._pending:",
       "every stream's call runs alone: nothing is gathered"),

@@ -45,11 +45,11 @@ def models(tmp_path_factory) -> Path:
 class Oracle:
     """The scores each bundle finds on frame `index` of a stream, run by hand."""
 
-    def __init__(self, models: Path) -> None:
+    def __init__(self, models: Path, mode: str = "full") -> None:
         self.detectors = {}
         for name in ("a", "bright"):
             model = load_model(models / name, backend="onnxruntime-cpu", threads=1)
-            self.detectors[name] = make_detector("full", model, None, {})
+            self.detectors[name] = make_detector(mode, model, None, {})
         self.sources: Dict[int, SyntheticFaces] = {}
         self.frames: Dict[int, List[np.ndarray]] = {}
 
@@ -87,12 +87,12 @@ def start(models: Path, tmp_path: Path, url: str, message_log: Any) -> Tuple[Any
         "mqtt": {"url": url, "queue_dir": str(tmp_path / "queue"), "reconnect_min_s": 0.1, "reconnect_max_s": 0.5}})
     log = message_log(url, ["edge-sdk/cam-1/#"])
     daemon = Daemon(cfg)
-    seen: List[Any] = []  # (stream, index, sorted scores, arm) of every result the frame loop handled
+    seen: List[Any] = []  # (stream, index, sorted scores, arm, mode) of every result the frame loop handled
     observe = daemon.reporter.observe
 
     def record(result: Any) -> None:
         seen.append((result.stream, int(result.index), sorted(float(s) for s in result.detections.confidence),
-                     result.info.get("arm")))
+                     result.info.get("arm"), result.info.get("mode", "full")))
         observe(result)
 
     daemon.reporter.observe = record  # type: ignore[method-assign]
@@ -173,7 +173,7 @@ def test_arm_b_streams_run_the_candidate_and_abort_puts_them_back(models: Path, 
     oracle = Oracle(models)
     arms_seen = {s[3] for s in seen}
     assert arms_seen == {None, "a", "b"}
-    for stream, index, scores, arm in seen[::3]:
+    for stream, index, scores, arm, _ in seen[::3]:
         if scores:
             assert oracle.which(stream, index, scores) == ("bright" if arm == "b" else "a"), (stream, index, arm)
         assert arm in (None, "a") or stream == "yard"
@@ -207,13 +207,33 @@ def test_promote_runs_the_candidate_on_every_stream(models: Path, tmp_path: Path
     oracle = Oracle(models)
     tail = [s for s in seen[split_end:] if s[3] is None and s[2]]
     assert {s[0] for s in tail} == set(SEEDS)
-    for stream, index, scores, _ in tail[-12:]:
+    for stream, index, scores, _, _ in tail[-12:]:
         assert oracle.which(stream, index, scores) == "bright", (stream, index)
-    for stream, index, scores, arm in seen[:split_end][::3]:
+    for stream, index, scores, arm, _ in seen[:split_end][::3]:
         if scores and arm is not None:
             assert oracle.which(stream, index, scores) == ("bright" if arm == "b" else "a"), (stream, index, arm)
     in_order(seen)
     all_valid(log)
+
+
+def test_a_mode_set_on_a_stream_of_arm_b_keeps_it_on_the_candidate(models: Path, tmp_path: Path, broker,
+                                                                   message_log) -> None:
+    daemon, log, running, seen = start(models, tmp_path, broker.url, message_log)
+    try:
+        assert send(log, "m1", "reload", {"bundle": "bright", "ab": {"b": ["yard"]}})["ok"]
+        assert final(log, "m1")["ok"]
+        r = send(log, "m2", "set", {"stream": "yard", "mode": "tiles"})
+        assert wait_until(lambda: sum(1 for s in seen if s[0] == "yard" and s[4] == "tiles") > 10, 30)
+    finally:
+        assert running.stop() == 0
+    assert r["ok"], r
+    tiles = [s for s in seen if s[0] == "yard" and s[4] == "tiles" and s[2]]
+    assert tiles and {s[3] for s in tiles} == {"b"}
+    oracle = Oracle(models, "tiles")
+    for stream, index, scores, _, _ in tiles[:: max(1, len(tiles) // 6)]:
+        assert oracle.which(stream, index, scores) == "bright", (stream, index)
+    assert {s[4] for s in seen if s[0] == "door"} == {"full"}
+    in_order(seen)
 
 
 @pytest.mark.parametrize("args, error", [
