@@ -112,9 +112,9 @@ class ABControl:
         if set(known) <= set(arm_b):
             raise CommandRejected(f"arm B takes every stream ({', '.join(known)}), none is left on the live model "
                                   "to compare with: leave at least one out of `b`, or reload without ab")
-        problem = fit_problem(path, self.config.memory_margin_mb)
+        problem = fit_problem(path, self.config.memory_margin_mb, use="ab")
         if problem is not None:
-            raise CommandRejected(problem.replace("shadow of", "candidate"))
+            raise CommandRejected(problem)
 
     def start(self, model: Any, where: str, tag: Optional[str]) -> None:
         """The reloader loaded the candidate: from the next batch on, it serves arm B."""

@@ -136,8 +136,9 @@ class CommandHandlers:
 
     def reload(self, args: Dict[str, Any]) -> Dict[str, Any]:
         """Load a bundle to swap in, or with `shadow` to run beside the live model (one source,
-        room in memory: edge_sdk.daemon.promotion); refused while a shadow runs or a promotion
-        is watched."""
+        room in memory: edge_sdk.daemon.promotion), or with `ab` to run on arm B's streams
+        (several sources: edge_sdk.daemon.ab); refused while a shadow or an A/B test runs or a
+        promotion is watched."""
         d = self.daemon
         current = d.commands.current or {}
         d.shadow.check_idle("reload")

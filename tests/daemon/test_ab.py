@@ -77,13 +77,14 @@ def source(seed: int) -> str:
     return "synthetic://faces?" + "&".join(f"{k}={v}" for k, v in SCENE.items()) + f"&seed={seed}"
 
 
-def start(models: Path, tmp_path: Path, url: str, message_log: Any) -> Tuple[Any, Any, Any, List[Any]]:
+def start(models: Path, tmp_path: Path, url: str, message_log: Any,
+          margin_mb: float = 256.0) -> Tuple[Any, Any, Any, List[Any]]:
     cfg = daemon_config_from_dict({
         "bundle": str(models / "a"), "backend": "onnxruntime-cpu", "threads": 1, "cache": {"enabled": False},
         "sources": [{"id": sid, "uri": source(seed), "fps": 40} for sid, seed in SEEDS.items()],  # paced
         "device": {"id": "cam-1", "models_dir": str(models)},
         "telemetry": {"interval_s": 0.2, "target_fps": 0},
-        "shadow": {"window_frames": 20},
+        "shadow": {"window_frames": 20, "memory_margin_mb": margin_mb},
         "mqtt": {"url": url, "queue_dir": str(tmp_path / "queue"), "reconnect_min_s": 0.1, "reconnect_max_s": 0.5}})
     log = message_log(url, ["edge-sdk/cam-1/#"])
     daemon = Daemon(cfg)
@@ -269,3 +270,15 @@ def test_promote_and_abort_without_a_test_are_refused(models: Path, tmp_path: Pa
         assert running.stop() == 0
     assert not p["ok"] and "no shadow runs" in p["error"]
     assert not a["ok"] and "nothing to abort" in a["error"]
+
+
+def test_a_candidate_that_does_not_fit_beside_the_live_model_is_refused(models: Path, tmp_path: Path, broker,
+                                                                       message_log) -> None:
+    daemon, log, running, seen = start(models, tmp_path, broker.url, message_log, margin_mb=1_000_000)
+    try:
+        r = send(log, "f1", "reload", {"bundle": "bright", "ab": {"b": ["yard"]}})
+    finally:
+        assert running.stop() == 0
+    assert not r["ok"] and "the ab candidate bright does not fit beside the live model" in r["error"], r
+    assert "MB are free (MemAvailable)" in r["error"] and r["error"].endswith("reload it without ab")
+    assert daemon.model.candidate is None and not daemon.reloader.busy
