@@ -2,7 +2,8 @@
 the live model those of arm A, side by side, and each arm's figures are published.
 
     control = ABControl(daemon, config.shadow)
-    control.check(["door"], path)            # handlers: reload with ab; the streams and memory checked
+    control.check_streams(["door"])          # handlers: reload with ab; arm B's streams checked
+    control.check_fits(path)                 # the candidate's files against free memory
     control.start(model, where, tag)         # frame loop: the reloader loaded the candidate
     control.observe(result)                  # frame loop, every frame while `active`
     control.promote() / control.abort()      # the commands
@@ -99,9 +100,8 @@ class ABControl:
             raise CommandRejected(f"{what} refused: the A/B test of {self.arms['b'].bundle} runs; send promote "
                                   "or abort first")
 
-    def check(self, arm_b: List[str], path: Path) -> None:
-        """Arm B's streams: every one run by this daemon, arm A left at least one; the candidate
-        at `path` must fit beside the live model."""
+    def check_streams(self, arm_b: List[str]) -> None:
+        """Arm B's streams: every one run by this daemon, arm A left at least one."""
         known = self.daemon.config.pipeline.stream_ids()
         if len(known) < 2:
             raise CommandRejected("an A/B test needs several [[sources]]; this daemon runs one stream: reload "
@@ -112,6 +112,9 @@ class ABControl:
         if set(known) <= set(arm_b):
             raise CommandRejected(f"arm B takes every stream ({', '.join(known)}), none is left on the live model "
                                   "to compare with: leave at least one out of `b`, or reload without ab")
+
+    def check_fits(self, path: Path) -> None:
+        """The candidate at `path` must fit beside the live model."""
         problem = fit_problem(path, self.config.memory_margin_mb, use="ab")
         if problem is not None:
             raise CommandRejected(problem)

@@ -147,12 +147,14 @@ class CommandHandlers:
         if args.get("shadow") and ab is not None:
             raise CommandRejected("reload takes shadow or ab, not both: a shadow compares on one source, an A/B "
                                   "test splits several")
+        if ab is not None:
+            d.ab.check_streams(ab["b"])
         if args.get("shadow") or ab is not None:
             if d.reloader.models_dir is None:
                 raise CommandRejected("reload needs a model folder: set models_dir in the device config")
             where = resolve_in(d.reloader.models_dir, args["bundle"])
             if ab is not None:
-                d.ab.check(ab["b"], where)
+                d.ab.check_fits(where)
             else:
                 d.shadow.check_fits(args["bundle"], where)
         path = d.reloader.request(args["bundle"], args.get("precision"), tag=current.get("id"),
