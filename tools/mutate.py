@@ -109,6 +109,8 @@ GROUPS: Dict[str, Group] = {
                      "edge_sdk/daemon/handlers.py"), ("tests/daemon/test_shadow.py",)),
     "stream-modes": Group(("edge_sdk/runtime/detectors/shared.py", "edge_sdk/daemon/model.py", "edge_sdk/daemon/handlers.py"),
                           ("tests/runtime/test_streams_modes.py", "tests/daemon/test_daemon_streams.py")),
+    "ab": Group(("edge_sdk/daemon/ab.py", "edge_sdk/daemon/model.py", "edge_sdk/runtime/detectors/shared.py",
+                 "edge_sdk/daemon/handlers.py"), ("tests/daemon/test_ab.py", "tests/runtime/test_arms_detector.py")),
     "video-out": Group(("edge_sdk/output/video.py", "edge_sdk/output/gst_child.py"), ("tests/output/test_video_output.py",)),
     "bundle-fetch": Group(("edge_sdk/bundle_archive.py", "edge_sdk/daemon/fetch.py", "edge_sdk/daemon/handlers.py"),
                           ("tests/test_bundle_archive.py", "tests/daemon/test_fetch.py")),
@@ -242,6 +244,7 @@ DSTR, SVC, REP = "edge_sdk/daemon/streams.py", "edge_sdk/daemon/service.py", "ed
 EXPO = "edge_sdk/telemetry/exposition.py"
 SHD, PROMO, RMOD = "edge_sdk/daemon/shadow.py", "edge_sdk/daemon/promotion.py", "edge_sdk/daemon/model.py"
 SHR, RUN = "edge_sdk/runtime/detectors/shared.py", "edge_sdk/daemon/model.py"
+ABC = "edge_sdk/daemon/ab.py"
 TRK, ASG, KF = "edge_sdk/tracking/tracker.py", "edge_sdk/tracking/assignment.py", "edge_sdk/tracking/kalman.py"
 API, DETS, ZC = "edge_sdk/api.py", "edge_sdk/detections.py", "apps/zone_counter/zone_counter.py"
 VOUT, GSTC = "edge_sdk/output/video.py", "edge_sdk/output/gst_child.py"
@@ -476,6 +479,25 @@ MUTANTS: List[Mutant] = [
     M("SH7", "shadow", HND, '        d.shadow.check_idle("reload")\n', "", "a reload swaps the live model under a running shadow"),
     M("SH8", "shadow", RMOD, "            old, self.kept = None, old\n", "            self.kept = old\n",
       "the kept model is also retired (closed) while a rollback may need it"),
+    # --- A/B tests: arm B's streams on a candidate beside the live model, per-arm figures -----------
+    M("AB1", "ab", ABC, "fps=_r((len(samples) - streams) / span / streams) if span > 0 else None",
+      "fps=_r((len(samples) - streams) / span) if span > 0 else None",
+      "an arm's fps is its streams' sum: an arm of more streams looks faster"),
+    M("AB2", "ab", RUN, "survivor, retired = (candidate, self.model) if promote else (self.model, candidate)",
+      "survivor, retired = (self.model, candidate) if promote else (candidate, self.model)",
+      "promote and abort swapped: promote keeps the live model"),
+    M("AB3", "ab", SHR, "                        found.info = dict(found.info, arm=arm)\n", "",
+      "results do not say which arm's model found them: no per-arm figures"),
+    M("AB4", "ab", HND, '        d.ab.check_idle("reload")\n', "", "a reload swaps the live model under a running A/B test"),
+    M("AB5", "ab", ABC, "if set(known) <= set(arm_b):", "if set(known) < set(arm_b):",
+      "arm B may take every stream: nothing left to compare with"),
+    M("AB6", "ab", RUN, '"b": (self.candidate, [self.streams[sid] for sid in self.arm_b])',
+      '"b": (model, [self.streams[sid] for sid in self.arm_b])', "arm B's streams run the live model"),
+    M("AB7", "ab", SHR, "participants.setdefault(id(shared), [shared, 0])[1] += 1",
+      "participants.setdefault(id(shared), [shared, 1])[1] = 1",
+      "each arm waits for one stream only: its calls are not gathered"),
+    M("AB8", "ab", RUN, "build_stream_detector(running.shared_of(stream), model, setup)",
+      "build_stream_detector(running.shared, model, setup)", "a stream of arm B set to another mode runs arm A's model"),
     # --- several streams each in its mode: a detector per stream, their backend calls gathered ----
     M("SM1", "stream-modes", SHR, "if self._pending and len(self._pending) >= self._active:", "if self._pending:",
       "every stream's call runs alone: nothing is gathered"),

@@ -15,6 +15,7 @@ writes that stream's last frame.
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Protocol
 
 from edge_sdk.daemon.commands import CommandRejected, Handler, UnknownStream
@@ -24,6 +25,7 @@ from edge_sdk.daemon.snapshots import write_snapshot
 from edge_sdk.runtime.detectors.base import THRESHOLDS
 
 if TYPE_CHECKING:
+    from edge_sdk.daemon.ab import ABControl
     from edge_sdk.daemon.commands import CommandProcessor
     from edge_sdk.daemon.config import DaemonConfig
     from edge_sdk.daemon.fetch import BundleFetcher
@@ -48,6 +50,7 @@ class RunningDaemon(Protocol):
     fetcher: BundleFetcher
     rollout: Optional[Dict[str, str]]
     shadow: ShadowControl
+    ab: ABControl
     commands: CommandProcessor
     frames: int
     started_ms: int
@@ -138,14 +141,29 @@ class CommandHandlers:
 
     def reload(self, args: Dict[str, Any]) -> Dict[str, Any]:
         """Load a bundle to swap in, or with `shadow` to run beside the live model (one source,
-        room in memory: edge_sdk.daemon.promotion); refused while a shadow runs or a promotion
-        is watched. With `url` and `sha256` the worker first downloads, verifies and unpacks the
-        bundle as NAME (edge_sdk.daemon.fetch), then loads it the same way. `role` (a rollout's
-        canary, wave k...) shows in the status as `rollout` until a reload without one."""
+        room in memory: edge_sdk.daemon.promotion), or with `ab` to run on arm B's streams
+        (several sources: edge_sdk.daemon.ab); refused while a shadow or an A/B test runs or a
+        promotion is watched. With `url` and `sha256` the worker first downloads, verifies and
+        unpacks the bundle as NAME (edge_sdk.daemon.fetch), then loads it the same way. `role` (a
+        rollout's canary, wave k...) shows in the status as `rollout` until a reload without one."""
         d = self.daemon
         current = d.commands.current or {}
         d.shadow.check_idle("reload")
-        name, shadow = args["bundle"], bool(args.get("shadow"))
+        d.ab.check_idle("reload")
+        name, shadow, ab = args["bundle"], bool(args.get("shadow")), args.get("ab")
+        if shadow and ab is not None:
+            raise CommandRejected("reload takes shadow or ab, not both: a shadow compares on one source, an A/B "
+                                  "test splits several")
+        if ab is not None:
+            d.ab.check_streams(ab["b"])
+        beside = shadow or ab is not None  # loaded beside the live model
+
+        def check_fits(where: Path) -> None:
+            if ab is not None:
+                d.ab.check_fits(where)
+            elif shadow:
+                d.shadow.check_fits(name, where)
+
         if "url" in args:
             check_url(args["url"])
             path = d.fetcher.target(name)
@@ -154,27 +172,39 @@ class CommandHandlers:
 
             def prepare() -> None:  # the reload worker
                 d.fetcher.fetch(args["url"], args["sha256"], name)
-                if shadow:
-                    d.shadow.check_fits(name, path)
+                check_fits(path)
 
-            d.reloader.load(path, args.get("precision"), tag=current.get("id"), shadow=shadow, prepare=prepare)
+            d.reloader.load(path, args.get("precision"), tag=current.get("id"), shadow=beside, prepare=prepare)
         else:
-            if shadow:
+            if beside:
                 if d.reloader.models_dir is None:
                     raise CommandRejected("reload needs a model folder: set models_dir in the device config")
-                d.shadow.check_fits(name, resolve_in(d.reloader.models_dir, name))
-            path = d.reloader.request(name, args.get("precision"), tag=current.get("id"), shadow=shadow)
+                check_fits(resolve_in(d.reloader.models_dir, name))
+            path = d.reloader.request(name, args.get("precision"), tag=current.get("id"), shadow=beside)
+        d.ab.pending = list(ab["b"]) if ab is not None else None  # the loaded candidate serves arm B
         rollout = {"role": args["role"], "bundle": name} if "role" in args else None
         if rollout != d.rollout:
             d.rollout = rollout
             d.publisher.set_status(d.status())
-        return dict({"loading": str(path)}, **({"shadow": True} if shadow else {}),
-                    **({"url": args["url"]} if "url" in args else {}))
+        answer: Dict[str, Any] = {"loading": str(path)}
+        if shadow:
+            answer["shadow"] = True
+        if ab is not None:
+            answer["ab"] = {"b": list(ab["b"])}
+        if "url" in args:
+            answer["url"] = args["url"]
+        return answer
 
     def promote(self, args: Dict[str, Any]) -> Dict[str, Any]:
-        """The shadow candidate becomes the live model; the previous one is kept for the watch."""
+        """The shadow candidate becomes the live model; the previous one is kept for the watch.
+        In an A/B test, arm B's model runs every stream."""
+        if self.daemon.ab.active:
+            return self.daemon.ab.promote()
         return self.daemon.shadow.promote()
 
     def abort(self, args: Dict[str, Any]) -> Dict[str, Any]:
-        """The shadow candidate is dropped; during the watch after a promotion, roll back now."""
+        """The shadow candidate is dropped; during the watch after a promotion, roll back now.
+        In an A/B test, arm B's streams go back to the live model."""
+        if self.daemon.ab.active:
+            return self.daemon.ab.abort()
         return self.daemon.shadow.abort()

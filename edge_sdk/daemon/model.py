@@ -13,6 +13,8 @@ the detector built from them.
     running.retire_unused()                       # every frame: close replaced models once unused
     running.swap(candidate, keep=True)            # promotion: the replaced model stays loaded (`kept`)
     running.swap(running.take_kept())             # rollback to it; or running.release_kept() to retire it
+    running.split(candidate, ["door"])            # A/B: door on the candidate (arm B), the rest on the model (A)
+    running.end_split(promote=True)               # every stream on the candidate (A's model retired); False: on A's
     running.describe()                            # status, telemetry's model block, responses
     running.close()                               # after the pipeline stopped
 
@@ -36,6 +38,11 @@ every stream's, and the top-level mode and thresholds). One StreamsDetector
 (edge_sdk.runtime.detectors.shared) serves them over the one model, its batches fitted to what
 the bundle takes; a stream's change replaces that stream's detector at the next batch (the
 others keep their state), a reload builds every stream's afresh over the new model.
+
+An A/B test (`split`) runs a candidate model beside the live one: the streams of arm B on the
+candidate, those of arm A on the live model, each model batching its own streams
+(make_arms_detector), from the next batch on. Mode and threshold changes keep the arms; a
+reload is refused until `end_split` puts every stream on one model again, at a batch boundary.
 """
 from __future__ import annotations
 
@@ -48,7 +55,8 @@ from edge_sdk.errors import ConfigError
 from edge_sdk.runtime.config import BatchingConfig, PipelineConfig, StreamConfig
 from edge_sdk.runtime.detectors.base import THRESHOLDS, Detector, check_threshold
 from edge_sdk.runtime.detectors.factory import make_detector
-from edge_sdk.runtime.detectors.shared import StreamSetup, build_stream_detector, make_stream_detector
+from edge_sdk.runtime.detectors.shared import (StreamSetup, build_stream_detector, make_arms_detector,
+                                               make_stream_detector)
 from edge_sdk.runtime.model import Model, load_model
 from edge_sdk.runtime.streams import fitted_policy
 
@@ -84,6 +92,8 @@ class RunningModel:
         self.retiring_detectors: List[Detector] = []  # replaced detectors (a GPU one holds buffers): closed first
         self._retirers: List[threading.Thread] = []
         self.kept: Optional[Model] = None  # replaced by a promotion, kept loaded for a rollback
+        self.candidate: Optional[Model] = None  # an A/B test's arm B model, beside `model` (arm A)
+        self.arm_b: List[str] = []  # the streams the candidate serves
 
     # -- loading -------------------------------------------------------------------------------
     def _load(self, bundle: Union[str, Path], precision: Optional[str] = None) -> Model:
@@ -116,6 +126,12 @@ class RunningModel:
         if self.streams is None:
             return make_detector(mode, model, self.roi, thresholds)
         assert self.batching is not None
+        if self.candidate is not None:
+            arms = {"a": (model, [s for sid, s in self.streams.items() if sid not in self.arm_b]),
+                    "b": (self.candidate, [self.streams[sid] for sid in self.arm_b])}
+            sizes = {arm: fitted_policy(self.batching, m, len(setups))[0].max_batch_size
+                     for arm, (m, setups) in arms.items()}
+            return make_arms_detector(arms, sizes)  # type: ignore[return-value]
         policy, _ = fitted_policy(self.batching, model, len(self.streams))
         return make_stream_detector(model, list(self.streams.values()), policy.max_batch_size)  # type: ignore[return-value]
 
@@ -169,6 +185,8 @@ class RunningModel:
         detector keep running, and the error is raised, whatever its type. With `keep`, the
         replaced model stays loaded as `kept` (one at a time: a model kept before is retired)."""
         try:
+            if self.candidate is not None:
+                raise ConfigError("an A/B test runs: promote or abort it before a reload")
             detector = self._build(self.mode, new, self.overrides)
             done = self._install(detector)
         except BaseException:
@@ -183,6 +201,55 @@ class RunningModel:
             old, self.kept = None, old
         if old is not None:
             self.retiring.append(old)
+        return done
+
+    def split(self, candidate: Model, arm_b: Sequence[str]) -> threading.Event:
+        """A/B test (several streams): the streams `arm_b` run on `candidate` from the next batch
+        on, the others stay on the running model; the Event is set once the pipeline runs both.
+        ConfigError for streams this daemon does not run, or none left on the running model;
+        when no detector can be built, `candidate` is closed and the error raised, nothing changed."""
+        try:
+            if self.streams is None:
+                raise ConfigError("an A/B test needs several [[sources]]: one stream cannot be split")
+            if self.candidate is not None:
+                raise ConfigError("an A/B test runs already: promote or abort it first")
+            unknown = [sid for sid in arm_b if sid not in self.streams]
+            if unknown:
+                raise ConfigError(f"unknown streams {unknown}; the streams are {', '.join(self.streams)}")
+            if not arm_b or set(arm_b) >= set(self.streams):
+                raise ConfigError("arm B must take some streams and leave arm A at least one")
+            assert self.model is not None
+            self.candidate, self.arm_b = candidate, list(arm_b)
+            try:
+                return self._install(self._build(self.mode, self.model, self.overrides))
+            except BaseException:
+                self.candidate, self.arm_b = None, []
+                raise
+        except BaseException:
+            self.reload_failures += 1
+            candidate.close()
+            raise
+
+    def end_split(self, promote: bool) -> threading.Event:
+        """End the A/B test from the next batch on: with `promote` every stream runs the
+        candidate (the model of arm A retired), else every stream runs arm A's model (the
+        candidate retired). When no detector can be built the test runs on and the error is raised."""
+        candidate, arm_b = self.candidate, self.arm_b
+        if candidate is None:
+            raise ConfigError("no A/B test runs: nothing to promote or abort")
+        assert self.model is not None
+        survivor, retired = (candidate, self.model) if promote else (self.model, candidate)
+        self.candidate, self.arm_b = None, []
+        try:
+            done = self._install(self._build(self.mode, survivor, self.overrides))
+        except BaseException:
+            self.candidate, self.arm_b = candidate, arm_b
+            raise
+        with self._lock:
+            self.model = survivor
+        self.retiring.append(retired)
+        if promote:
+            self.reloads += 1
         return done
 
     def take_kept(self) -> Model:
@@ -259,7 +326,8 @@ class RunningModel:
             raise ConfigError(f"unknown stream {stream!r}; the streams are {', '.join(self.streams)}")
         old = self.streams[stream]
         setup = StreamSetup(stream, mode, old.roi, dict(old.thresholds, **thresholds))
-        detector = build_stream_detector(running.shared, self.model, setup)  # type: ignore[union-attr]
+        model = self.candidate if stream in self.arm_b else self.model
+        detector = build_stream_detector(running.shared_of(stream), model, setup)  # type: ignore[union-attr]
         running.replace(stream, detector)  # type: ignore[union-attr]
         self.streams[stream] = StreamSetup(stream, mode, old.roi, {k: float(v) for k, v in setup.thresholds.items()})
         in_force = detector.thresholds
@@ -348,4 +416,7 @@ class RunningModel:
         if self.kept is not None:
             models.append(self.kept)
             self.kept = None
+        if self.candidate is not None:
+            models.append(self.candidate)
+            self.candidate, self.arm_b = None, []
         self._close_all(models, detectors)

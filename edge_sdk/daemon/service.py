@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import IO, Any, Callable, Deque, Dict, List, Mapping, Optional, Tuple
 
 from edge_sdk import __version__
+from edge_sdk.daemon.ab import ABControl
 from edge_sdk.daemon.commands import MAX_PAYLOAD as MAX_COMMAND, CommandProcessor
 from edge_sdk.daemon.config import DaemonConfig, load_daemon_config
 from edge_sdk.daemon.drift import DriftMonitor, StreamTurns
@@ -128,6 +129,7 @@ class Daemon:
         self.fetcher = BundleFetcher(self.reloader.models_dir)  # reload by url: download, verify, unpack
         self.rollout: Optional[Dict[str, str]] = None  # reload's role, until a reload without one
         self.shadow = ShadowControl(self, config.shadow)  # shadow runs, promotion, rollback (one source)
+        self.ab = ABControl(self, config.shadow)  # A/B tests (several sources)
         system = None
         if config.telemetry.system:
             from edge_sdk.telemetry.system import SystemStats
@@ -223,6 +225,7 @@ class Daemon:
             "shadow": self.shadow.describe(),
             "rollout": self.rollout,
             "download": self.fetcher.progress,
+            "ab": self.ab.describe(),
             "mode": model["mode"],
             "thresholds": model["thresholds"],
             "source": self.config.pipeline.source.uri or None,
@@ -467,12 +470,14 @@ class Daemon:
 
     def _loop(self) -> str:
         reporter, reloader, inbox, model, heartbeat = self.reporter, self.reloader, self._inbox, self.model, self.heartbeat
-        shadow, output = self.shadow, self.output
+        shadow, ab, output = self.shadow, self.ab, self.output
         shown = self.config.output.shown(self.config.pipeline.stream_ids())
         for result in self.pipeline:
             reporter.observe(result)
             if shadow.active:
                 shadow.observe(result)  # the shadow's frames, the watch after a promotion
+            if ab.active:
+                ab.observe(result)  # each arm's figures
             if output is not None and result.stream == shown:
                 output.write(result)  # never waits: a full queue drops its oldest frame
             self._last_result = self._last_of[result.stream] = result
@@ -483,8 +488,9 @@ class Daemon:
             if inbox:
                 self._drain_commands()
             new = reloader.poll()
-            if new is not None and reloader.shadow:
-                shadow.start(new, str(new.bundle.root) if new.bundle is not None else "a bundle", reloader.take_tag())
+            if new is not None and reloader.shadow:  # a candidate beside the live model: a shadow's or arm B's
+                (shadow.start if ab.pending is None else ab.start)(
+                    new, str(new.bundle.root) if new.bundle is not None else "a bundle", reloader.take_tag())
             elif new is not None:
                 self._swap_in(new)
             if self.fetcher.changed:  # a download's progress, at most once a second

@@ -100,9 +100,10 @@ def free_memory_bytes() -> Optional[int]:
     return None
 
 
-def fit_problem(path: Path, margin_mb: float, free: Optional[int] = None) -> Optional[str]:
+def fit_problem(path: Path, margin_mb: float, free: Optional[int] = None, use: str = "shadow") -> Optional[str]:
     """Why a candidate at `path` cannot load beside the live model, with the figures; None when
-    it fits (or free memory cannot be read)."""
+    it fits (or free memory cannot be read). `use`: the reload's argument that asked for it
+    (shadow, ab)."""
     free = free_memory_bytes() if free is None else free
     if free is None:
         return None
@@ -110,9 +111,9 @@ def fit_problem(path: Path, margin_mb: float, free: Optional[int] = None) -> Opt
     if size + margin_mb * 1024 * 1024 <= free:
         return None
     mb = 1024 * 1024
-    return (f"the shadow of {Path(path).name} does not fit beside the live model: its files take {size / mb:.1f} MB "
-            f"plus the {margin_mb:g} MB margin ([shadow] memory_margin_mb), and {free / mb:.1f} MB are free "
-            "(MemAvailable); free memory, lower the margin, or reload it without shadow")
+    return (f"the {use} candidate {Path(path).name} does not fit beside the live model: its files take "
+            f"{size / mb:.1f} MB plus the {margin_mb:g} MB margin ([shadow] memory_margin_mb), and {free / mb:.1f} MB "
+            f"are free (MemAvailable); free memory, lower the margin, or reload it without {use}")
 
 
 Pair = Tuple[Detections, Detections, float, float]  # live, shadow detections; live, shadow ms

@@ -21,6 +21,7 @@ TOPICS = {
     "cmd": "edge-sdk/cmd/1",
     "cmd/response": "edge-sdk/cmd-response/1",
     "shadow": "edge-sdk/shadow/1",
+    "ab": "edge-sdk/ab/1",
 }
 _FILES = {
     "edge-sdk/status/1": "status.json",
@@ -30,6 +31,7 @@ _FILES = {
     "edge-sdk/cmd/1": "cmd.json",
     "edge-sdk/cmd-response/1": "cmd_response.json",
     "edge-sdk/shadow/1": "shadow.json",
+    "edge-sdk/ab/1": "ab.json",
 }
 TOPIC_ROOT = "edge-sdk"
 
@@ -45,6 +47,7 @@ MAX_BYTES = {
     "detections": 384 * 1024,
     "cmd/response": 64 * 1024,
     "shadow": 16 * 1024,
+    "ab": 16 * 1024,
 }
 
 _cache: Dict[str, Any] = {}

@@ -18,13 +18,17 @@ many rows, one after another when it is 1: `describe()` says so). So the coarse 
 streams go together, then their crops, and no call waits for a stream that has nothing to
 submit: the waiting for slow or stalled sources is the dynamic batcher's (its queue delay),
 never the model's.
+
+Two models side by side (an A/B test: `make_arms_detector`): each arm's streams are served by
+that arm's model through its own SharedBackend, each batching its own streams' calls; every
+FrameDetections says in `info["arm"]` which arm's model found it.
 """
 from __future__ import annotations
 
 import threading
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -205,10 +209,15 @@ class StreamsDetector:
     the MultiStreamPipeline calls (`detect_batch`, `prepared_spec`, `stage`) and what the daemon
     changes per stream (`set_thresholds`, `replace`), applied at the next batch boundary."""
 
-    def __init__(self, shared: SharedBackend, detectors: Mapping[str, Detector]) -> None:
+    def __init__(self, shared: SharedBackend, detectors: Mapping[str, Detector],
+                 arms: Optional[Mapping[str, str]] = None, backends: Optional[Mapping[str, SharedBackend]] = None) -> None:
+        """`arms` (an A/B test): each stream's arm, and `backends` each arm's SharedBackend
+        (`shared`: the first arm's); without them every stream is served by `shared`."""
         if not detectors:
             raise ConfigError("no streams: give at least one stream's detector")
         self.shared = shared
+        self.arms: Dict[str, str] = dict(arms or {})
+        self.backends: Dict[str, SharedBackend] = dict(backends or {})
         self.backend = shared.backend
         self.detectors: Dict[str, Detector] = dict(detectors)
         self.input_spec = shared.input_spec
@@ -245,6 +254,11 @@ class StreamsDetector:
 
     def thresholds_of(self) -> Dict[str, Dict[str, float]]:
         return {sid: dict(d.thresholds) for sid, d in self.detectors.items()}
+
+    def shared_of(self, stream: str) -> SharedBackend:
+        """The SharedBackend that serves `stream` (its arm's in an A/B test)."""
+        arm = self.arms.get(stream)
+        return self.backends[arm] if arm is not None else self.shared
 
     def _targets(self, stream: Optional[str]) -> List[str]:
         if stream is None:
@@ -295,18 +309,26 @@ class StreamsDetector:
                                   f"{', '.join(self.detectors)}")
             groups.setdefault(frame.stream_id, []).append(i)
         results: List[Optional[FrameDetections]] = [None] * len(frames)
-        self.shared.begin(len(groups))
+        participants: Dict[int, List[Any]] = {}  # each SharedBackend serving the batch: its streams in it
+        for sid in groups:
+            shared = self.shared_of(sid)
+            participants.setdefault(id(shared), [shared, 0])[1] += 1
+        for shared, count in participants.values():
+            shared.begin(count)
 
         def run(sid: str, rows: List[int]) -> None:
-            detector = self.detectors[sid]
+            detector, arm = self.detectors[sid], self.arms.get(sid)
             try:
                 for i in rows:
-                    results[i] = detector.detect(frames[i])
+                    found = detector.detect(frames[i])
+                    if arm is not None:
+                        found.info = dict(found.info, arm=arm)
+                    results[i] = found
             except BaseException:
                 self._failed = detector.stage
                 raise
             finally:
-                self.shared.leave()
+                self.shared_of(sid).leave()
 
         if len(groups) == 1:
             run(*next(iter(groups.items())))
@@ -318,8 +340,11 @@ class StreamsDetector:
         return results  # type: ignore[return-value]
 
     def describe(self) -> Dict[str, Any]:
-        return {"mode": self.mode, "preprocess": "cpu", "thresholds": self.thresholds, "batch": self.shared.describe(),
-                "streams": {sid: {"mode": d.mode, "thresholds": dict(d.thresholds)} for sid, d in self.detectors.items()}}
+        out = {"mode": self.mode, "preprocess": "cpu", "thresholds": self.thresholds, "batch": self.shared.describe(),
+               "streams": {sid: {"mode": d.mode, "thresholds": dict(d.thresholds)} for sid, d in self.detectors.items()}}
+        if self.arms:
+            out["arms"] = {arm: sorted(sid for sid, a in self.arms.items() if a == arm) for arm in self.backends}
+        return out
 
     def close(self) -> None:
         self._pool.shutdown(wait=True)
@@ -336,3 +361,23 @@ def make_stream_detector(model: Any, streams: Sequence[StreamSetup], max_batch_s
         raise ConfigError(f"duplicate stream ids {duplicates}: give every stream its own id")
     shared = SharedBackend(model.backend, model.input_spec, max_batch_size)
     return StreamsDetector(shared, {s.id: build_stream_detector(shared, model, s) for s in streams})
+
+
+def make_arms_detector(arms: Mapping[str, Tuple[Any, Sequence[StreamSetup]]],
+                       max_batch_size: Mapping[str, int]) -> StreamsDetector:
+    """The StreamsDetector of an A/B test: `arms` maps each arm ("a", "b") to its loaded Model
+    and the setups of the streams it serves, each arm batching its own streams' calls into
+    batches of up to `max_batch_size[arm]` rows. Every stream in exactly one arm."""
+    ids = [s.id for _, setups in arms.values() for s in setups]
+    duplicates = sorted({sid for sid in ids if ids.count(sid) > 1})
+    if duplicates:
+        raise ConfigError(f"streams {duplicates} are in more than one arm: put each stream in one")
+    empty = sorted(arm for arm, (_, setups) in arms.items() if not setups)
+    if empty:
+        raise ConfigError(f"arm {', '.join(empty)} serves no stream: give every arm at least one")
+    backends = {arm: SharedBackend(model.backend, model.input_spec, max_batch_size[arm])
+                for arm, (model, _) in arms.items()}
+    detectors = {s.id: build_stream_detector(backends[arm], model, s)
+                 for arm, (model, setups) in arms.items() for s in setups}
+    of = {s.id: arm for arm, (_, setups) in arms.items() for s in setups}
+    return StreamsDetector(next(iter(backends.values())), detectors, arms=of, backends=backends)
