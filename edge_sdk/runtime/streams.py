@@ -391,13 +391,16 @@ class MultiStreamPipeline:
                 self._take_pending()
                 held = [(streams[r.stream_id], r.item[0], r.item[1]) for r in batch]
                 try:
+                    if self.tracking is not None:  # for a detector that follows it (mode roi): one tracker per stream
+                        for stream, _, slot in held:
+                            slot.view.tracker = self.tracking.tracker(stream.id)
                     found = self.detector.detect_batch([slot.view for _, _, slot in held])
                     for (stream, _, slot), result, waited in zip(held, found, batch.queue_delays_ms()):
                         detections, latency = result.detections, dict(result.latency, queue=waited)
                         if self.tracking is not None:  # in each stream's frame order: the batch thread's
                             t_track = clock()
                             detections = self.tracking.apply(stream.id, detections)
-                            latency[TRACK] = (clock() - t_track) * 1000.0
+                            latency[TRACK] = latency.get(TRACK, 0.0) + (clock() - t_track) * 1000.0
                         latency["total"] = (clock() - slot.t_capture) * 1000.0
                         info = dict(result.info, events=list(slot.events)) if slot.events else result.info
                         self._results.put(StreamResult(
@@ -407,6 +410,7 @@ class MultiStreamPipeline:
                             frame_age_ms=(formed - slot.t_capture) * 1000.0))
                 finally:
                     for stream, capture, slot in held:
+                        slot.view.tracker = None
                         stream.release(capture, slot)
         except BaseException as exc:  # the model failed: every stream stops, results() raises it
             self._fail(exc)
