@@ -66,7 +66,8 @@ class StreamResult(FrameResult):
     frame waited in the batcher); `frame_age_ms`: from capture to the moment its batch left the
     batcher (how stale the frames the model sees are). `frame` is a copy of the pixels with
     `keep_frames`, else not kept, and `captured` is not kept (the slot goes back to its ring once
-    the batch is decoded)."""
+    the batch is decoded). `tracks`, as a FrameResult's: the detections with a confirmed track
+    of the stream's tracker (empty with tracking off)."""
 
     stream: str = DEFAULT_STREAM_ID
     frame_age_ms: float = 0.0
