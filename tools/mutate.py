@@ -560,6 +560,8 @@ MUTANTS: List[Mutant] = [
       "kept = np.argsort(-scores, kind=\"stable\")[:cfg.max_tracks]", "the most confident tracks get regions, however long unseen"),
     M("RT3", "roi-strategies", "edge_sdk/roi/scheduler.py", "        det.data[TRACK_ID] = ids\n", "",
       "the stream's tracker's ids are not reported"),
+    M("RT4", "roi-strategies", "edge_sdk/roi/scheduler.py", "left = (ids < 0) & ~self.tracker.config.starts_track(det.confidence)",
+      "left = ids < -1", "what the tracker keeps no track of gets no region in the next frame"),
     M("KF1", "tracking", KF, "self.motion[:4, 4:] = np.eye(4)", "self.motion[:4, 4:] = 0.0", "no motion: the filter predicts no move"),
     M("KF2", "tracking", KF, "return np.stack([xyxy[:, 0] + w / 2, xyxy[:, 1] + h / 2, w / h, h], axis=1)",
       "return np.stack([xyxy[:, 0] + w / 2, xyxy[:, 1] + h / 2, h / w, h], axis=1)", "aspect taken as h / w"),
