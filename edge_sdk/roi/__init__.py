@@ -6,7 +6,8 @@
 - :mod:`edge_sdk.roi.strategies`: `FullFrame`, `Tiles`, `RoiScheduler` around a detector callback,
   looked up by mode in `STRATEGIES` (`register_strategy` adds one);
 - :mod:`edge_sdk.roi.scheduler`: the `roi` mode's `RoiScheduler` (coarse pass, propose, pack,
-  fine pass), with :mod:`edge_sdk.roi.motion` and :mod:`edge_sdk.roi.tracks` telling it where to look.
+  fine pass), with :mod:`edge_sdk.roi.motion` and the stream's tracker (:mod:`edge_sdk.tracking`)
+  telling it where to look.
 
 Crops and canvases are placed with :class:`edge_sdk.geometry.Placement`, and what is found in
 them is mapped back with :func:`edge_sdk.geometry.move_detections`.

@@ -15,10 +15,13 @@ DetectFn = Callable[[List[np.ndarray]], List[Detections]]
 
 @dataclass
 class StrategyResult:
-    """Detections of one frame in frame pixels, and what the strategy did (for FrameResult.info)."""
+    """Detections of one frame in frame pixels, and what the strategy did (for FrameResult.info).
+    `track_ms`: the time it took to update the stream's tracker, where the strategy did (the
+    detections then carry their track ids); None otherwise."""
 
     detections: Detections
     info: Dict[str, Any] = field(default_factory=dict)
+    track_ms: Optional[float] = None
 
 
 def model_input_size(detect: Any, input_size: Optional[Tuple[int, int]]) -> Tuple[int, int]:

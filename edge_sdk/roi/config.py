@@ -44,9 +44,8 @@ class RoiConfig:
     roi_margin: float = key(0.25, low=0, high=100)  # a region grows by this many box sizes on each side
     roi_min_size: int = key(64, low=1, high=MAX_PIXELS)  # smallest region side, in frame pixels
     fine_object_size: int = key(64, low=0, high=MAX_PIXELS)  # a known object larger than this (pixels) is examined zoomed out by powers of 2 to at most this size; one the coarse pass already sees this large gets no region. 0 = every region at full resolution
-    track_ttl: int = key(8, low=0, high=100000)  # frames a lost object keeps its region
-    track_iou: float = key(0.1, low=0, high=1)  # overlap linking a detection to a tracked object's predicted box
-    max_tracks: int = key(128, low=1, high=100000)  # objects tracked at once (most recent, then most confident, kept): bounds per-frame work
+    track_ttl: int = key(8, low=0, high=100000)  # frames a lost track keeps its region (within the [tracking] buffer)
+    max_tracks: int = key(128, low=1, high=100000)  # tracks given regions per frame (most recently seen, then most confident): bounds per-frame work
     motion: bool = True  # regions from background subtraction on a small copy
     motion_width: int = key(480, low=16, high=8192)  # width of the small copy (height follows the frame's aspect)
     motion_threshold: int = key(18, low=1, high=255)  # grey-level difference that counts as motion

@@ -9,7 +9,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 import numpy as np
 
 from edge_sdk import _imports
-from edge_sdk.detections import Detections
+from edge_sdk.detections import TRACK_ID, Detections
 from edge_sdk.errors import ConfigError
 from edge_sdk.geometry import Placement, move_detections, resize_into
 from edge_sdk.roi import geometry as geo
@@ -17,7 +17,7 @@ from edge_sdk.roi.base import DetectFn, StrategyResult, above, check_frame, clip
 from edge_sdk.roi.config import RoiConfig
 from edge_sdk.roi.merge import merge
 from edge_sdk.roi.motion import MotionDetector
-from edge_sdk.roi.tracks import Track, update_tracks
+from edge_sdk.tracking.tracker import ByteTracker
 
 ROI_SOURCES = ("track", "candidate", "zone", "motion")  # in priority order
 Group = Tuple[str, np.ndarray, np.ndarray]  # (source, regions (K, 4), zoom levels (K,))
@@ -69,8 +69,10 @@ class RoiScheduler:
        Sweep tiles are ``2**sweep_level`` model inputs a side, zoomed out to one (level 0: full
        resolution). Detections at or above `score_threshold` are results; those at or above
        `proposal_threshold` (of the coarse pass, and of a zoomed-out sweep) are candidates;
-    2. regions of interest, in priority order: tracked objects (where they were, moved on by
-       their velocity), candidates, configured zones, moving areas (background subtraction on
+    2. regions of interest, in priority order: tracked objects (where the tracker looks for
+       them in this frame: its Kalman prediction; lost ones for `track_ttl` frames; and where
+       the last frame found what the tracker keeps no track of, a score below its
+       `new_track_score`; at most `max_tracks`), candidates, configured zones, moving areas (background subtraction on
        the coarse pass's copy). A known object larger than `fine_object_size` is examined zoomed
        out by a power of two, to at most that size; one the coarse pass already sees that large
        needs no region at all;
@@ -81,15 +83,22 @@ class RoiScheduler:
        counted in the report);
     4. fine pass: the packed canvases in one batch; each detection goes back to frame pixels
        through the placement of the region it lies in;
-    5. all detections go back to frame pixels and are merged; tracks are updated from them;
+    5. all detections go back to frame pixels and are merged; the tracker is updated with them;
        what the fine pass (and a full-resolution sweep) examined is taken into the motion
        background, so motion already looked at asks for no more regions.
+
+    The tracker is the stream's (:class:`edge_sdk.tracking.tracker.ByteTracker`, passed per
+    frame: ``scheduler(frame, tracker=...)``), whose track ids the result then carries
+    (``data["track_id"]``, :attr:`StrategyResult.track_ms` its time), so that the regions and
+    the ids come from one notion of a track. Without one the scheduler follows a tracker of
+    its own (default [tracking] settings) and reports no ids.
 
     The report in :attr:`StrategyResult.info` lists the regions examined, their zoom scales and
     sources, the sweep tiles and the budget used.
     """
 
     mode = "roi"
+    follows_tracks = True  # called with tracker= (make_strategy's protocol)
 
     def __init__(
         self,
@@ -124,9 +133,13 @@ class RoiScheduler:
 
     # -- state ----------------------------------------------------------------------------------
     def reset(self) -> None:
-        """Forget tracks, motion history, sweep position and timing (a new clip or camera)."""
+        """Forget its own tracks, motion history, sweep position and timing (a new clip or
+        camera); a stream's tracker is its owner's to reset."""
         self.frame_index = 0
-        self._tracks: List[Track] = []
+        self._own = ByteTracker()
+        self.tracker = self._own  # the tracker followed in the last frame
+        self._followed = 0  # tracks that asked for regions in the last frame
+        self._untracked = (np.zeros((0, 4), np.float32), np.zeros(0, np.float32))  # the last frame's, that no track took
         self._cursor = 0
         self._grid_key: Optional[Tuple[int, int]] = None
         self._grid = np.zeros((0, 4), np.int32)
@@ -154,19 +167,30 @@ class RoiScheduler:
         return self._grid
 
     # -- one frame ------------------------------------------------------------------------------
-    def __call__(self, frame: np.ndarray) -> StrategyResult:
+    def __call__(self, frame: np.ndarray, tracker: Optional[ByteTracker] = None) -> StrategyResult:
+        """The frame's detections; `tracker`: the stream's, followed and updated, its ids in the
+        result (None: the scheduler's own, no ids)."""
         w, h = check_frame(frame)
         cfg = self.config
         grid = self.grid(w, h)  # a new frame size starts over (frame index 0)
+        self.tracker = tracker if tracker is not None else self._own
         index = self.frame_index
         coarse = self.coarse_pass(frame, grid)
-        proposal = self.propose(coarse, w, h, index)
+        proposal = self.propose(coarse, w, h)
         packing = self.pack(proposal, len(coarse.sweep))
         fine, fine_ms = self.fine_pass(frame, coarse, packing)
         det = merge(Detections.merge(coarse.results + fine), cfg.merge_method, cfg.merge_metric, cfg.merge_threshold)
         det = clip_to_frame(det, w, h)
-        self._remember(det, coarse, packing, index)
-        return StrategyResult(det, self._report(coarse, proposal, packing, fine_ms))
+        t0 = self.clock()
+        ids = self.tracker.update(det)
+        track_ms = (self.clock() - t0) * 1000.0
+        left = (ids < 0) & ~self.tracker.config.starts_track(det.confidence)
+        self._untracked = (det.xyxy[left], det.confidence[left])
+        self._remember(coarse, packing, index)
+        if tracker is None:
+            return StrategyResult(det, self._report(coarse, proposal, packing, fine_ms))
+        det.data[TRACK_ID] = ids
+        return StrategyResult(det, self._report(coarse, proposal, packing, fine_ms), track_ms=track_ms)
 
     def coarse_pass(self, frame: np.ndarray, grid: np.ndarray) -> CoarsePass:
         """The frame shrunk once to the model input and the next sweep tiles of `grid`, in one
@@ -199,10 +223,10 @@ class RoiScheduler:
         candidates = above(Detections.merge([coarse] + ([] if full else swept)), cfg.proposal_threshold)
         return CoarsePass(small, enlarge, sweep, sweep_regions, full, results, candidates, detect_ms)
 
-    def propose(self, coarse: CoarsePass, w: int, h: int, index: int) -> Proposal:
+    def propose(self, coarse: CoarsePass, w: int, h: int) -> Proposal:
         """Regions of interest in priority order, merged and cut per zoom level; those a
         full-resolution sweep tile examines already are dropped."""
-        regions, levels, sources, left = self._regions(coarse, w, h, index)
+        regions, levels, sources, left = self._regions(coarse, w, h)
         regions, levels, sources = self._pieces(regions, levels, sources)
         covered = geo.covered_by(regions, coarse.sweep_regions if coarse.sweep_full else np.zeros((0, 4), np.int32))
         kept = [s for s, c in zip(sources, covered) if not c]
@@ -258,9 +282,8 @@ class RoiScheduler:
                     results.append(move_detections(part, p))
         return results, per * (k + packing.canvases)
 
-    def _remember(self, det: Detections, coarse: CoarsePass, packing: Packing, index: int) -> None:
-        """Tracks follow the frame's detections; what was examined explains the motion in it."""
-        self._update_tracks(det, index)
+    def _remember(self, coarse: CoarsePass, packing: Packing, index: int) -> None:
+        """What was examined explains the motion in the frame; the sweep moves on."""
         if self._motion is not None:
             examined = [np.array([p.src for p in packing.placements], np.float64).reshape(-1, 4)]
             if coarse.sweep_full:
@@ -285,7 +308,7 @@ class RoiScheduler:
             "sweep_tiles": [int(i) for i in coarse.sweep],
             "sweep_bound": self.sweep_bound,
             "candidates": int(len(coarse.candidates)),
-            "tracks": len(self._tracks),
+            "tracks": self._followed,
             "images": 1 + k + packing.canvases,
             "fine_pixels": int(fine_pixels),
             "budget_pixels": int(cfg.max_fine_pixels),
@@ -342,10 +365,10 @@ class RoiScheduler:
         regions = geo.expand_boxes(boxes, w, h, margin=cfg.roi_margin, min_size=(cfg.roi_min_size, cfg.roi_min_size))
         return regions, geo.scale_levels(size, cfg.fine_object_size), settled
 
-    def _regions(self, coarse: CoarsePass, w: int, h: int, index: int) -> Tuple[np.ndarray, np.ndarray, List[str], int]:
+    def _regions(self, coarse: CoarsePass, w: int, h: int) -> Tuple[np.ndarray, np.ndarray, List[str], int]:
         """Regions (K, 4), their zoom levels (K,) and sources, in priority order, and how many
         tracks and candidates were left to the coarse pass."""
-        groups, left = self._known(coarse, w, h, index)
+        groups, left = self._known(coarse, w, h)
         groups += self._zones(w, h)
         if self._motion is not None:
             groups += self._moving(coarse, [g for _, g, _ in groups if len(g)], w, h)
@@ -357,16 +380,16 @@ class RoiScheduler:
         sources = [name for name, g, _ in groups for _ in range(len(g))]
         return regions, levels, sources, left
 
-    def _known(self, coarse: CoarsePass, w: int, h: int, index: int) -> Tuple[List[Group], int]:
-        """Regions around tracked objects (moved on by their velocity) and candidates, and how
-        many of them the coarse pass sees large enough already."""
+    def _known(self, coarse: CoarsePass, w: int, h: int) -> Tuple[List[Group], int]:
+        """Regions around tracked objects (where the tracker expects them) and candidates, and
+        how many of them the coarse pass sees large enough already."""
         coarse_scale = 1.0 / max(coarse.enlarge.scale_x, coarse.enlarge.scale_y)
         candidates = coarse.candidates
         groups: List[Group] = []
         left = 0
-        if self._tracks:
-            order = sorted(self._tracks, key=lambda t: -t.score)
-            boxes = np.array([t.predict(index) for t in order], np.float32)
+        boxes = self._followed_boxes()
+        self._followed = len(boxes)
+        if len(boxes):
             regions, levels, settled = self._objects(boxes, coarse_scale, w, h)
             groups.append(("track", regions, levels))
             left += settled
@@ -439,6 +462,17 @@ class RoiScheduler:
             [sources[i] for i, _, _ in pieces],
         )
 
-    def _update_tracks(self, det: Detections, index: int) -> None:
+    def _followed_boxes(self) -> np.ndarray:
+        """The boxes to look for, most confident first: the tracker's predictions of its tracks
+        unseen for at most `track_ttl` frames and the last frame's detections it keeps no
+        track of, at most `max_tracks` of them (the most recently seen, then the most confident)."""
         cfg = self.config
-        self._tracks = update_tracks(self._tracks, det, index, cfg.track_iou, cfg.track_ttl, cfg.max_tracks)
+        boxes, scores, unseen, _ = self.tracker.predicted()
+        recent = unseen <= cfg.track_ttl
+        untracked, untracked_scores = self._untracked
+        boxes = np.concatenate([boxes[recent], untracked])
+        scores = np.concatenate([scores[recent], untracked_scores])
+        unseen = np.concatenate([unseen[recent], np.zeros(len(untracked), np.int64)])
+        kept = np.lexsort((-scores, unseen))[:cfg.max_tracks]  # by frames unseen, then score
+        kept = kept[np.argsort(-scores[kept], kind="stable")]
+        return boxes[kept]

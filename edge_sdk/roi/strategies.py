@@ -11,7 +11,7 @@ JSON-ready report of what the strategy did, meant for ``FrameResult.info``.
 - :class:`RoiScheduler`: a coarse pass on the shrunk frame and a few tiles of a sweep that
   visits the whole frame within a bounded number of frames, then a fine pass at full
   resolution only where something is or may be: around candidates of the first two, around
-  tracked objects carried forward with their motion, around moving pixels, in configured zones.
+  tracked objects where the stream's tracker expects them, around moving pixels, in configured zones.
   Large objects are examined zoomed out; fine-pass regions are packed into few model inputs
   (a mosaic), under a per-frame budget.
 """
@@ -39,6 +39,7 @@ class FullFrame:
     """One pass on the whole frame, shrunk to the model input (the classic pipeline)."""
 
     mode = "full"
+    follows_tracks = False
 
     def __init__(self, detect: DetectFn, config: Optional[RoiConfig] = None, input_size: Optional[Tuple[int, int]] = None) -> None:
         """`input_size` is not needed: the detector shrinks the whole frame to its input itself."""
@@ -64,6 +65,7 @@ class Tiles:
     """
 
     mode = "tiles"
+    follows_tracks = False
 
     def __init__(self, detect: DetectFn, input_size: Optional[Tuple[int, int]] = None, config: Optional[RoiConfig] = None) -> None:
         self.detect = detect
@@ -104,7 +106,10 @@ STRATEGIES: Dict[str, Type[Any]] = {"full": FullFrame, "tiles": Tiles, "roi": Ro
 def register_strategy(name: str, cls: Type[Any]) -> None:
     """Make `cls` the strategy of mode `name` for :func:`make_strategy`: a callable
     ``strategy(frame) -> StrategyResult`` with ``reset()``, constructed as
-    ``cls(detect, input_size=..., config=...)``. A name taken by another class is refused."""
+    ``cls(detect, input_size=..., config=...)``. One whose class says ``follows_tracks = True``
+    is called ``strategy(frame, tracker=...)`` with the stream's ByteTracker (or None), updates
+    it itself and returns the detections with their track ids (as RoiScheduler does). A name
+    taken by another class is refused."""
     if STRATEGIES.get(name, cls) is not cls:
         raise ConfigError(f"strategy {name!r} is registered already ({STRATEGIES[name].__name__}); pick another name")
     STRATEGIES[name] = cls

@@ -244,6 +244,14 @@ def _check_sources_table(data: Mapping[str, Any], origin: str) -> None:
         if isinstance(roi, Mapping) and "score_threshold" in roi:
             raise ConfigError(f"{origin}: sources[{i}].roi.score_threshold is not a key: the output threshold is one "
                               "value for every stream; set the top-level score_threshold instead")
+        _check_roi_tracks(roi, f"sources[{i}].roi", origin)
+
+
+def _check_roi_tracks(roi: Any, path: str, origin: str) -> None:
+    """roi.track_iou, the link of the ROI scheduler's own tracks, is gone with them: advice."""
+    if isinstance(roi, Mapping) and "track_iou" in roi:
+        raise ConfigError(f"{origin}: {path}.track_iou is not a key any more: the roi scheduler follows the [tracking] "
+                          "tracker's tracks; set tracking.match_cost (the largest 1 - IoU x score of a match) instead")
 
 
 def config_from_dict(data: Mapping[str, Any], origin: str = "config") -> PipelineConfig:
@@ -256,6 +264,7 @@ def config_from_dict(data: Mapping[str, Any], origin: str = "config") -> Pipelin
             f"{origin}: roi.score_threshold is not a key any more: the output threshold is one value for every "
             "mode; set the top-level score_threshold (default: the bundle decoder's) instead"
         )
+    _check_roi_tracks(roi, "roi", origin)
     _check_sources_table(data, origin)
     return from_table(PipelineConfig, data, origin).validate(origin)
 

@@ -8,9 +8,10 @@ The capture ring keeps one Frame per slot, made once and refilled with every fra
 takes (nothing is allocated per frame): `image` is the slot's buffer, `index`, `timestamp` and
 `t_capture` are written when the frame is captured. The pipeline then attaches what its stages
 made for the frame before the detector runs: the network input prepared beside capture
-(`prepared`, a :class:`~edge_sdk.runtime.detectors.base.PreparedInput`) and, for a detector that
+(`prepared`, a :class:`~edge_sdk.runtime.detectors.base.PreparedInput`), for a detector that
 preprocesses on the GPU, the device address the frame is read from (`device_ptr`, with the
-CUDA `stream` its copy was queued on). A FrameResult carries the Frame to the sinks.
+CUDA `stream` its copy was queued on), and, where [tracking] is on, the stream's tracker
+(`tracker`, for a detector that follows it: mode roi). A FrameResult carries the Frame to the sinks.
 
 Where a device holds the pixels, the Frame exposes ``__cuda_array_interface__`` (version 3), so
 CUDA libraries read it in place, as jetson-utils' cudaImage does.
@@ -44,10 +45,14 @@ class Frame:
     does. `stream_id`: the camera or stream it came from. `index`: its number in that stream.
     `timestamp`: wall-clock seconds at capture; `t_capture`: the monotonic clock then
     (time.perf_counter), from which latencies are measured. `prepared`: its network input, when
-    the pipeline prepared it ahead of the detector (None otherwise).
+    the pipeline prepared it ahead of the detector (None otherwise). `tracker`: the stream's
+    tracker (edge_sdk.tracking.tracker.ByteTracker) while the detector runs, where [tracking] is
+    on: a detector that follows tracks (mode roi) proposes from it, updates it and returns the
+    track ids; the others leave it to the pipeline (None: no tracking, or not the pipeline's).
     """
 
-    __slots__ = ("image", "device_ptr", "stream", "stream_id", "index", "timestamp", "t_capture", "prepared")
+    __slots__ = ("image", "device_ptr", "stream", "stream_id", "index", "timestamp", "t_capture", "prepared",
+                 "tracker")
 
     def __init__(self, image: Optional[np.ndarray] = None, index: int = -1, timestamp: float = 0.0,
                  t_capture: float = 0.0, stream_id: str = DEFAULT_STREAM_ID) -> None:
@@ -59,6 +64,7 @@ class Frame:
         self.timestamp = timestamp
         self.t_capture = t_capture
         self.prepared: Any = None
+        self.tracker: Any = None
 
     @property
     def shape(self) -> tuple:

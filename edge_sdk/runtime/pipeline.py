@@ -466,10 +466,14 @@ class Pipeline:
                 if stream is not None:
                     # mapped memory: its own device address; pinned: the copy, queued on the stream
                     capture.upload(slot, stream)
+                # the stream's tracker, for a detector that follows it (mode roi: one tracker per stream)
+                frame.tracker = self.tracking.tracker(frame.stream_id) if self.tracking is not None else None
                 found = detector.detect(frame)
             except BaseException:
                 self.failed_stage = detector.stage
                 raise
+            finally:
+                frame.tracker = None
             latency.update(found.latency)
             info.update(found.info)
             detections = found.detections
@@ -483,7 +487,7 @@ class Pipeline:
         if self.tracking is not None:
             t_track = clock()
             detections = self.tracking.apply(slot.view.stream_id, detections)
-            latency[TRACK] = (clock() - t_track) * 1000.0
+            latency[TRACK] = latency.get(TRACK, 0.0) + (clock() - t_track) * 1000.0  # mode roi: the detector's too
         t_done = clock()
         latency["total"] = (t_done - slot.t_capture) * 1000.0
         self.stats.frames_processed += 1

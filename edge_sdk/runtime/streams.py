@@ -66,7 +66,8 @@ class StreamResult(FrameResult):
     frame waited in the batcher); `frame_age_ms`: from capture to the moment its batch left the
     batcher (how stale the frames the model sees are). `frame` is a copy of the pixels with
     `keep_frames`, else not kept, and `captured` is not kept (the slot goes back to its ring once
-    the batch is decoded)."""
+    the batch is decoded). `tracks`, as a FrameResult's: the detections with a confirmed track
+    of the stream's tracker (empty with tracking off)."""
 
     stream: str = DEFAULT_STREAM_ID
     frame_age_ms: float = 0.0
@@ -391,13 +392,16 @@ class MultiStreamPipeline:
                 self._take_pending()
                 held = [(streams[r.stream_id], r.item[0], r.item[1]) for r in batch]
                 try:
+                    if self.tracking is not None:  # for a detector that follows it (mode roi): one tracker per stream
+                        for stream, _, slot in held:
+                            slot.view.tracker = self.tracking.tracker(stream.id)
                     found = self.detector.detect_batch([slot.view for _, _, slot in held])
                     for (stream, _, slot), result, waited in zip(held, found, batch.queue_delays_ms()):
                         detections, latency = result.detections, dict(result.latency, queue=waited)
                         if self.tracking is not None:  # in each stream's frame order: the batch thread's
                             t_track = clock()
                             detections = self.tracking.apply(stream.id, detections)
-                            latency[TRACK] = (clock() - t_track) * 1000.0
+                            latency[TRACK] = latency.get(TRACK, 0.0) + (clock() - t_track) * 1000.0
                         latency["total"] = (clock() - slot.t_capture) * 1000.0
                         info = dict(result.info, events=list(slot.events)) if slot.events else result.info
                         self._results.put(StreamResult(
@@ -407,6 +411,7 @@ class MultiStreamPipeline:
                             frame_age_ms=(formed - slot.t_capture) * 1000.0))
                 finally:
                     for stream, capture, slot in held:
+                        slot.view.tracker = None
                         stream.release(capture, slot)
         except BaseException as exc:  # the model failed: every stream stops, results() raises it
             self._fail(exc)

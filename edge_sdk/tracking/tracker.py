@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -59,6 +59,12 @@ class TrackingConfig:
             raise ConfigError(f"{origin}: tracking.low_score ({self.low_score}) is above tracking.high_score "
                               f"({self.high_score}): set it lower")
         return self
+
+    def starts_track(self, scores: np.ndarray) -> np.ndarray:
+        """Which detections of these scores start a track where no track takes them: the
+        high-score ones at or above `new_track_score`; a tracker keeps nothing of the others."""
+        scores = np.asarray(scores)
+        return (scores >= self.high_score) & (scores >= self.new_track_score)
 
     def buffer(self, fps: Optional[float] = None) -> int:
         """The lost-track buffer in frames: `buffer_s` at `fps` where both are known."""
@@ -127,7 +133,7 @@ class ByteTracker:
                 gone.add(id(track))
         self.tracks = [t for t in self.tracks if id(t) not in gone]
         for i in free_high:
-            if scores[i] < cfg.new_track_score:
+            if not cfg.starts_track(scores[i]):
                 continue
             mean, cov = self.kalman.initiate(xyxy_to_xyah(detections.xyxy[i])[0])
             track = _Track(mean, cov, float(scores[i]), int(detections.class_id[i]), self.frame)
@@ -137,17 +143,39 @@ class ByteTracker:
                 ids[i] = track.id
         return ids
 
+    def predicted(self) -> Tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Where each track is looked for in the next frame, as `update` will look for it: boxes
+        (N, 4) float32 xyxy (a confirmed track moved on by its Kalman filter, a lost one with its
+        height velocity zeroed; a tentative one where it was seen), the score each was last seen
+        with (N,) float32, the frames since then (N,) int64 (0: found in the last frame) and the
+        ids (N,) int64 (-1: tentative, seen once). Every track kept, tracked or lost within the
+        buffer, in order of creation; nothing changes."""
+        if not self.tracks:
+            return (np.zeros((0, 4), np.float32), np.zeros(0, np.float32), np.zeros(0, np.int64),
+                    np.zeros(0, np.int64))
+        mean = np.stack([t.mean for t in self.tracks])
+        moving = np.array([t.confirmed for t in self.tracks])
+        if moving.any():
+            mean[moving] = self._moved([t for t in self.tracks if t.confirmed])[0]
+        boxes = xyah_to_xyxy(mean[:, :4]).astype(np.float32)
+        scores = np.array([t.score for t in self.tracks], np.float32)
+        unseen = np.array([self.frame - t.last_frame for t in self.tracks], np.int64)
+        return boxes, scores, unseen, np.array([t.id for t in self.tracks], np.int64)
+
     # -- the steps
+    def _moved(self, tracks: List[_Track]) -> Tuple[np.ndarray, np.ndarray]:
+        """Means (N, 8) and covariances (N, 8, 8) of confirmed `tracks` one frame ahead (a lost
+        one with its height velocity zeroed); the tracks keep theirs."""
+        mean = np.stack([t.mean for t in tracks])
+        cov = np.stack([t.cov for t in tracks])
+        mean[[t.state != TRACKED for t in tracks], 7] = 0.0
+        return self.kalman.predict(mean, cov)
+
     def _predict(self) -> None:
         moving = [t for t in self.tracks if t.confirmed]
         if not moving:
             return
-        mean = np.stack([t.mean for t in moving])
-        cov = np.stack([t.cov for t in moving])
-        for k, track in enumerate(moving):
-            if track.state != TRACKED:
-                mean[k, 7] = 0.0
-        mean, cov = self.kalman.predict(mean, cov)
+        mean, cov = self._moved(moving)
         for k, track in enumerate(moving):
             track.mean, track.cov = mean[k], cov[k]
 
@@ -191,7 +219,13 @@ class StreamTrackers:
 
     `apply(stream, detections)` returns the detections with `data["track_id"]` set (a new
     Detections sharing the arrays: the one passed in may be the prediction cache's). `fps`:
-    {stream id: its rate} for `buffer_s`."""
+    {stream id: its rate} for `buffer_s`.
+
+    A detector may follow the stream's tracker itself (mode roi: the ROI scheduler proposes
+    regions from its tracks and updates it with the frame's detections, the tracker given on
+    the Frame, :attr:`edge_sdk.runtime.frame.Frame.tracker`): detections that come with their
+    track ids already were tracked by it, and `apply` passes them on as they are, so each
+    stream's one tracker moves once per frame."""
 
     def __init__(self, config: Optional[TrackingConfig] = None, fps: Optional[Dict[str, float]] = None) -> None:
         self.config = (config or TrackingConfig()).validate()
@@ -205,6 +239,8 @@ class StreamTrackers:
         return found
 
     def apply(self, stream: str, detections: Detections) -> Detections:
+        if TRACK_ID in detections.data:  # tracked by the detector, with this stream's tracker
+            return detections
         ids = self.tracker(stream).update(detections)
         return Detections(detections.xyxy, detections.confidence, detections.class_id,
                           dict(detections.data, **{TRACK_ID: ids}), dict(detections.metadata))

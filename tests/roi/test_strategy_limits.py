@@ -108,7 +108,8 @@ def test_a_model_input_size_that_is_not_positive_is_refused(size) -> None:
 
 
 def _tracked(sched: RoiScheduler, boxes, scores) -> None:
-    sched._update_tracks(Detections(np.array(boxes, np.float32), np.array(scores, np.float32), np.zeros(len(boxes))), 0)
+    """The scheduler's tracker has found `boxes` (tracks from the tracker's first frame are confirmed at once)."""
+    sched.tracker.update(Detections(np.array(boxes, np.float32), np.array(scores, np.float32), np.zeros(len(boxes))))
     sched.frame_index = 1
 
 

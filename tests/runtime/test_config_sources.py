@@ -75,6 +75,10 @@ BAD = [
     ({"sources": [{"id": "a", "uri": "x", "roi": {"sweep_tile": 2}}]}, "unknown key(s) sources[0].roi.sweep_tile"),
     ({"sources": [{"id": "a", "uri": "x", "roi": {"score_threshold": 0.3}}]},
      "sources[0].roi.score_threshold is not a key: the output threshold is one value for every stream"),
+    ({"sources": [{"id": "a", "uri": "x", "roi": {"track_iou": 0.2}}]},
+     "sources[0].roi.track_iou is not a key any more: the roi scheduler follows the [tracking] tracker's tracks; "
+     "set tracking.match_cost"),
+    ({"roi": {"track_iou": 0.2}}, "roi.track_iou is not a key any more"),
     ({"source": {"uri": "csi://0"}, "sources": [{"id": "a", "uri": "x"}]}, "both [source] and [[sources]] are set: keep one"),
     ({"sources": {"id": "a", "uri": "x"}}, "sources must be a list of tables: write [[sources]]"),
     ({"sources": _many(MAX_SOURCES + 1)}, f"at most {MAX_SOURCES} sources run in one process"),

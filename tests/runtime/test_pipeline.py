@@ -259,6 +259,25 @@ def test_track_ids_in_every_mode_are_those_of_a_tracker_on_the_modes_detections(
     assert all(lat["track"] >= 0 for _, lat in runs[True]) and max(max(ids, default=0) for ids in expected) >= 1
 
 
+def test_in_mode_roi_the_scheduler_follows_the_streams_one_tracker(tiny_bundle: Path) -> None:
+    """The ROI scheduler proposes regions from the tracker whose ids the results carry: the
+    stream's one tracker, moved once a frame (by the scheduler; the pipeline does not again)."""
+    from edge_sdk.tracking.tracker import ByteTracker
+
+    frames = [square_frame(i) for i in range(8)]
+    cfg = config(bundle=tiny_bundle, mode="roi", cache=CacheConfig(enabled=False))
+    with Pipeline(cfg, source=ListSource(frames)) as pipeline:
+        results = list(pipeline)
+        assert pipeline.tracking is not None
+        tracker = pipeline.tracking.tracker(results[0].stream)
+        assert pipeline.detector.strategy.tracker is tracker
+    assert tracker.frame == len(results) == len(frames)
+    alone = ByteTracker()  # the ids of one tracker moved once a frame by exactly these detections
+    assert [r.detections.data["track_id"].tolist() for r in results] == [alone.update(r.detections).tolist() for r in results]
+    assert max(len(r.tracks) for r in results) >= 1
+    assert all(r.latency_ms["track"] > 0 for r in results)
+
+
 class _SilentAfter(Detector):
     """One box in the first `frames` frames, none after (a detector that stops seeing anything)."""
 

@@ -118,6 +118,31 @@ def test_streams_in_roi_tiles_and_full_find_what_each_finds_alone_in_shared_call
     assert len(recording.rows) < len(alone_calls.rows) / 2
 
 
+def test_each_roi_streams_scheduler_follows_that_streams_tracker_whose_ids_its_results_carry(models):
+    """One tracker per stream, shared by its ROI scheduler and its track ids; the results of
+    several streams have `.tracks` as a single stream's do (the detections with a track id)."""
+    from edge_sdk.tracking.tracker import TrackingConfig
+
+    model, _ = models
+    seeds = {"a": 1, "b": 2, "c": 3}
+    detector = make_stream_detector(model, [StreamSetup(sid, "roi", ROI) for sid in seeds], 3)
+    got: Dict[str, List[Any]] = {}
+    with MultiStreamPipeline([(sid, uri(seed)) for sid, seed in seeds.items()], detector,
+                             BatchPolicy(3, (3,), max_queue_delay_ms=60_000), tracking=TrackingConfig()) as p:
+        for r in p.results(timeout=60):
+            got.setdefault(r.stream, []).append(r)
+        trackers = p.tracking.trackers
+    for sid in seeds:
+        assert detector.detectors[sid].strategy.tracker is trackers[sid]
+        assert trackers[sid].frame == len(got[sid]) == FRAMES
+    results = [r for rs in got.values() for r in rs]
+    assert any(len(r.tracks) for r in results)
+    for r in results:
+        ids = r.detections.data["track_id"]
+        assert r.tracks.data["track_id"].tolist() == ids[ids >= 0].tolist()
+        np.testing.assert_array_equal(r.tracks.xyxy, r.detections.xyxy[ids >= 0])
+
+
 def test_a_model_fixed_at_batch_1_runs_the_gathered_rows_one_call_each(models):
     _, single = models
     recording = Recording(single.backend)

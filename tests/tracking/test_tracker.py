@@ -178,3 +178,60 @@ def test_a_lost_track_stops_growing_while_it_is_predicted() -> None:
     for _ in range(40):
         tracker.update(Detections.empty())
     assert tracker.update(dets([box(200, 200, 96, 96)])).tolist() == [1]
+
+
+def test_predicted_is_where_an_object_moving_steadily_will_be_next() -> None:
+    """The oracle is the scene: an object moving 6 px right and 2 px down a frame; after a few
+    frames the tracker's prediction for the next frame is the object's next box."""
+    tracker = ByteTracker()
+    for f in range(12):
+        tracker.update(dets([box(100 + 6 * f, 80 + 2 * f)]))
+    boxes, scores, unseen, ids = tracker.predicted()
+    np.testing.assert_allclose(boxes, [box(100 + 6 * 12, 80 + 2 * 12)], atol=1.0)
+    assert scores.tolist() == pytest.approx([0.9]) and unseen.tolist() == [0] and ids.tolist() == [1]
+    again = tracker.predicted()  # asking changes nothing
+    np.testing.assert_array_equal(again[0], boxes)
+    assert tracker.update(dets([box(100 + 6 * 12, 80 + 2 * 12)])).tolist() == [1]
+
+
+def test_predicted_moves_a_lost_track_on_and_counts_the_frames_it_is_unseen() -> None:
+    tracker = ByteTracker(TrackingConfig(buffer_frames=10))
+    for f in range(12):
+        tracker.update(dets([box(100 + 5 * f, 80)]))
+    for k in range(1, 4):  # hidden, moving on
+        tracker.update(dets([]))
+        boxes, _, unseen, _ = tracker.predicted()
+        assert unseen.tolist() == [k] and tracker.lost_ids == [1]
+        np.testing.assert_allclose(boxes, [box(100 + 5 * (11 + k + 1), 80)], atol=1.5)
+
+
+def test_predicted_holds_a_track_seen_once_where_it_was_and_nothing_for_no_tracks() -> None:
+    tracker = ByteTracker()
+    boxes, scores, unseen, ids = tracker.predicted()
+    assert boxes.shape == (0, 4) and len(scores) == len(unseen) == len(ids) == 0
+    tracker.update(dets([]))
+    tracker.update(dets([box(50, 60)], [0.7]))  # after the first frame: tentative, no id yet
+    assert tracker.active_ids == []
+    boxes, scores, unseen, ids = tracker.predicted()
+    np.testing.assert_allclose(boxes, [box(50, 60)], atol=1e-4)
+    assert scores.tolist() == pytest.approx([0.7]) and unseen.tolist() == [0] and ids.tolist() == [-1]
+
+
+def test_detections_tracked_by_the_detector_pass_through_the_streams_trackers() -> None:
+    """Mode roi updates the stream's tracker itself: apply() must not move it a second time."""
+    trackers = StreamTrackers()
+    tracker = trackers.tracker("door")
+    found = dets([box(50, 60)])
+    found.data["track_id"] = tracker.update(found)
+    out = trackers.apply("door", found)
+    assert out is found and tracker.frame == 1
+    assert trackers.apply("door", dets([box(50, 60)])).data["track_id"].tolist() == [1] and tracker.frame == 2
+
+
+@pytest.mark.parametrize("score, starts", [(0.59, False), (0.6, True), (0.95, True)])
+def test_an_unmatched_detection_starts_a_track_at_new_track_score_or_more(score: float, starts: bool) -> None:
+    assert TrackingConfig().starts_track(np.array([score])).tolist() == [starts]
+    tracker = ByteTracker()
+    tracker.update(dets([]))
+    tracker.update(dets([box(50, 60)], [score]))
+    assert len(tracker.tracks) == int(starts)

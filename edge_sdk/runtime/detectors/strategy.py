@@ -14,7 +14,7 @@ from edge_sdk.roi.config import RoiConfig
 from edge_sdk.runtime.backends.base import Backend
 from edge_sdk.runtime.detectors.base import BatchDetector, Detector, check_threshold, clock
 from edge_sdk.runtime.frame import Frame
-from edge_sdk.runtime.types import FrameDetections
+from edge_sdk.runtime.types import TRACK, FrameDetections
 
 
 class StrategyDetector(Detector):
@@ -25,8 +25,10 @@ class StrategyDetector(Detector):
     bundle input's batch) and whether the last call is cut to size (BatchDetector's).
 
     Stage latencies: preprocess, infer and decode summed over every model input of the frame;
-    merge is the rest (region planning, packing, mapping back, merging, tracking). The
-    strategy's report goes into FrameResult.info.
+    track the update of the stream's tracker, where the strategy follows it (mode roi, with the
+    tracker the Frame carries: the detections come with their track ids); merge is the rest
+    (region planning, packing, mapping back, merging). The strategy's report goes into
+    FrameResult.info.
     """
 
     def __init__(self, mode: str, backend: Backend, decoder: Any, input_spec: InputSpec,
@@ -54,9 +56,14 @@ class StrategyDetector(Detector):
     def detect(self, frame: Frame) -> FrameDetections:
         self.batch_detector.reset_timings()
         t0 = clock()
-        result = self.strategy(frame.image)
+        if getattr(self.strategy, "follows_tracks", False):  # a registered strategy may not say
+            result = self.strategy(frame.image, tracker=frame.tracker)
+        else:
+            result = self.strategy(frame.image)
         total = (clock() - t0) * 1000.0
         latency = dict(self.batch_detector.timings)
+        if result.track_ms is not None:
+            latency[TRACK] = result.track_ms
         latency["merge"] = max(0.0, total - sum(latency.values()))
         return FrameDetections(result.detections, latency, dict(result.info))
 
