@@ -104,7 +104,7 @@ class StreamBatchDetector(DecoderDetector):
             t0 = clock()
             prepared = frame.prepared
             if prepared is not None and prepared.ready and prepared.spec == self.input_spec:
-                pre.tensor[row] = prepared.tensor[0]
+                prepared.into_row(pre, row)  # a PreparedInput or PreparedPlanes
                 transforms.append(prepared.transform)
                 ms = prepared.ms
             else:
