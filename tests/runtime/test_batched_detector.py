@@ -168,6 +168,32 @@ def test_a_single_frame_detector_takes_a_frame_prepared_as_uint8_planes(single_m
     assert len(found.detections) == 1
 
 
+def recorded_shapes(model: Model, monkeypatch) -> List[tuple]:
+    shapes: List[tuple] = []
+    infer = model.backend.infer
+    monkeypatch.setattr(model.backend, "infer", lambda feed: (shapes.append(next(iter(feed.values())).shape),
+                                                              infer(feed))[1])
+    return shapes
+
+
+def test_a_free_batch_runs_its_largest_batch_once_before_the_first(dynamic_model, single_model, monkeypatch):
+    shapes = recorded_shapes(dynamic_model, monkeypatch)
+    detector = make_batch_detector(dynamic_model, max_batch_size=3)
+    batch = frames()
+    found = detector.detect_batch(batch[1:2]) + detector.detect_batch(batch[:2])
+    spec = dynamic_model.input_spec
+    assert shapes == [(3, 3, spec.height, spec.width), (1, 3, spec.height, spec.width), (2, 3, spec.height, spec.width)]
+    assert detector.batch.inferences == 2  # the lay-out run is not a batch
+    for result, frame in zip(found, [batch[1], batch[0], batch[1]]):
+        assert_same_detections(result.detections, single_frame_oracle(single_model, frame))
+
+
+def test_a_fixed_batch_runs_no_lay_out_batch(single_model, monkeypatch):
+    shapes = recorded_shapes(single_model, monkeypatch)
+    make_batch_detector(single_model, max_batch_size=2).detect_batch(frames()[:1])
+    assert shapes == [(1, 3, single_model.input_spec.height, single_model.input_spec.width)]
+
+
 def test_a_frame_that_is_not_a_bgr_image_is_refused_by_name(dynamic_model):
     batch = frames()[:2]
     batch[1].image = batch[1].image[:, :, 0]
