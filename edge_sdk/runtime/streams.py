@@ -130,7 +130,7 @@ def limit_malloc_arenas(arenas: int) -> bool:
     feeder thread per stream and the batch thread) peaked at 358 MB, at 344 MB with two."""
     try:
         mallopt = ctypes.CDLL(None).mallopt
-    except (OSError, AttributeError):
+    except (OSError, AttributeError, TypeError):  # no C library to open by None (Windows), no mallopt
         return False
     mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
     return bool(mallopt(M_ARENA_MAX, int(arenas)))
