@@ -131,11 +131,16 @@ class Preprocessor:
     `__call__(frame)` fills `self.tensor[0]` and returns the tensor and the frame's Placement. For
     batches, `fill(frame, index)` writes one slot. The returned tensor is owned by the
     preprocessor and overwritten by the next call.
+
+    `fill` is two steps, which may run apart: `fill_planes(frame, planes)` resizes the frame
+    into (3, H, W) uint8 planes in the network's colour order (a quarter of the float32 row),
+    and `write_row(planes, index)` converts them into a row of the tensor. `batch=0` makes a
+    preprocessor with no tensor, for `fill_planes` only.
     """
 
     def __init__(self, spec: InputSpec, batch: Optional[int] = None) -> None:
         self.spec = spec
-        n = batch or spec.batch
+        n = spec.batch if batch is None else int(batch)
         self.tensor = np.zeros((n, 3, spec.height, spec.width), dtype=np.dtype(spec.dtype))
         self._canvas = np.full((spec.height, spec.width, 3), spec.pad_value, dtype=np.uint8)
         self._mean = np.asarray(spec.mean, np.float32).reshape(3, 1, 1)
@@ -146,9 +151,9 @@ class Preprocessor:
         self._cv2 = _imports.cv2()
         # HWC → CHW goes through uint8 planes: cv2.split writes the planes in place, then one
         # contiguous cast fills the tensor (about 2.5x faster than casting a transposed view).
-        self._planes = np.empty((3, spec.height, spec.width), np.uint8)
-        order = (0, 1, 2) if spec.color == "BGR" else (2, 1, 0)
-        self._plane_views = [self._planes[c] for c in order]  # frame channel k → tensor plane order[k]
+        self._planes = np.empty((3, spec.height, spec.width) if n else (3, 0, 0), np.uint8)  # fill's; none at batch 0
+        self._order = (0, 1, 2) if spec.color == "BGR" else (2, 1, 0)  # frame channel k → tensor plane order[k]
+        self._plane_views = [self._planes[c] for c in self._order]
         self._split_in_place: Optional[bool] = None
         self._area = spec.interpolation == "area"
 
@@ -162,6 +167,15 @@ class Preprocessor:
         return self._plan
 
     def fill(self, frame: np.ndarray, index: int = 0) -> Placement:
+        """`frame` into row `index` of the tensor; its Placement."""
+        placement = self.fill_planes(frame)
+        self.write_row(self._planes, index)
+        return placement
+
+    def fill_planes(self, frame: np.ndarray, planes: Optional[np.ndarray] = None) -> Placement:
+        """`frame` resized into the network input as (3, H, W) uint8 planes in the network's
+        colour order: into `planes` (the caller's, C-contiguous), else the preprocessor's own.
+        Its Placement. The resize scratch (the canvas) is the preprocessor's."""
         if not isinstance(frame, np.ndarray) or frame.ndim != 3 or frame.shape[2] != 3 or frame.dtype != np.uint8:
             shape = getattr(frame, "shape", None)
             dtype = getattr(frame, "dtype", None)
@@ -175,24 +189,29 @@ class Preprocessor:
             interp = cv2.INTER_AREA if self._area and rw < w else cv2.INTER_LINEAR
             resize_into(frame, placement, self._canvas, interp)
             src = self._canvas
+        self._to_planes(src, self._planes if planes is None else planes)
+        return placement
+
+    def write_row(self, planes: np.ndarray, index: int = 0) -> None:
+        """(3, H, W) uint8 `planes` (from `fill_planes`) into row `index` of the tensor, as the
+        network sees them: `(pixel - mean) * scale` in the tensor's type."""
         dst = self.tensor[index]
-        self._to_planes(src)
-        np.copyto(dst, self._planes, casting="unsafe")
+        np.copyto(dst, planes, casting="unsafe")
         if not self._identity:
             np.subtract(dst, self._mean, out=dst, casting="unsafe")
             np.multiply(dst, self._scale, out=dst, casting="unsafe")
-        return placement
 
-    def _to_planes(self, src: np.ndarray) -> None:
-        """HWC uint8 `src` → the (3, H, W) uint8 planes in the network's colour order."""
-        if self._split_in_place is not False and src.flags.c_contiguous:
-            planes = self._cv2.split(src, self._plane_views)
+    def _to_planes(self, src: np.ndarray, out: np.ndarray) -> None:
+        """HWC uint8 `src` → the (3, H, W) uint8 planes `out` in the network's colour order."""
+        if self._split_in_place is not False and src.flags.c_contiguous and out.flags.c_contiguous:
+            views = self._plane_views if out is self._planes else [out[c] for c in self._order]
+            planes = self._cv2.split(src, views)
             if self._split_in_place is None:
                 # An OpenCV that returns new arrays instead of writing ours is caught once.
-                self._split_in_place = all(np.shares_memory(a, b) for a, b in zip(planes, self._plane_views))
+                self._split_in_place = all(np.shares_memory(a, b) for a, b in zip(planes, views))
             if self._split_in_place:
                 return
-        np.copyto(self._planes, src.transpose(2, 0, 1) if self.spec.color == "BGR" else src[..., ::-1].transpose(2, 0, 1))
+        np.copyto(out, src.transpose(2, 0, 1) if self.spec.color == "BGR" else src[..., ::-1].transpose(2, 0, 1))
 
     def __call__(self, frame: np.ndarray) -> Tuple[np.ndarray, Placement]:
         placement = self.fill(frame, 0)

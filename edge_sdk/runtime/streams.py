@@ -14,8 +14,9 @@ under the stream's id. The batch thread takes the batches the batcher forms (Tri
 oldest first with one frame per stream per round), runs them through the detector in one backend
 call (:class:`~edge_sdk.runtime.detectors.batched.StreamBatchDetector`) and hands the results on,
 in order for each stream, before giving the frames' slots back to their rings. Each frame's
-network input is prepared on its stream's capture thread (a PreparedInput kept with the slot), so
-preprocessing runs beside inference and the batch thread only copies the rows in. At most
+network input is prepared on its stream's capture thread (resized into uint8 planes, a
+PreparedPlanes per frame buffer, with one resize scratch per stream), so preprocessing runs beside
+inference and the batch thread only converts the rows into the batch tensor. At most
 `frames_in_flight` frames of a stream (default 1) wait in the batcher or the model at once; the
 next waits in the stream's ring, where a live source keeps only the newest frame (the older ones
 are dropped and counted) and a file or synthetic source reads ahead as far as the ring allows. So
@@ -33,6 +34,7 @@ error of the model (not of a source) stops the pipeline and is raised by :meth:`
 """
 from __future__ import annotations
 
+import ctypes
 import logging
 import queue
 import threading
@@ -42,10 +44,11 @@ from dataclasses import dataclass
 from typing import Any, Callable, Deque, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 from edge_sdk.errors import ConfigError, SourceError
+from edge_sdk.preprocess import InputSpec, Preprocessor
 from edge_sdk.runtime.batcher import BatchPolicy, BatcherClosed, DynamicBatcher
 from edge_sdk.runtime.capture import Capture, FrameSlot
 from edge_sdk.runtime.config import ReconnectConfig
-from edge_sdk.runtime.detectors.base import PreparedInput
+from edge_sdk.runtime.detectors.base import PreparedPlanes
 from edge_sdk.runtime.frame import DEFAULT_STREAM_ID
 from edge_sdk.runtime.sources import Source, open_source
 from edge_sdk.runtime.types import TRACK, FrameResult, PipelineStats
@@ -76,6 +79,16 @@ class StreamResult(FrameResult):
         return dict({"stream": self.stream}, **super().to_json())
 
 
+class _Inputs:
+    """A stream's prepared inputs: one PreparedPlanes per frame buffer of its ring (by slot id)
+    and one resize scratch for them all (its capture thread prepares one frame at a time)."""
+
+    def __init__(self, spec: InputSpec, pool_size: int) -> None:
+        self.spec = spec
+        self.scratch = Preprocessor(spec, batch=0)
+        self.planes = [PreparedPlanes(spec) for _ in range(pool_size)]
+
+
 class _Stream:
     """One source and what the pipeline knows of it."""
 
@@ -94,6 +107,7 @@ class _Stream:
         self.cond = threading.Condition()
         self.thread: Optional[threading.Thread] = None
         self.capture: Optional[Capture] = None
+        self.inputs: Optional[_Inputs] = None  # for the detector's prepared_spec, made on its capture thread
 
     def release(self, capture: Capture, slot: FrameSlot) -> None:
         capture.release(slot)
@@ -103,6 +117,24 @@ class _Stream:
 
 
 SourceSpec = Union[str, Source]
+
+M_ARENA_MAX = -8  # glibc's mallopt parameter: the most malloc arenas the process's threads spread over
+MALLOC_ARENAS = 2  # MultiStreamPipeline's default
+
+
+def limit_malloc_arenas(arenas: int) -> bool:
+    """Have the C library's malloc keep at most `arenas` arenas for the process's threads
+    (glibc's mallopt M_ARENA_MAX): a thread that allocates for the first time after this shares
+    one. False where the C library has no mallopt or refuses the value (not glibc: nothing
+    changed). glibc gives each new thread an arena of its own, up to 8 per core, and each keeps
+    what its thread freed: one process of four streams (bench_streams' worker, a capture and a
+    feeder thread per stream and the batch thread) peaked at 358 MB, at 344 MB with two."""
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError, TypeError):  # no C library to open by None (Windows), no mallopt
+        return False
+    mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
+    return bool(mallopt(M_ARENA_MAX, int(arenas)))
 
 
 def fitted_policy(batching: Any, model: Any, streams: int, origin: str = "config") -> Tuple[BatchPolicy, Optional[str]]:
@@ -131,13 +163,19 @@ class MultiStreamPipeline:
     (anything with ``detect_batch(frames)``). `fps`: {stream id: the rate to pace its file, folder or
     synthetic source to}. `keep_frames`: each result carries a copy of its frame (True), or those
     of the frames for which it returns True, called with their stream id on the batch thread.
-    `tracking`: a track id on each stream's detections (None, or not enabled: none). Python API; `start()` or use it as a context manager."""
+    `tracking`: a track id on each stream's detections (None, or not enabled: none).
+    `pool_size`: the frame buffers of a file, folder or synthetic source's ring (default
+    `frames_in_flight` + 2: one being read, one ready, those in flight); a live source's ring is
+    `frames_in_flight` + 2 whatever it says (:meth:`ring_size`). `malloc_arenas`: at `start()`,
+    the C library's malloc keeps at most that many arenas for the process's threads from then on
+    (:func:`limit_malloc_arenas`, glibc; a setting of the whole process); None leaves it. Python
+    API; `start()` or use it as a context manager."""
 
     def __init__(self, sources: Sequence[Tuple[str, SourceSpec]], detector: Any, policy: BatchPolicy,
-                 reconnect: Optional[ReconnectConfig] = None, pool_size: int = 4, loop: bool = False,
+                 reconnect: Optional[ReconnectConfig] = None, pool_size: Optional[int] = None, loop: bool = False,
                  frames_in_flight: int = 1, fps: Optional[Dict[str, float]] = None,
                  keep_frames: Union[bool, Callable[[str], bool]] = False,
-                 tracking: Optional[TrackingConfig] = None) -> None:
+                 tracking: Optional[TrackingConfig] = None, malloc_arenas: Optional[int] = MALLOC_ARENAS) -> None:
         ids = [str(sid) for sid, _ in sources]
         if not ids:
             raise ConfigError("no sources: give at least one (stream id, URI) pair")
@@ -149,12 +187,14 @@ class MultiStreamPipeline:
         self.detector = detector
         self.batcher = DynamicBatcher(policy)
         self.reconnect = reconnect or ReconnectConfig()
-        self.pool_size = int(pool_size)
-        if isinstance(frames_in_flight, bool) or not isinstance(frames_in_flight, int) \
-                or not 1 <= frames_in_flight <= self.pool_size - 2:
+        if isinstance(frames_in_flight, bool) or not isinstance(frames_in_flight, int) or frames_in_flight < 1:
+            raise ConfigError(f"frames_in_flight must be an integer >= 1, got {frames_in_flight!r}")
+        self.pool_size = frames_in_flight + 2 if pool_size is None else int(pool_size)
+        if frames_in_flight > self.pool_size - 2:
             raise ConfigError(f"frames_in_flight must be an integer from 1 to pool_size - 2 = {self.pool_size - 2}, "
                               f"got {frames_in_flight!r}; raise pool_size for more")
         self.frames_in_flight = frames_in_flight
+        self.malloc_arenas = malloc_arenas
         # each result carries a copy of its frame (snapshots), or those the callable picks (stream id -> keep)
         self.keep_frames = keep_frames if callable(keep_frames) else bool(keep_frames)
         self.tracking = None if tracking is None or not tracking.enabled else StreamTrackers(
@@ -177,6 +217,8 @@ class MultiStreamPipeline:
     def start(self) -> "MultiStreamPipeline":
         if self._batch_thread is not None:
             return self
+        if self.malloc_arenas is not None:  # before its threads first allocate
+            limit_malloc_arenas(self.malloc_arenas)
         for stream in self._streams:
             stream.thread = threading.Thread(target=self._feed, args=(stream,), name=f"edge-sdk-feed[{stream.id}]",
                                              daemon=True)
@@ -325,11 +367,18 @@ class MultiStreamPipeline:
         if last:
             self.batcher.close()
 
+    def ring_size(self, source: Source) -> int:
+        """The frame buffers of a source's ring: `pool_size` for a file, folder or synthetic
+        source (it reads ahead into what its frames in flight leave), `frames_in_flight` + 2 for a
+        live one, which keeps only its newest frame (one being written, one ready, those in
+        flight): more would never be filled."""
+        return self.frames_in_flight + 2 if source.live else self.pool_size
+
     def _run_capture(self, stream: _Stream) -> bool:
         """One life of the stream's ring: True when its source ended, False when it failed (or
         the pipeline stops)."""
-        capture = Capture(stream.source, pool_size=self.pool_size, fps=stream.fps, stats=stream.stats,
-                          prepare=self._prepare)
+        capture = Capture(stream.source, pool_size=self.ring_size(stream.source), fps=stream.fps, stats=stream.stats,
+                          prepare=lambda slot: self._prepare(stream, slot))
         try:
             capture.start()
         except SourceError as exc:
@@ -369,16 +418,18 @@ class MultiStreamPipeline:
             stream.capture = None
             capture.stop()
 
-    def _prepare(self, slot: FrameSlot) -> None:
+    def _prepare(self, stream: _Stream, slot: FrameSlot) -> None:
         """On the stream's capture thread: the frame's network input, filled beside the model's
-        work on other frames (the slot keeps its PreparedInput from frame to frame)."""
+        work on other frames into its slot's PreparedPlanes (made once per ring size and spec)."""
         spec = self.detector.prepared_spec
         if spec is None:
             return
-        prepared = slot.view.prepared
-        if prepared is None or prepared.spec != spec:
-            prepared = slot.view.prepared = PreparedInput(spec)
-        prepared.fill(slot.buffer)
+        inputs = stream.inputs
+        if inputs is None or inputs.spec != spec or len(inputs.planes) <= slot.slot_id:
+            inputs = stream.inputs = _Inputs(spec, self.ring_size(stream.source))
+        prepared = inputs.planes[slot.slot_id]
+        prepared.fill(slot.buffer, inputs.scratch)
+        slot.view.prepared = prepared
 
     # -- the batch thread
     def _run_batches(self) -> None:

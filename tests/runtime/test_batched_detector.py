@@ -14,7 +14,8 @@ from batch_model import dynamic_batch_path  # noqa: F401 (a fixture)
 from edge_sdk.detections import box_iou
 from edge_sdk.errors import ConfigError, SourceError
 from edge_sdk.runtime.backends.onnxruntime import OnnxRuntimeBackend
-from edge_sdk.runtime.detectors.base import PreparedInput, model_decoder
+from edge_sdk.preprocess import Preprocessor
+from edge_sdk.runtime.detectors.base import PreparedInput, PreparedPlanes, model_decoder
 from edge_sdk.runtime.detectors.batched import StreamBatchDetector, make_batch_detector
 from edge_sdk.runtime.detectors.full import FullFrameDetector
 from edge_sdk.runtime.frame import Frame
@@ -137,6 +138,60 @@ def test_a_frame_prepared_ahead_is_taken_as_it_is(dynamic_model, single_model):
     found = make_batch_detector(dynamic_model, max_batch_size=2).detect_batch(batch)
     assert_same_detections(found[1].detections, single_frame_oracle(single_model, frames()[1]))
     assert found[1].latency["preprocess"] >= prepared.ms
+
+
+def planes_of(frame: Frame) -> PreparedPlanes:
+    prepared = PreparedPlanes(CENTERFACE_SPEC)
+    prepared.fill(frame.image, Preprocessor(CENTERFACE_SPEC, batch=0))
+    assert prepared.ready and prepared.planes.dtype == np.uint8
+    frame.prepared = prepared
+    frame.image = np.zeros((8, 8, 3), np.uint8)  # what the detector sees comes from `prepared` alone
+    return prepared
+
+
+def test_frames_prepared_ahead_as_uint8_planes_are_converted_into_their_rows(dynamic_model, single_model):
+    batch = frames()
+    prepared = [planes_of(batch[1]), planes_of(batch[2])]
+    found = make_batch_detector(dynamic_model, max_batch_size=4).detect_batch(batch)
+    for i in range(4):
+        assert_same_detections(found[i].detections, single_frame_oracle(single_model, frames()[i]))
+    assert len(found[1].detections) == 1 and len(found[2].detections) == 1
+    assert found[1].latency["preprocess"] >= prepared[0].ms
+
+
+def test_a_single_frame_detector_takes_a_frame_prepared_as_uint8_planes(single_model):
+    frame = frames()[1]
+    planes_of(frame)
+    detector = FullFrameDetector(single_model.backend, model_decoder(single_model), single_model.input_spec)
+    found = detector.detect(frame)
+    assert_same_detections(found.detections, single_frame_oracle(single_model, frames()[1]))
+    assert len(found.detections) == 1
+
+
+def recorded_shapes(model: Model, monkeypatch) -> List[tuple]:
+    shapes: List[tuple] = []
+    infer = model.backend.infer
+    monkeypatch.setattr(model.backend, "infer", lambda feed: (shapes.append(next(iter(feed.values())).shape),
+                                                              infer(feed))[1])
+    return shapes
+
+
+def test_a_free_batch_runs_its_largest_batch_once_before_the_first(dynamic_model, single_model, monkeypatch):
+    shapes = recorded_shapes(dynamic_model, monkeypatch)
+    detector = make_batch_detector(dynamic_model, max_batch_size=3)
+    batch = frames()
+    found = detector.detect_batch(batch[1:2]) + detector.detect_batch(batch[:2])
+    spec = dynamic_model.input_spec
+    assert shapes == [(3, 3, spec.height, spec.width), (1, 3, spec.height, spec.width), (2, 3, spec.height, spec.width)]
+    assert detector.batch.inferences == 2  # the lay-out run is not a batch
+    for result, frame in zip(found, [batch[1], batch[0], batch[1]]):
+        assert_same_detections(result.detections, single_frame_oracle(single_model, frame))
+
+
+def test_a_fixed_batch_runs_no_lay_out_batch(single_model, monkeypatch):
+    shapes = recorded_shapes(single_model, monkeypatch)
+    make_batch_detector(single_model, max_batch_size=2).detect_batch(frames()[:1])
+    assert shapes == [(1, 3, single_model.input_spec.height, single_model.input_spec.width)]
 
 
 def test_a_frame_that_is_not_a_bgr_image_is_refused_by_name(dynamic_model):

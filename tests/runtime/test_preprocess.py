@@ -183,3 +183,40 @@ def test_steady_state_fill_allocates_nothing_frame_sized(hw: Tuple[int, int]) ->
         tracemalloc.stop()
     assert peak < 16 * 1024, f"peak {peak} bytes: a frame-sized buffer was allocated"
     assert current < 4 * 1024
+
+
+@pytest.mark.parametrize("name,hw,opts", CASES, ids=[c[0] for c in CASES])
+def test_planes_prepared_apart_and_written_into_a_row_match_the_numpy_reference(name: str, hw: Tuple[int, int],
+                                                                                opts: dict) -> None:
+    spec = InputSpec(name="x", shape=[2, 3, 48, 80], **opts)
+    scratch = Preprocessor(spec, batch=0)  # planes only: no tensor of its own
+    assert scratch.tensor.nbytes == 0
+    planes = np.full((3, 48, 80), 7, np.uint8)  # the caller's
+    placement = scratch.fill_planes(frame_of(*hw), planes)
+    assert placement.dst == Preprocessor(spec).fill(frame_of(*hw), 0).dst
+    batch = Preprocessor(spec)
+    batch.write_row(planes, 1)
+    want = reference(spec, frame_of(*hw))
+    atol = 1e-2 if spec.dtype == "float16" else 0.0
+    np.testing.assert_allclose(batch.tensor[1].astype(np.float32), want.astype(np.float32), rtol=1e-3 if atol else 0, atol=atol)
+    assert not batch.tensor[0].any(), "write_row(planes, 1) must leave batch slot 0 alone"
+
+
+def test_planes_prepared_apart_allocate_nothing_frame_sized_and_a_quarter_of_a_float_row() -> None:
+    spec = InputSpec(name="x", shape=[1, 3, 384, 640], color="RGB")
+    scratch, batch = Preprocessor(spec, batch=0), Preprocessor(spec, batch=2)
+    planes = [np.empty((3, 384, 640), np.uint8) for _ in range(3)]
+    frames = [frame_of(720, 1280, seed) for seed in range(3)]
+    for frame, out in zip(frames, planes):
+        scratch.fill_planes(frame, out)
+    assert sum(p.nbytes for p in planes) * 4 == 3 * batch.tensor[0].nbytes
+    tracemalloc.start()
+    try:
+        for i in range(30):
+            scratch.fill_planes(frames[i % 3], planes[i % 3])
+            batch.write_row(planes[i % 3], i % 2)
+        current, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 16 * 1024, f"peak {peak} bytes: a frame-sized buffer was allocated"
+    assert current < 4 * 1024

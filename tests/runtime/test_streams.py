@@ -5,7 +5,7 @@ given up and the rest finish."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Dict, List
+from typing import Any, Dict, List
 
 import numpy as np
 import pytest
@@ -15,7 +15,8 @@ from edge_sdk.errors import BackendError, ConfigError, SourceError
 from edge_sdk.runtime.backends.onnxruntime import OnnxRuntimeBackend
 from edge_sdk.runtime.batcher import BatchPolicy
 from edge_sdk.runtime.config import ReconnectConfig
-from edge_sdk.runtime.detectors.base import model_decoder
+from edge_sdk.preprocess import Preprocessor
+from edge_sdk.runtime.detectors.base import PreparedPlanes, model_decoder
 from edge_sdk.runtime.detectors.batched import make_batch_detector
 from edge_sdk.runtime.detectors.full import FullFrameDetector
 from edge_sdk.runtime.frame import Frame
@@ -98,6 +99,51 @@ def test_three_streams_one_model_every_frame_once_in_order_with_single_frame_det
     assert {s["state"] for s in stats["streams"].values()} == {"ended"}
 
 
+def test_each_stream_prepares_into_uint8_planes_one_per_frame_buffer_with_one_scratch(model, monkeypatch):
+    detector = make_batch_detector(model, max_batch_size=2)
+    made: List[Any] = []  # the batch argument of every Preprocessor the pipeline makes
+    init = Preprocessor.__init__
+    monkeypatch.setattr(Preprocessor, "__init__", lambda self, spec, batch=None: (made.append(batch),
+                                                                                 init(self, spec, batch))[1])
+    seen: Dict[str, Dict[int, Any]] = {"a": {}, "b": {}}  # per stream, every prepared input (kept alive)
+    detect_batch = detector.detect_batch
+
+    def recording(frames: List[Frame]) -> Any:
+        for f in frames:
+            seen[f.stream_id][id(f.prepared)] = f.prepared
+        return detect_batch(frames)
+
+    detector.detect_batch = recording
+    frames = 12
+    with MultiStreamPipeline([("a", uri(21, frames)), ("b", uri(22, frames))], detector,
+                             BatchPolicy(2, (), max_queue_delay_ms=50)) as pipeline:
+        results = list(pipeline.results(timeout=60))
+    assert len(results) == 2 * frames
+    spec = model.input_spec
+    for sid, prepared in seen.items():
+        # the ring's 3 frame buffers (frames_in_flight 1 + 2, a synthetic source's default) each keep theirs
+        assert 1 < len(prepared) <= 3, (sid, len(prepared))
+        for p in prepared.values():
+            assert isinstance(p, PreparedPlanes) and p.planes.dtype == np.uint8
+            assert p.planes.shape == (3, spec.height, spec.width)  # a quarter of a float32 network input
+    assert made == [0, 0]  # one resize scratch per stream, with no tensor of its own
+
+
+def test_a_live_sources_ring_is_frames_in_flight_plus_two_whatever_pool_size_says(model):
+    detector = make_batch_detector(model, max_batch_size=2)
+    policy = BatchPolicy(2, (), max_queue_delay_ms=50)
+    live, finite = SyntheticSource(uri(31)), SyntheticSource(uri(32))
+    live.live = True  # as a camera: only its newest frame is kept
+    pipeline = MultiStreamPipeline([("a", uri(33))], detector, policy, pool_size=8, frames_in_flight=2)
+    assert (pipeline.ring_size(live), pipeline.ring_size(finite)) == (4, 8)
+    default = MultiStreamPipeline([("a", uri(33))], detector, policy, frames_in_flight=2)
+    assert (default.ring_size(live), default.ring_size(finite)) == (4, 4)
+    with pytest.raises(ConfigError, match="pool_size - 2 = 2"):
+        MultiStreamPipeline([("a", uri(33))], detector, policy, pool_size=4, frames_in_flight=3)
+    with pytest.raises(ConfigError, match="frames_in_flight must be an integer >= 1"):
+        MultiStreamPipeline([("a", uri(33))], detector, policy, frames_in_flight=0)
+
+
 def test_a_stream_has_at_most_frames_in_flight_frames_in_a_batch(model):
     detector = make_batch_detector(model, max_batch_size=4)
     calls: List[List[str]] = []
@@ -121,7 +167,8 @@ def test_a_stream_never_has_more_than_frames_in_flight_frames_waiting_in_the_bat
 
     detector = make_batch_detector(model, max_batch_size=4)
     policy = BatchPolicy(4, (2,), max_queue_delay_ms=60_000)
-    p = MultiStreamPipeline([("a", uri(12)), ("b", uri(13))], detector, policy, frames_in_flight=1)
+    # a ring deeper than one frame in flight needs, so that frames could pile up in the batcher
+    p = MultiStreamPipeline([("a", uri(12)), ("b", uri(13))], detector, policy, frames_in_flight=1, pool_size=4)
     lock = threading.Lock()
     waiting = {"a": 0, "b": 0}
     most = dict(waiting)

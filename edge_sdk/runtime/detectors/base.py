@@ -12,7 +12,9 @@ the prepared input.
   ``detect(images) -> List[Detections]`` it is the callback the strategies of
   :mod:`edge_sdk.roi.strategies` take (supervision's callback style).
 - :class:`PreparedInput` is one network input filled ahead of `detect` (by the pipeline's
-  preprocess stage, on another thread), so that inference never waits for preprocessing.
+  preprocess stage, on another thread), so that inference never waits for preprocessing;
+  :class:`PreparedPlanes` the same in uint8, for a batch detector that copies it into its
+  batch tensor (the conversion is done in that copy).
 - :func:`model_decoder` is the one decoder set-up of every detector: the bundle's decoder
   settings with the thresholds given in their place.
 
@@ -180,6 +182,50 @@ class PreparedInput:
         self.transform = self.preprocessor.fill(frame, 0)
         self.ms = (clock() - t0) * 1000.0
         self.ready = True
+
+    def into_row(self, preprocessor: Preprocessor, row: int) -> None:
+        """This input into row `row` of `preprocessor`'s tensor (a batch detector's)."""
+        preprocessor.tensor[row] = self.tensor[0]
+
+    def batch_of_one(self, preprocessor: Preprocessor) -> np.ndarray:
+        """This input as a batch of one for the backend: its own tensor, no copy."""
+        return self.tensor
+
+
+class PreparedPlanes:
+    """A network input prepared ahead in a quarter of a PreparedInput's memory, for a detector
+    that copies each frame into a row of its own batch tensor anyway: the frame resized into
+    (3, H, W) uint8 planes in the network's colour order, its Placement and the time that took.
+    The conversion to the network's type (and mean and scale) happens in that copy
+    (:meth:`into_row`), which costs what copying a float32 row would. The resize scratch is not
+    its own: `fill` takes the preprocessor of the thread that fills it (one per stream, shared
+    by its frame buffers' planes)."""
+
+    __slots__ = ("spec", "planes", "transform", "ms", "ready")
+
+    def __init__(self, spec: InputSpec) -> None:
+        self.spec = spec
+        self.planes = np.empty((3, spec.height, spec.width), np.uint8)
+        self.transform: Optional[Placement] = None
+        self.ms = 0.0
+        self.ready = False
+
+    def fill(self, frame: np.ndarray, scratch: Preprocessor) -> None:
+        """`frame` into the planes, resized in `scratch` (a Preprocessor of the same spec)."""
+        self.ready = False
+        t0 = clock()
+        self.transform = scratch.fill_planes(frame, self.planes)
+        self.ms = (clock() - t0) * 1000.0
+        self.ready = True
+
+    def into_row(self, preprocessor: Preprocessor, row: int) -> None:
+        preprocessor.write_row(self.planes, row)
+
+    def batch_of_one(self, preprocessor: Preprocessor) -> np.ndarray:
+        """This input as a batch of one for the backend: converted into the first row of
+        `preprocessor`'s tensor, which is returned."""
+        preprocessor.write_row(self.planes, 0)
+        return preprocessor.tensor[:1]
 
 
 class Detector:

@@ -26,7 +26,7 @@ class FullFrameDetector(DecoderDetector):
     no merge. A batch of one of :class:`BatchDetector`.
 
     A frame prepared elsewhere (its `prepared`, a :class:`PreparedInput` of the same input spec)
-    is inferred as it is; otherwise it is preprocessed here into the detector's own tensor. Either way the
+    is inferred as it is (a :class:`PreparedPlanes` once converted into the detector's tensor); otherwise it is preprocessed here into the detector's own tensor. Either way the
     steady state allocates no frame-sized array.
     """
 
@@ -62,7 +62,7 @@ class FullFrameDetector(DecoderDetector):
         batch = self.batch
         prepared = frame.prepared
         if prepared is not None and prepared.ready and prepared.spec == self.input_spec:
-            tensor, transform = prepared.tensor, prepared.transform
+            tensor, transform = prepared.batch_of_one(batch.preprocessor), prepared.transform
             preprocess_ms = prepared.ms
         else:
             batch.stage = "preprocess"
