@@ -125,10 +125,11 @@ class Rollout:
                          role=role)
                 continue
             if self.clock() > deadline:
+                blocking = {d: why for d, why in waiting.items() if not passed.get(d)} or waiting
                 raise RolloutTimeout(f"{role}: after {self.timeout_s:g} s still waiting for " + "; ".join(
-                    f"{d} ({why})" for d, why in sorted(waiting.items())) + "; the promoted devices keep "
+                    f"{d} ({why})" for d, why in sorted(blocking.items())) + "; the promoted devices keep "
                     f"{self.bundle}; run the same command again to go on")
-            self.link.wait(lambda: False, 0.2)
+            self.link.idle(0.5)
 
     def _look(self, device: str, role: str, passed: Dict[str, bool], promoting: bool) -> str:
         """Do what the device's status calls for; "done" once it runs the new bundle alone,
@@ -156,9 +157,8 @@ class Rollout:
             return "passed; waiting for the others"
         if shadow:
             return f"busy with {shadow.get('state')} {shadow.get('bundle')}"
-        pending = self._pending.get(device)
-        if pending is not None and pending[0] == "promote" and pending[2] == status.get("started_ts"):
-            rolled = self.link.alerts(device, "rollback", pending[3])
+        if self._promote_sent(device):
+            rolled = self.link.alerts(device, "rollback", self._pending[device][3])
             if rolled:
                 a = rolled[-1]
                 raise _Failure(device, str(a.get("metric", "rollback")), a.get("value"), str(a.get("message")))
@@ -190,7 +190,8 @@ class Rollout:
         passed[device] = True
         shown = {g.metric: g.value(figures) for g in self.gates}
         self.say("passed", f"{role}: {device} passed after {figures['frames_compared']} frames: " + ", ".join(
-            f"{k} {_value(v)}" for k, v in shown.items()), role=role, device=device, figures=shown)
+            f"{k} {_value(v)}" for k, v in shown.items()), role=role, device=device, figures=shown,
+                 frames=figures["frames_compared"])
         return "passed; waiting for the others"
 
     def _command(self, device: str, status: Dict[str, Any], cmd: str, args: Dict[str, Any]) -> bool:
@@ -202,6 +203,11 @@ class Rollout:
         cid = self.link.send(device, cmd, args)
         self._pending[device] = (cmd, cid, status.get("started_ts"), self.clock())
         return True
+
+    def _promote_sent(self, device: str) -> bool:
+        pending = self._pending.get(device)
+        return pending is not None and pending[0] == "promote" and \
+            pending[2] == self.link.status(device).get("started_ts")
 
     def _check_answers(self, device: str, status: Dict[str, Any]) -> None:
         """_Failure when the device refused the command last sent to this run of its daemon."""
@@ -242,7 +248,7 @@ class Rollout:
         self.say("failed", f"{role}: {failure}", role=role, device=failure.device, metric=failure.metric,
                  value=failure.value)
         self._abort_shadows(devices)
-        back = [d for d in st.promoted]
+        back = sorted(set(st.promoted) | {d for d in devices if self._promote_sent(d)})
         for device in back:
             status = self.link.status(device)
             if (status.get("shadow") or {}).get("state") == "watching":

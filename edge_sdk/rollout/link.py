@@ -34,6 +34,7 @@ class Link:
         self.fleet = Fleet(expire_s=0)
         self.run_id = uuid.uuid4().hex[:10]  # command ids are accepted once: each run has its own
         self._cond = threading.Condition()
+        self._views: Dict[str, Any] = {}  # device -> its DeviceView (the fleet updates it in place)
         self._shadows: Dict[str, Arrived] = {}
         self._responses: Dict[str, List[Dict[str, Any]]] = {}
         self._alerts: Dict[str, List[Arrived]] = {}
@@ -84,6 +85,7 @@ class Link:
             return
         now = time.monotonic()
         with self._cond:
+            self._views[device] = view
             if suffix == "shadow":
                 self._shadows[device] = (payload, now)
             elif suffix == "cmd/response":
@@ -104,15 +106,21 @@ class Link:
                 self._cond.wait(min(left, 1.0))
             return True
 
+    def idle(self, timeout_s: float) -> None:
+        """Wait for the next message (at most `timeout_s`)."""
+        with self._cond:
+            self._cond.wait(timeout_s)
+
     def status(self, device: str) -> Dict[str, Any]:
         """The device's retained status ({} when none was seen)."""
-        for view in self.fleet:
-            if view.device_id == device:
-                return view.status
-        return {}
+        with self._cond:
+            view = self._views.get(device)
+        return view.status if view is not None else {}
 
     def online(self) -> List[str]:
-        return sorted(v.device_id for v in self.fleet if v.state == "online")
+        with self._cond:
+            views = list(self._views.values())
+        return sorted(v.device_id for v in views if v.state == "online")
 
     def shadow(self, device: str) -> Optional[Arrived]:
         with self._cond:
