@@ -19,23 +19,11 @@ import fnmatch
 import time
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from edge_sdk.errors import ConfigError, EdgeSdkError
+from edge_sdk.errors import ConfigError, RolloutFailed, RolloutTimeout
 from edge_sdk.rollout.link import Link
 from edge_sdk.rollout.plan import Gate, RolloutState, first_failure, make_plan
 
 RESEND_S = 10.0  # a command unanswered this long is sent again
-
-
-class RolloutFailed(EdgeSdkError):
-    """A device failed a gate, refused a command or rolled back: the rollout was undone."""
-
-    exit_code = 6
-
-
-class RolloutTimeout(EdgeSdkError):
-    """Devices stayed offline or busy past --timeout: the rollout stopped where it was."""
-
-    exit_code = 13
 
 
 class _Failure(Exception):
