@@ -29,9 +29,10 @@ DEVICES = ["cam-1", "cam-2", "cam-3", "cam-4", "cam-5"]
 SECRET_ENV = "EDGE_TEST_ROLLOUT_SECRET"
 SHADOW = {"every_n_frames": 1, "window_frames": 10, "watch_s": 1.0, "watch_latency_ratio": 100.0,
           "watch_fps_ratio": 0.2, "watch_rate_ratio": 3.0}
-# On a shared CI machine the latency ratio of two runs of one model swings past 2, and a window of
-# 10 frames of the same model rebuilt has read an f1 of 0.76 (most read 1.0): gated loosely here,
-# the bundles that must fail read 0.
+# Gated loosely: on a shared CI machine the latency ratio of two runs of one model swings past 2,
+# and the first few frames a shadow compares can disagree with the live model's boxes even for the
+# same model rebuilt (same counts; f1 0.5-0.9 over the first 3-10 frames, 1.0 later), so a window of
+# 10 frames read at 10 frames compared may read 0.76. The bundles that must fail read 0.
 GATES = "agreement>=0.5,latency<=20"
 SOURCE = "synthetic://faces?width=96&height=64&count=2&min_size=8&max_size=16&fps=15"
 FPS = 15  # paced: five daemons share the machine
