@@ -77,6 +77,20 @@ class OutputError(EdgeSdkError):
     exit_code = 12
 
 
+class RolloutFailed(EdgeSdkError):
+    """A device failed a rollout's gate, refused its command or rolled itself back: the rollout
+    stopped and the devices it had promoted went back to their previous bundle."""
+
+    exit_code = 6
+
+
+class RolloutTimeout(EdgeSdkError):
+    """Devices stayed offline or busy past the rollout's timeout: it stopped where it was, and
+    the same command goes on from there."""
+
+    exit_code = 13
+
+
 class CudaError(BackendError):
     """The CUDA layer cannot run: no device or driver, a kernel that does not compile, no memory.
 

@@ -115,6 +115,8 @@ GROUPS: Dict[str, Group] = {
     "video-out": Group(("edge_sdk/output/video.py", "edge_sdk/output/gst_child.py"), ("tests/output/test_video_output.py",)),
     "bundle-fetch": Group(("edge_sdk/bundle_archive.py", "edge_sdk/daemon/fetch.py", "edge_sdk/daemon/handlers.py"),
                           ("tests/test_bundle_archive.py", "tests/daemon/test_fetch.py")),
+    "rollout": Group(("edge_sdk/rollout/plan.py", "edge_sdk/rollout/driver.py", "edge_sdk/rollout/link.py"),
+                     ("tests/rollout/test_rollout_plan.py", "tests/daemon/test_rollout.py")),
 }
 
 # The generated-operator sweep (`--sweep`): one row per module, its files and the tests that pin
@@ -250,6 +252,7 @@ TRK, ASG, KF = "edge_sdk/tracking/tracker.py", "edge_sdk/tracking/assignment.py"
 API, DETS, ZC = "edge_sdk/api.py", "edge_sdk/detections.py", "apps/zone_counter/zone_counter.py"
 VOUT, GSTC = "edge_sdk/output/video.py", "edge_sdk/output/gst_child.py"
 ARC, FET = "edge_sdk/bundle_archive.py", "edge_sdk/daemon/fetch.py"
+RPLAN, RDRV = "edge_sdk/rollout/plan.py", "edge_sdk/rollout/driver.py"
 
 MUTANTS: List[Mutant] = [
     # --- preprocess -----------------------------------------------------------------------------
@@ -664,6 +667,18 @@ MUTANTS: List[Mutant] = [
     M("BF8", "bundle-fetch", HND, '        rollout = {"role": args["role"], "bundle": name} if "role" in args else None',
       '        rollout = {"role": args["role"], "bundle": name} if "role" in args else d.rollout',
       "a reload without a role keeps the last role in the status"),
+    # --- fleet rollout ------------------------------------------------------------------------------
+    M("RO1", "rollout", RPLAN, "upto = min(len(rest), math.ceil(share * len(rest) - 1e-9))",
+      "upto = min(len(rest), int(share * len(rest)))", "a wave's share rounded down: small waves left empty"),
+    M("RO2", "rollout", RPLAN, "return value is not None and OPERATORS[self.op](value, self.bound)",
+      "return value is None or OPERATORS[self.op](value, self.bound)", "a missing figure passes its gate"),
+    M("RO3", "rollout", RDRV, "if not promoting and all(passed.get(d) or waiting.get(d) is None for d in devices):",
+      "if not promoting and any(passed.get(d) or waiting.get(d) is None for d in devices):",
+      "a wave promoted when one of its devices passes"),
+    M("RO4", "rollout", RDRV, "back = sorted(set(st.promoted) | {", "back = sorted(set() | {",
+      "a failure rolls back only the step that failed"),
+    M("RO5", "rollout", RDRV, "            st.done += 1\n            st.save(self.bundle)\n",
+      "            st.done += 1\n", "the finished step is not written to the state file"),
 ]
 
 

@@ -10,6 +10,7 @@ from edge_sdk.cli import detect as _detect
 from edge_sdk.cli import engine as _engine
 from edge_sdk.cli import run as _run
 from edge_sdk.cli import monitor as _monitor
+from edge_sdk.cli import rollout as _rollout
 from edge_sdk.cli import report as _report
 from edge_sdk.cli import doctor as _doctor
 from edge_sdk.cli import verify as _verify
@@ -42,6 +43,7 @@ app.command("build")(_build.build)
 app.command("detect")(_detect.detect)
 app.command("run")(_run.run)
 app.command("monitor")(_monitor.monitor)
+app.command("rollout")(_rollout.rollout)
 app.command("report")(_report.report)
 app.command("doctor")(_doctor.doctor)
 app.command("verify")(_verify.verify)

@@ -1,0 +1,337 @@
+"""`edge-sdk rollout` as a process against five real daemons (ONNX Runtime on the CPU, the
+synthetic source, signed commands) on a real Mosquitto: a good bundle promoted everywhere, a bad
+one stopped at the canary, a device that disagrees in the last wave (the promoted ones rolled
+back), a device killed mid-rollout, the broker restarted mid-rollout, the rollout killed and
+resumed from its state file."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Dict, Iterator, List, Optional
+
+import pytest
+
+from edge_sdk.daemon import Daemon
+from edge_sdk.manifest import Bundle
+
+from polling import wait_until
+from test_daemon import Running, config
+from tiny_bundle import make_tiny_bundle
+
+pytest.importorskip("onnxruntime")
+pytest.importorskip("paho.mqtt.client")
+
+DEVICES = ["cam-1", "cam-2", "cam-3", "cam-4", "cam-5"]
+SECRET_ENV = "EDGE_TEST_ROLLOUT_SECRET"
+SHADOW = {"every_n_frames": 1, "window_frames": 10, "watch_s": 1.0, "watch_latency_ratio": 100.0,
+          "watch_fps_ratio": 0.2, "watch_rate_ratio": 3.0}
+# Gated loosely: on a shared CI machine the latency ratio of two runs of one model swings past 2,
+# and the first few frames a shadow compares can disagree with the live model's boxes even for the
+# same model rebuilt (same counts; f1 0.5-0.9 over the first 3-10 frames, 1.0 later), so a window of
+# 10 frames read at 10 frames compared may read 0.76. The bundles that must fail read 0.
+GATES = "agreement>=0.5,latency<=20"
+SOURCE = "synthetic://faces?width=96&height=64&count=2&min_size=8&max_size=16&fps=15"
+FPS = 15  # paced: five daemons share the machine
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("rollout-models")
+    make_tiny_bundle(root / "a", seed=0, size_bias=2.0)
+    make_tiny_bundle(root / "good", seed=0, size_bias=2.0)  # the same model built again: agrees
+    make_tiny_bundle(root / "dim", seed=0, size_bias=2.0, score_bias=-4.0)  # finds nothing
+    return root
+
+
+class Device:
+    """One daemon, in this process, or as an `edge-sdk run` process (`process=True`: killable)."""
+
+    def __init__(self, device_id: str, models: Path, tmp_path: Path, url: str, bundle: str, process: bool) -> None:
+        self.id, self.process = device_id, process
+        self.folder = tmp_path / device_id
+        self.folder.mkdir(exist_ok=True)
+        self.cfg = config(models, self.folder, url, shadow=SHADOW, device={"id": device_id, "hmac_secret_env": SECRET_ENV},
+                          bundle=str(models / bundle), source={"uri": SOURCE, "fps": FPS})
+        self.toml = self.folder / "device.toml"
+        self.toml.write_text(
+            f'bundle = "{models / bundle}"\nbackend = "onnxruntime-cpu"\nthreads = 1\n'
+            f'[source]\nuri = "{SOURCE}"\nfps = {FPS}\n[cache]\nenabled = false\n'
+            f'[device]\nid = "{device_id}"\nmodels_dir = "{models}"\nhmac_secret_env = "{SECRET_ENV}"\n'
+            f'[mqtt]\nurl = "{url}"\nqueue_dir = "{self.folder / "queue"}"\nreconnect_min_s = 0.1\nreconnect_max_s = 0.5\n'
+            f'[telemetry]\ninterval_s = 0.2\n[shadow]\n' + "".join(f"{k} = {v}\n" for k, v in SHADOW.items()))
+        self.running: Any = None
+        self.proc: Optional[subprocess.Popen] = None
+
+    def start(self) -> "Device":
+        if self.process:
+            code = "import sys; from edge_sdk.cli import main; sys.argv[0] = 'edge-sdk'; main()"
+            self.proc = subprocess.Popen([sys.executable, "-c", code, "run", "--config", str(self.toml)],
+                                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        else:
+            self.running = Running(Daemon(self.cfg))
+        return self
+
+    def kill(self) -> None:
+        assert self.proc is not None
+        self.proc.kill()
+        self.proc.wait(10)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+        if self.running is not None:
+            self.running.stop()
+
+
+@pytest.fixture
+def fleet(models: Path, tmp_path: Path, broker, message_log, monkeypatch) -> Iterator[Any]:
+    monkeypatch.setenv(SECRET_ENV, "rollout-s3cret")
+    made: List[Device] = []
+
+    def make(live: Optional[Dict[str, str]] = None, processes: tuple = ()) -> Any:
+        log = message_log(broker.url, ["edge-sdk/+/status", "edge-sdk/+/shadow", "edge-sdk/+/alerts"])
+        for d in DEVICES:
+            made.append(Device(d, models, tmp_path, broker.url, (live or {}).get(d, "a"), d in processes).start())
+        assert log.wait(lambda m: online(log) == set(DEVICES), timeout=90), online(log)
+        return log, {d.id: d for d in made}
+
+    yield make
+    for device in made:
+        device.stop()
+
+
+def online(log: Any) -> set:
+    last: Dict[str, str] = {}
+    for m in log.on("status"):
+        last[m["device_id"]] = m["state"]
+    return {d for d, s in last.items() if s == "online"}
+
+
+def last_status(log: Any, device: str) -> Dict[str, Any]:
+    return [s for s in log.on("status") if s["device_id"] == device][-1]
+
+
+def rollout_cmd(url: str, bundle: str, state: Path, *extra: str) -> List[str]:
+    code = "import sys; from edge_sdk.cli import main; sys.argv[0] = 'edge-sdk'; main()"
+    return [sys.executable, "-c", code, "rollout", bundle, "--broker", url, "--devices", "cam-*", "--canary", "1",
+            "--waves", "50%,100%", "--shadow-frames", "10", "--state", str(state), "--timeout", "90",
+            "--secret-env", SECRET_ENV, "--json", "--promote-if", GATES, *extra]
+
+
+def rollout(url: str, bundle: str, state: Path, *extra: str) -> subprocess.CompletedProcess:
+    return subprocess.run(rollout_cmd(url, bundle, state, *extra), capture_output=True, text=True, timeout=400)
+
+
+def events(out: str) -> List[Dict[str, Any]]:
+    return [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+
+
+def runs(log: Any, device: str, bundle: str) -> bool:
+    s = last_status(log, device)
+    return s["state"] == "online" and s.get("bundle") == bundle and s.get("shadow") is None
+
+
+def aborted(log: Any, device: str) -> bool:
+    """The device's shadow ended aborted (its last message says so; a `running` one sent in the
+    same instant may come after it), never promoted."""
+    def states() -> List[str]:
+        return [s["state"] for s in log.on("shadow") if s["device_id"] == device]
+
+    return log.wait(lambda m: "aborted" in states(), timeout=20) and "promoted" not in states()
+
+
+def first_index(log: Any, predicate: Any) -> int:
+    return next(i for i, m in enumerate(log.on("status")) if predicate(m))
+
+
+def meanwhile(url: str, tmp_path: Path, log: Any, shadowed: tuple, action: Any) -> tuple:
+    """Roll "good" out in a process; once one of `shadowed` shows a shadow, run `action`; the
+    rollout's exit code, stdout and stderr."""
+    proc = subprocess.Popen(rollout_cmd(url, "good", tmp_path / "state.json"), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        assert log.wait(lambda m: any(s["device_id"] in shadowed and s.get("shadow") for s in log.on("status")),
+                        timeout=120)
+        action()
+        out, err = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    return proc.returncode, out, err
+
+
+def test_a_good_bundle_is_promoted_on_every_device_canary_first(fleet, broker, tmp_path: Path) -> None:
+    log, devices = fleet()
+    done = rollout(broker.url, "good", tmp_path / "state.json")
+    assert done.returncode == 0, done.stdout + done.stderr
+    said = events(done.stdout)
+    plan = [e for e in said if e["event"] == "plan"][0]
+    assert plan["steps"] == [{"role": "canary", "devices": ["cam-1"]}, {"role": "wave 1", "devices": ["cam-2", "cam-3"]},
+                             {"role": "wave 2", "devices": ["cam-4", "cam-5"]}]
+    assert plan["previous"] == {d: "a" for d in DEVICES}
+    passed = [e for e in said if e["event"] == "passed"]
+    assert sorted(e["device"] for e in passed) == DEVICES
+    assert all(e["figures"]["agreement"] >= 0.5 and e["frames"] >= 10 for e in passed), passed
+    steps = [e for e in said if e["event"] == "step"]
+    assert [e["role"] for e in steps] == ["canary", "wave 1", "wave 2"] and all(e["seconds"] > 0 for e in steps)
+    good = Bundle.load(devices["cam-1"].cfg.device.models_dir + "/good").hash
+    assert log.wait(lambda m: all(runs(log, d, "good") for d in DEVICES), timeout=10)
+    assert all(last_status(log, d)["bundle_hash"] == good for d in DEVICES)
+    # order: no device of a wave ran a shadow before every device of the step before ran the bundle
+    canary_done = first_index(log, lambda s: s["device_id"] == "cam-1" and s.get("bundle") == "good")
+    wave1 = first_index(log, lambda s: s["device_id"] in ("cam-2", "cam-3") and s.get("shadow"))
+    wave1_done = max(first_index(log, lambda s, d=d: s["device_id"] == d and s.get("bundle") == "good")
+                     for d in ("cam-2", "cam-3"))
+    wave2 = first_index(log, lambda s: s["device_id"] in ("cam-4", "cam-5") and s.get("shadow"))
+    assert canary_done < wave1 and wave1_done < wave2
+    state = json.loads((tmp_path / "state.json").read_text())
+    assert state["outcome"]["result"] == "done" and sorted(state["promoted"]) == DEVICES
+    again = rollout(broker.url, "good", tmp_path / "state.json")  # a finished rollout has nothing left to do
+    assert again.returncode == 0 and not [e for e in events(again.stdout) if e["event"] in ("reload", "promote")]
+
+
+def test_a_bad_bundle_is_stopped_at_the_canary_and_the_others_never_touched(fleet, broker, tmp_path: Path) -> None:
+    log, _ = fleet()
+    stopped = rollout(broker.url, "dim", tmp_path / "state.json")
+    assert stopped.returncode == 6, stopped.stdout + stopped.stderr
+    assert "cam-1: agreement 0.000 (gate agreement>=0.5)" in stopped.stderr, stopped.stderr
+    assert "stopped at canary" in stopped.stderr and "no device had been promoted" in stopped.stderr
+    failed = [e for e in events(stopped.stdout) if e["event"] == "failed"][0]
+    assert failed["device"] == "cam-1" and failed["metric"] == "agreement" and failed["value"] == 0.0
+    assert log.wait(lambda m: runs(log, "cam-1", "a"), timeout=20)
+    assert aborted(log, "cam-1")
+    for device in DEVICES[1:]:
+        assert not [s for s in log.on("status") if s["device_id"] == device and s.get("shadow")], device
+        assert not [s for s in log.on("shadow") if s["device_id"] == device], device
+        assert runs(log, device, "a")
+    again = rollout(broker.url, "dim", tmp_path / "state.json")
+    assert again.returncode == 6 and "already stopped" in again.stderr and "remove the state file" in again.stderr
+
+
+def test_a_device_that_disagrees_in_the_last_wave_rolls_back_every_promoted_device(fleet, broker,
+                                                                                     tmp_path: Path) -> None:
+    log, _ = fleet(live={"cam-5": "dim"})  # cam-5's live model finds nothing: "good" agrees at 0
+    stopped = rollout(broker.url, "good", tmp_path / "state.json")
+    assert stopped.returncode == 6, stopped.stdout + stopped.stderr
+    assert "stopped at wave 2: cam-5: agreement" in stopped.stderr, stopped.stderr
+    assert "rolled back cam-1, cam-2, cam-3" in stopped.stderr
+    assert log.wait(lambda m: all(runs(log, d, "a") for d in DEVICES[:4]) and runs(log, "cam-5", "dim"), timeout=30)
+    assert aborted(log, "cam-5")
+    promoted = {s["device_id"] for s in log.on("status") if s.get("bundle") == "good"}
+    assert promoted == {"cam-1", "cam-2", "cam-3"}  # cam-4 passed, but a wave is promoted only when all pass
+
+
+def test_a_device_killed_mid_rollout_is_waited_for_and_updated_when_back(fleet, broker, tmp_path: Path) -> None:
+    log, devices = fleet(processes=("cam-3",))
+
+    def kill_and_restart() -> None:
+        devices["cam-3"].kill()
+        assert log.wait(lambda m: last_status(log, "cam-3")["state"] == "offline", timeout=20)
+        devices["cam-3"].start()  # back with its configured bundle: the shadow is sent again
+
+    code, out, err = meanwhile(broker.url, tmp_path, log, ("cam-3",), kill_and_restart)
+    assert code == 0, out + err
+    assert log.wait(lambda m: all(runs(log, d, "good") for d in DEVICES), timeout=10)
+    reloads = [e for e in events(out) if e["event"] == "reload" and e["device"] == "cam-3"]
+    assert len(reloads) == 2, reloads  # once before the kill, once to the daemon that came back
+
+
+def test_the_broker_restarted_mid_rollout_does_not_stop_it(fleet, broker, tmp_path: Path) -> None:
+    log, _ = fleet()
+
+    def restart() -> None:
+        broker.stop()
+        broker.start()
+
+    code, out, err = meanwhile(broker.url, tmp_path, log, ("cam-2", "cam-3"), restart)
+    assert code == 0, out + err
+    assert log.wait(lambda m: all(runs(log, d, "good") for d in DEVICES), timeout=20)
+
+
+def test_the_rollout_killed_goes_on_from_its_state_file(fleet, broker, tmp_path: Path) -> None:
+    log, _ = fleet()
+    state = tmp_path / "state.json"
+    proc = subprocess.Popen(rollout_cmd(broker.url, "good", state), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    try:
+        assert wait_until(lambda: state.exists() and json.loads(state.read_text())["done"] >= 1, timeout=120)
+    finally:
+        proc.kill()
+        proc.communicate(timeout=10)
+    other = rollout(broker.url, "good", state, "--canary", "2")
+    assert other.returncode == 2 and "belongs to another rollout" in other.stderr, other.stderr
+    resumed = rollout(broker.url, "good", state)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    said = events(resumed.stdout)
+    assert said[0]["event"] == "resume" and "resuming at wave 1" in said[0]["text"]
+    assert not [e for e in said if e.get("device") == "cam-1" and e["event"] in ("reload", "passed")]
+    assert log.wait(lambda m: all(runs(log, d, "good") for d in DEVICES), timeout=10)
+    promotions = [s for s in log.on("shadow") if s["device_id"] == "cam-1" and s["state"] == "promoted"]
+    assert len(promotions) == 1, promotions
+
+
+def test_a_device_offline_past_the_timeout_is_reported_and_the_rollout_goes_on_when_it_is_back(
+        fleet, broker, tmp_path: Path) -> None:
+    log, devices = fleet(processes=("cam-5",))
+    state = tmp_path / "state.json"
+    proc = subprocess.Popen(rollout_cmd(broker.url, "good", state, "--timeout", "15"), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        assert log.wait(lambda m: any(s["device_id"] == "cam-1" and s.get("shadow") for s in log.on("status")),
+                        timeout=120)
+        devices["cam-5"].kill()  # after the plan: it is in wave 2, and gone
+        out, err = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 13, out + err
+    assert "wave 2: after 15 s still waiting for cam-5 (status offline)" in err, err
+    assert "the promoted devices keep good" in err and "run the same command again" in err
+    assert [e["event"] for e in events(out)].count("step") == 2  # the canary and wave 1 went through
+    # cam-4's shadow (it passed, cam-5 never came) is aborted, not promoted
+    assert log.wait(lambda m: runs(log, "cam-4", "a"), timeout=20)
+    assert aborted(log, "cam-4")
+    assert all(runs(log, d, "good") for d in ("cam-1", "cam-2", "cam-3"))
+    devices["cam-5"].start()
+    assert log.wait(lambda m: last_status(log, "cam-5")["state"] == "online", timeout=60)
+    resumed = rollout(broker.url, "good", state, "--timeout", "60")
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert "resuming at wave 2" in events(resumed.stdout)[0]["text"]
+    assert log.wait(lambda m: all(runs(log, d, "good") for d in DEVICES), timeout=10)
+
+
+def test_with_a_url_the_reload_carries_it_its_sha256_and_the_role(broker, message_log, tmp_path: Path,
+                                                                   monkeypatch) -> None:
+    """The download itself is the device's; here a device whose status is online but that never
+    answers: the signed reload on the wire, and the timeout that names it."""
+    monkeypatch.setenv(SECRET_ENV, "rollout-s3cret")
+    log = message_log(broker.url, ["edge-sdk/+/cmd"])
+    status = {"schema": "edge-sdk/status/1", "device_id": "cam-9", "ts": 1, "seq": 0, "state": "online",
+              "bundle": "a", "status_ts": 1, "started_ts": 1}
+    log.client.publish("edge-sdk/cam-9/status", json.dumps(status), qos=1, retain=True).wait_for_publish(5)
+    digest = "ab" * 32
+    try:
+        stuck = rollout(broker.url, "good", tmp_path / "state.json", "--timeout", "3", "--devices", "cam-9",
+                        "--url", "https://example.invalid/good.tar", "--sha256", digest)
+    finally:
+        log.client.publish("edge-sdk/cam-9/status", b"", qos=1, retain=True).wait_for_publish(5)
+    assert stuck.returncode == 13, stuck.stdout + stuck.stderr
+    assert "canary: after 3 s still waiting for cam-9 (loading the shadow)" in stuck.stderr, stuck.stderr
+    sent = log.on("cmd")
+    assert sent and sent[0]["cmd"] == "reload" and sent[0]["device_id"] == "cam-9"
+    assert sent[0]["args"] == {"bundle": "good", "shadow": True, "url": "https://example.invalid/good.tar",
+                               "sha256": digest, "role": "canary"}
+    from edge_sdk.telemetry.signing import signature
+    assert sent[0]["hmac"] == signature(sent[0], b"rollout-s3cret")
+    bad = rollout(broker.url, "good", tmp_path / "other.json", "--devices", "cam-9", "--url", "https://x/y.tar")
+    assert bad.returncode == 2 and "--url and --sha256 go together" in bad.stderr
