@@ -25,7 +25,7 @@ from typing import Any, Callable, Dict, Optional
 log = logging.getLogger(__name__)
 
 EVERY_S = 1.0  # the status is published at most this often while a build runs
-NO_FRACTION = "TensorRT 8.5 reports no build progress (no IProgressMonitor); elapsed_s is what moves"
+NO_FRACTION = "no fraction done: TensorRT 8.5 reports no build progress (no IProgressMonitor), so none is read; elapsed_s is what moves"
 
 
 class EngineBuild:
