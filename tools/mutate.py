@@ -117,6 +117,8 @@ GROUPS: Dict[str, Group] = {
                           ("tests/test_bundle_archive.py", "tests/daemon/test_fetch.py")),
     "rollout": Group(("edge_sdk/rollout/plan.py", "edge_sdk/rollout/driver.py", "edge_sdk/rollout/link.py"),
                      ("tests/rollout/test_rollout_plan.py", "tests/daemon/test_rollout.py")),
+    "engine-build": Group(("edge_sdk/daemon/enginebuild.py", "edge_sdk/daemon/model.py", "edge_sdk/runtime/model.py"),
+                          ("tests/daemon/test_engine_build.py",)),
 }
 
 # The generated-operator sweep (`--sweep`): one row per module, its files and the tests that pin
@@ -253,6 +255,7 @@ API, DETS, ZC = "edge_sdk/api.py", "edge_sdk/detections.py", "apps/zone_counter/
 VOUT, GSTC = "edge_sdk/output/video.py", "edge_sdk/output/gst_child.py"
 ARC, FET = "edge_sdk/bundle_archive.py", "edge_sdk/daemon/fetch.py"
 RPLAN, RDRV = "edge_sdk/rollout/plan.py", "edge_sdk/rollout/driver.py"
+EBLD = "edge_sdk/daemon/enginebuild.py"
 
 MUTANTS: List[Mutant] = [
     # --- preprocess -----------------------------------------------------------------------------
@@ -679,6 +682,15 @@ MUTANTS: List[Mutant] = [
       "a failure rolls back only the step that failed"),
     M("RO5", "rollout", RDRV, "            st.done += 1\n            st.save(self.bundle)\n",
       "            st.done += 1\n", "the finished step is not written to the state file"),
+    # --- a reload's engine build in the status ----------------------------------------------------
+    M("EB1", "engine-build", EBLD, "now - self._published >= EVERY_S", "now - self._published >= 0",
+      "the status published on every frame while a build runs"),
+    M("EB2", "engine-build", EBLD, "            self._ended = self._shown\n", "            self._ended = False\n",
+      "the block's end never published: the status shows a finished build"),
+    M("EB3", "engine-build", "edge_sdk/daemon/model.py", "        finally:\n            self.engine_build.end()\n", "",
+      "a failed load leaves its build in the status"),
+    M("EB4", "engine-build", "edge_sdk/runtime/model.py", 'options = {"progress": progress} if progress is not None else {}',
+      "options = {}", "the builder's progress never reaches the status"),
 ]
 
 

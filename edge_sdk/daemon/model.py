@@ -49,8 +49,9 @@ from __future__ import annotations
 import logging
 import threading
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
+from edge_sdk.daemon.enginebuild import EngineBuild
 from edge_sdk.errors import ConfigError
 from edge_sdk.runtime.config import BatchingConfig, PipelineConfig, StreamConfig
 from edge_sdk.runtime.detectors.base import THRESHOLDS, Detector, check_threshold
@@ -94,11 +95,13 @@ class RunningModel:
         self.kept: Optional[Model] = None  # replaced by a promotion, kept loaded for a rollback
         self.candidate: Optional[Model] = None  # an A/B test's arm B model, beside `model` (arm A)
         self.arm_b: List[str] = []  # the streams the candidate serves
+        self.engine_build = EngineBuild()  # a reload's TensorRT engine build, for the status
 
     # -- loading -------------------------------------------------------------------------------
-    def _load(self, bundle: Union[str, Path], precision: Optional[str] = None) -> Model:
+    def _load(self, bundle: Union[str, Path], precision: Optional[str] = None,
+              progress: Optional[Callable[[str], None]] = None) -> Model:
         return load_model(bundle, backend=self.backend_name, precision=precision or self.precision,
-                          threads=self.threads, verify=True, warm_runs=WARM_RUNS)
+                          threads=self.threads, verify=True, warm_runs=WARM_RUNS, progress=progress)
 
     def open(self, bundle: Union[str, Path]) -> Tuple[Model, Detector]:
         """Load the bundle the daemon starts with and build its detector (mode and thresholds
@@ -164,12 +167,16 @@ class RunningModel:
 
     def load(self, bundle: Union[str, Path], precision: Optional[str] = None) -> Model:
         """Hot reload's loader (HotReloader's worker thread): the bundle loaded and warmed beside
-        the running model, not yet in use. A failure counts in `reload_failures` and raises."""
+        the running model, not yet in use. A TensorRT engine build's steps go to `engine_build`
+        (the status's block, null again once the load ends). A failure counts in
+        `reload_failures` and raises."""
         try:
-            return self._load(bundle, precision)
+            return self._load(bundle, precision, progress=self.engine_build.progress(Path(bundle).name))
         except Exception:
             self.reload_failures += 1
             raise
+        finally:
+            self.engine_build.end()
 
     def detector_for(self, model: Model) -> Detector:
         """A detector of `model` (not the running one: a shadow's) in the running mode with the

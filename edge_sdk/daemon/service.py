@@ -225,6 +225,7 @@ class Daemon:
             "shadow": self.shadow.describe(),
             "rollout": self.rollout,
             "download": self.fetcher.progress,
+            "engine_build": self.model.engine_build.describe(),
             "ab": self.ab.describe(),
             "mode": model["mode"],
             "thresholds": model["thresholds"],
@@ -493,7 +494,7 @@ class Daemon:
                     new, str(new.bundle.root) if new.bundle is not None else "a bundle", reloader.take_tag())
             elif new is not None:
                 self._swap_in(new)
-            if self.fetcher.changed:  # a download's progress, at most once a second
+            if self.fetcher.changed | model.engine_build.due():  # a download's or an engine build's progress, at most once a second
                 self.fetcher.changed = False
                 self.publisher.set_status(self.status())
             if self._hup:

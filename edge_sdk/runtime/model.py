@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, Optional, Union
+from typing import Any, Callable, Dict, Optional, Union
 
 import numpy as np
 
@@ -66,8 +66,12 @@ def load_model(
     threads: int = 0,
     verify: bool = True,
     warm_runs: int = 2,
+    progress: Optional[Callable[[str], None]] = None,
 ) -> Model:
     """Bundle folder (or a loaded Bundle) -> an activated, warmed Model.
+
+    `progress(message)` hears each step of a TensorRT engine build (none when the engine is in
+    the cache, or on ONNX Runtime).
 
     Raises BundleError for a bundle that fails its checks or has other than one input,
     ConfigError for decoder settings the decoder refuses, BackendError when the backend
@@ -84,7 +88,8 @@ def load_model(
         raise BundleError(f"bundle {bundle.root} has {len(specs)} inputs; the runtime runs single-input models")
     spec = specs[0]
     decoder = make_decoder(bundle.decoder, spec)  # bad decoder settings fail before the backend loads
-    runner = select_backend(backend, bundle=bundle, precision=precision, threads=threads)
+    options = {"progress": progress} if progress is not None else {}
+    runner = select_backend(backend, bundle=bundle, precision=precision, threads=threads, **options)
     runner.activate()
     model = Model(runner, spec, dict(bundle.decoder), bundle,
                   precision=str(runner.precision), precision_reason=str(runner.precision_reason or ""))
