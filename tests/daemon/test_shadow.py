@@ -4,6 +4,7 @@ the CPU, the synthetic source, the real Pipeline) on a real Mosquitto broker."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any, Dict, List
 
@@ -157,8 +158,10 @@ def test_a_promoted_bad_bundle_is_rolled_back_to_the_previous_one(models: Path, 
     assert promoted["ok"] and promoted["result"]["promoted"] == "dim" and promoted["result"]["bundle_hash"] == hash_dim
     assert promoted["result"]["previous"] == {"bundle": "a", "bundle_hash": hash_a}
     alert = [a for a in log.on("alerts") if a["alert"] == "rollback"][0]
-    assert alert["severity"] == "critical" and alert["metric"] == "detection_rate" and alert["value"] == 0.0
-    assert "to a (" + hash_a + ")" in alert["message"] and "detection rate 0.00/frame" in alert["message"], alert
+    # the dim bundle finds (almost) nothing: its rate is far below the band's lower bound
+    assert alert["severity"] == "critical" and alert["metric"] == "detection_rate", alert
+    assert alert["value"] < 0.1 and alert["value"] < alert["threshold"], alert
+    assert "to a (" + hash_a + ")" in alert["message"] and re.search(r"detection rate 0\.0\d/frame", alert["message"]), alert
     assert daemon.model.model is kept, "the rollback did not return to the previous model, kept loaded"
     assert [s.get("bundle_hash") for s in log.on("status") if s["state"] == "online"][-1] == hash_a
     contiguous(recording)
