@@ -15,9 +15,11 @@ from typing import Any, Dict, Iterator, List, Optional
 
 import pytest
 
+from edge_sdk.bundle_archive import pack
 from edge_sdk.daemon import Daemon
 from edge_sdk.manifest import Bundle
 
+from http_files import Files, http_files  # noqa: F401 - the fixture
 from polling import wait_until
 from test_daemon import Running, config
 from tiny_bundle import make_tiny_bundle
@@ -335,3 +337,52 @@ def test_with_a_url_the_reload_carries_it_its_sha256_and_the_role(broker, messag
     assert sent[0]["hmac"] == signature(sent[0], b"rollout-s3cret")
     bad = rollout(broker.url, "good", tmp_path / "other.json", "--devices", "cam-9", "--url", "https://x/y.tar")
     assert bad.returncode == 2 and "--url and --sha256 go together" in bad.stderr
+
+
+@pytest.fixture
+def downloading(tmp_path: Path, broker, message_log, http_files: Files, monkeypatch) -> Iterator[Any]:
+    """Three daemons, each with a models_dir of its own holding only "a", and the bundle "fresh"
+    (the same model as "a" built again) served as an archive by a real HTTP server."""
+    monkeypatch.setenv(SECRET_ENV, "rollout-s3cret")
+    fresh = make_tiny_bundle(tmp_path / "built" / "fresh", seed=0, size_bias=2.0)
+    digest = pack(fresh, tmp_path / "built" / "fresh.tar.gz")
+    http_files.files["/fresh.tar.gz"] = (tmp_path / "built" / "fresh.tar.gz").read_bytes()
+    log = message_log(broker.url, ["edge-sdk/+/status", "edge-sdk/+/shadow", "edge-sdk/+/alerts"])
+    made: List[Device] = []
+    for d in DEVICES[:3]:
+        make_tiny_bundle(tmp_path / f"models-{d}" / "a", seed=0, size_bias=2.0)
+        made.append(Device(d, tmp_path / f"models-{d}", tmp_path, broker.url, "a", False).start())
+    try:
+        assert log.wait(lambda m: online(log) == set(DEVICES[:3]), timeout=90), online(log)
+        yield log, {d.id: d for d in made}, http_files.url("/fresh.tar.gz"), digest, Bundle.load(fresh).hash
+    finally:
+        for device in made:
+            device.stop()
+
+
+def test_with_a_url_each_device_downloads_the_bundle_shadows_it_and_runs_it(downloading, broker,
+                                                                           tmp_path: Path) -> None:
+    log, devices, url, digest, fresh_hash = downloading
+    done = rollout(broker.url, "fresh", tmp_path / "state.json", "--url", url, "--sha256", digest)
+    assert done.returncode == 0, done.stdout + done.stderr
+    passed = [e for e in events(done.stdout) if e["event"] == "passed"]
+    assert sorted(e["device"] for e in passed) == DEVICES[:3]
+    assert log.wait(lambda m: all(runs(log, d, "fresh") for d in DEVICES[:3]), timeout=10)
+    assert all(last_status(log, d)["bundle_hash"] == fresh_hash for d in DEVICES[:3])
+    for device in devices.values():  # downloaded, verified and unpacked into the device's own folder
+        assert Bundle.load(Path(device.cfg.device.models_dir) / "fresh").hash == fresh_hash
+
+
+def test_with_a_url_whose_sha256_does_not_match_the_canary_refuses_it_and_nothing_is_loaded(
+        downloading, broker, http_files: Files, tmp_path: Path) -> None:
+    log, devices, url, digest, _ = downloading
+    wrong = ("0" if digest[0] != "0" else "1") + digest[1:]
+    refused = rollout(broker.url, "fresh", tmp_path / "state.json", "--url", url, "--sha256", wrong)
+    assert refused.returncode == 6, refused.stdout + refused.stderr
+    assert "stopped at canary: cam-1: reload refused" in refused.stderr, refused.stderr
+    assert f"sha256 mismatch: {url} gave {digest}, the command expects {wrong}" in refused.stderr, refused.stderr
+    assert len(http_files.requests) == 1  # the canary's download; the waves were never sent the reload
+    assert all(runs(log, d, "a") for d in DEVICES[:3])
+    assert not log.on("shadow")  # no candidate ran anywhere
+    for device in devices.values():
+        assert not (Path(device.cfg.device.models_dir) / "fresh").exists()
