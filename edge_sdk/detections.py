@@ -143,12 +143,16 @@ def match_detections(pred: Detections, ref: Detections, iou: float = 0.5, class_
     """Greedy one-to-one matching of `pred` against `ref` at an IoU threshold.
 
     Returns true positives, false positives, false negatives, precision, recall and f1 of
-    `pred` measured against `ref` (treated as the truth). Two empty sets agree perfectly.
+    `pred` measured against `ref` (treated as the truth). Two empty sets agree perfectly, and so
+    do two identical boxes, even without an area (a box clipped flat at the frame's edge, whose
+    IoU with itself is 0 / 0).
     """
     n_pred, n_ref = len(pred), len(ref)
     tp = 0
     if n_pred and n_ref:
         ious = box_iou(pred.xyxy, ref.xyxy)
+        same = np.all(pred.xyxy[:, None, :] == ref.xyxy[None, :, :], axis=-1)
+        ious = np.where(same, 1.0, ious)
         if class_aware:
             ious = np.where(pred.class_id[:, None] == ref.class_id[None, :], ious, 0.0)
         taken = np.zeros(n_ref, dtype=bool)

@@ -486,6 +486,8 @@ MUTANTS: List[Mutant] = [
     M("SH7", "shadow", HND, '        d.shadow.check_idle("reload")\n', "", "a reload swaps the live model under a running shadow"),
     M("SH8", "shadow", RMOD, "            old, self.kept = None, old\n", "            self.kept = old\n",
       "the kept model is also retired (closed) while a rollback may need it"),
+    M("SH9", "shadow", SHD, "        if result.cached:\n", "        if False:\n",
+      "a result the prediction cache served compared with the shadow's run on a later frame"),
     # --- A/B tests: arm B's streams on a candidate beside the live model, per-arm figures -----------
     M("AB1", "ab", ABC, "fps=_r((len(samples) - streams) / span / streams) if span > 0 else None",
       "fps=_r((len(samples) - streams) / span) if span > 0 else None",

@@ -7,7 +7,10 @@
 
 The shadow detector runs on a worker thread of its own, one frame at a time: when the worker
 is still busy with the last frame handed to it, the next k-th frame is left out (counted in
-`frames_skipped`), so the live stream never waits for the candidate. The comparison covers the
+`frames_skipped`), so the live stream never waits for the candidate. A result the prediction
+cache served (FrameResult.cached) is left out too (counted in `frames_cached`): its detections
+are an earlier frame's, the live model never ran on this one, and on a scene that moved a little
+under the cache's threshold the two models' boxes would not match. The comparison covers the
 last `window` frames compared:
 
 - agreement: the candidate's detections matched with the live model's at IoU 0.5, pooled over
@@ -130,6 +133,7 @@ class ShadowRun:
         self.seen = 0  # live frames offered
         self.compared = 0  # frames the shadow ran on
         self.skipped = 0  # k-th frames left out: the shadow was still busy
+        self.cached = 0  # frames left out: served from the prediction cache, not run by the live model
         self.error: Optional[BaseException] = None  # what stopped the worker
         self._pairs: Deque[Pair] = deque(maxlen=int(window))
         self._lock = threading.Lock()
@@ -138,7 +142,11 @@ class ShadowRun:
         self._worker.start()
 
     def offer(self, result: Any) -> None:
-        """Frame loop: hand every k-th frame (a copy) and the live detections to the worker."""
+        """Frame loop: hand every k-th frame the live model ran on (a copy) and its detections to
+        the worker."""
+        if result.cached:
+            self.cached += 1
+            return
         self.seen += 1
         if self.seen % self.every or result.frame is None or self.error is not None:
             return
@@ -175,7 +183,7 @@ class ShadowRun:
         """The comparison over the window (see the module docstring)."""
         with self._lock:
             pairs: List[Pair] = list(self._pairs)
-            compared, skipped = self.compared, self.skipped
+            compared, skipped, cached = self.compared, self.skipped, self.cached
         live = [p[0] for p in pairs]
         cand = [p[1] for p in pairs]
         match = agreement(cand, live)
@@ -187,6 +195,7 @@ class ShadowRun:
         return {
             "frames_compared": compared,
             "frames_skipped": skipped,
+            "frames_cached": cached,
             "window_frames": len(pairs),
             "agreement": {"f1": _r(match["f1"]), "precision": _r(match["precision"]), "recall": _r(match["recall"]),
                           "iou": 0.5},

@@ -33,6 +33,9 @@ def dets(*boxes: List[float]) -> Detections:
         ([dets([0, 0, 10, 10]), dets()], [dets([0, 0, 10, 10]), dets([5, 5, 9, 9])], (1, 0, 1, 2 / 3)),
         ([dets([50, 50, 60, 60])], [dets([0, 0, 10, 10])], (0, 1, 1, 0.0)),
         ([dets()], [dets()], (0, 0, 0, 1.0)),
+        # a box clipped flat at the frame's edge has no area: it agrees with itself, not with another
+        ([dets([0, 0, 96, 30.4], [0, 0, 96, 0])], [dets([0, 0, 96, 30.4], [0, 0, 96, 0])], (2, 0, 0, 1.0)),
+        ([dets([0, 0, 96, 0])], [dets([0, 5, 96, 5])], (0, 1, 1, 0.0)),
     ],
 )
 def test_agreement_pools_matches_over_images(pred, ref, expected) -> None:

@@ -15,9 +15,11 @@ from typing import Any, Dict, Iterator, List, Optional
 
 import pytest
 
+from edge_sdk.bundle_archive import pack
 from edge_sdk.daemon import Daemon
 from edge_sdk.manifest import Bundle
 
+from http_files import Files, http_files  # noqa: F401 - the fixture
 from polling import wait_until
 from test_daemon import Running, config
 from tiny_bundle import make_tiny_bundle
@@ -29,11 +31,10 @@ DEVICES = ["cam-1", "cam-2", "cam-3", "cam-4", "cam-5"]
 SECRET_ENV = "EDGE_TEST_ROLLOUT_SECRET"
 SHADOW = {"every_n_frames": 1, "window_frames": 10, "watch_s": 1.0, "watch_latency_ratio": 100.0,
           "watch_fps_ratio": 0.2, "watch_rate_ratio": 3.0}
-# Gated loosely: on a shared CI machine the latency ratio of two runs of one model swings past 2,
-# and the first few frames a shadow compares can disagree with the live model's boxes even for the
-# same model rebuilt (same counts; f1 0.5-0.9 over the first 3-10 frames, 1.0 later), so a window of
-# 10 frames read at 10 frames compared may read 0.76. The bundles that must fail read 0.
-GATES = "agreement>=0.5,latency<=20"
+# The latency gated loosely: on a shared CI machine the latency ratio of two runs of one model
+# swings past 2. The agreement at the default gate: the same model rebuilt agrees on every frame
+# (the tiny model's boxes clipped flat at the frame's edge included); the bundles that must fail read 0.
+GATES = "agreement>=0.97,latency<=20"
 SOURCE = "synthetic://faces?width=96&height=64&count=2&min_size=8&max_size=16&fps=15"
 FPS = 15  # paced: five daemons share the machine
 
@@ -180,7 +181,7 @@ def test_a_good_bundle_is_promoted_on_every_device_canary_first(fleet, broker, t
     assert plan["previous"] == {d: "a" for d in DEVICES}
     passed = [e for e in said if e["event"] == "passed"]
     assert sorted(e["device"] for e in passed) == DEVICES
-    assert all(e["figures"]["agreement"] >= 0.5 and e["frames"] >= 10 for e in passed), passed
+    assert all(e["figures"]["agreement"] == 1.0 and e["frames"] >= 10 for e in passed), passed
     steps = [e for e in said if e["event"] == "step"]
     assert [e["role"] for e in steps] == ["canary", "wave 1", "wave 2"] and all(e["seconds"] > 0 for e in steps)
     good = Bundle.load(devices["cam-1"].cfg.device.models_dir + "/good").hash
@@ -203,7 +204,7 @@ def test_a_bad_bundle_is_stopped_at_the_canary_and_the_others_never_touched(flee
     log, _ = fleet()
     stopped = rollout(broker.url, "dim", tmp_path / "state.json")
     assert stopped.returncode == 6, stopped.stdout + stopped.stderr
-    assert "cam-1: agreement 0.000 (gate agreement>=0.5)" in stopped.stderr, stopped.stderr
+    assert "cam-1: agreement 0.000 (gate agreement>=0.97)" in stopped.stderr, stopped.stderr
     assert "stopped at canary" in stopped.stderr and "no device had been promoted" in stopped.stderr
     failed = [e for e in events(stopped.stdout) if e["event"] == "failed"][0]
     assert failed["device"] == "cam-1" and failed["metric"] == "agreement" and failed["value"] == 0.0
@@ -335,3 +336,52 @@ def test_with_a_url_the_reload_carries_it_its_sha256_and_the_role(broker, messag
     assert sent[0]["hmac"] == signature(sent[0], b"rollout-s3cret")
     bad = rollout(broker.url, "good", tmp_path / "other.json", "--devices", "cam-9", "--url", "https://x/y.tar")
     assert bad.returncode == 2 and "--url and --sha256 go together" in bad.stderr
+
+
+@pytest.fixture
+def downloading(tmp_path: Path, broker, message_log, http_files: Files, monkeypatch) -> Iterator[Any]:
+    """Three daemons, each with a models_dir of its own holding only "a", and the bundle "fresh"
+    (the same model as "a" built again) served as an archive by a real HTTP server."""
+    monkeypatch.setenv(SECRET_ENV, "rollout-s3cret")
+    fresh = make_tiny_bundle(tmp_path / "built" / "fresh", seed=0, size_bias=2.0)
+    digest = pack(fresh, tmp_path / "built" / "fresh.tar.gz")
+    http_files.files["/fresh.tar.gz"] = (tmp_path / "built" / "fresh.tar.gz").read_bytes()
+    log = message_log(broker.url, ["edge-sdk/+/status", "edge-sdk/+/shadow", "edge-sdk/+/alerts"])
+    made: List[Device] = []
+    for d in DEVICES[:3]:
+        make_tiny_bundle(tmp_path / f"models-{d}" / "a", seed=0, size_bias=2.0)
+        made.append(Device(d, tmp_path / f"models-{d}", tmp_path, broker.url, "a", False).start())
+    try:
+        assert log.wait(lambda m: online(log) == set(DEVICES[:3]), timeout=90), online(log)
+        yield log, {d.id: d for d in made}, http_files.url("/fresh.tar.gz"), digest, Bundle.load(fresh).hash
+    finally:
+        for device in made:
+            device.stop()
+
+
+def test_with_a_url_each_device_downloads_the_bundle_shadows_it_and_runs_it(downloading, broker,
+                                                                           tmp_path: Path) -> None:
+    log, devices, url, digest, fresh_hash = downloading
+    done = rollout(broker.url, "fresh", tmp_path / "state.json", "--url", url, "--sha256", digest)
+    assert done.returncode == 0, done.stdout + done.stderr
+    passed = [e for e in events(done.stdout) if e["event"] == "passed"]
+    assert sorted(e["device"] for e in passed) == DEVICES[:3]
+    assert log.wait(lambda m: all(runs(log, d, "fresh") for d in DEVICES[:3]), timeout=10)
+    assert all(last_status(log, d)["bundle_hash"] == fresh_hash for d in DEVICES[:3])
+    for device in devices.values():  # downloaded, verified and unpacked into the device's own folder
+        assert Bundle.load(Path(device.cfg.device.models_dir) / "fresh").hash == fresh_hash
+
+
+def test_with_a_url_whose_sha256_does_not_match_the_canary_refuses_it_and_nothing_is_loaded(
+        downloading, broker, http_files: Files, tmp_path: Path) -> None:
+    log, devices, url, digest, _ = downloading
+    wrong = ("0" if digest[0] != "0" else "1") + digest[1:]
+    refused = rollout(broker.url, "fresh", tmp_path / "state.json", "--url", url, "--sha256", wrong)
+    assert refused.returncode == 6, refused.stdout + refused.stderr
+    assert "stopped at canary: cam-1: reload refused" in refused.stderr, refused.stderr
+    assert f"sha256 mismatch: {url} gave {digest}, the command expects {wrong}" in refused.stderr, refused.stderr
+    assert len(http_files.requests) == 1  # the canary's download; the waves were never sent the reload
+    assert all(runs(log, d, "a") for d in DEVICES[:3])
+    assert not log.on("shadow")  # no candidate ran anywhere
+    for device in devices.values():
+        assert not (Path(device.cfg.device.models_dir) / "fresh").exists()

@@ -12,7 +12,12 @@ import numpy as np
 import pytest
 
 from edge_sdk.daemon import Daemon
-from edge_sdk.daemon.shadow import bundle_bytes, fit_problem, ks_statistic
+from edge_sdk.builder.evaluate import agreement
+from edge_sdk.daemon.model import RunningModel
+from edge_sdk.daemon.shadow import ShadowRun, bundle_bytes, fit_problem, ks_statistic
+from edge_sdk.runtime.frame import Frame
+from edge_sdk.runtime.synthetic import SyntheticFaces
+from edge_sdk.runtime.types import FrameResult
 from edge_sdk.manifest import Bundle
 from edge_sdk.telemetry import schemas
 
@@ -243,6 +248,38 @@ def test_shadow_commands_with_bad_arguments_are_refused_with_typed_errors(models
     assert outside["ok"] is False and "outside the model folder" in outside["error"]
     assert in_roi["ok"] is False and "roi" in in_roi["error"]
     assert daemon.model.reloads == 0 and daemon.shadow.run is None
+
+
+def test_a_result_served_from_the_prediction_cache_is_not_compared(models: Path, tmp_path: Path) -> None:
+    """A cached result carries the detections of the last frame the live model ran on, while its
+    frame is the current one: compared, the same model disagrees with itself. The shadow leaves
+    such frames out and counts them."""
+    live = RunningModel(config(models, tmp_path, None).pipeline)
+    live.open(models / "a")
+    scene = SyntheticFaces.from_uri("synthetic://faces?width=96&height=64&count=2&min_size=8&max_size=16")
+    still, moved = scene.render(0).copy(), scene.render(120).copy()
+    own = {i: live.detector.detect(Frame(image.copy(), index=i)).detections for i, image in ((0, still), (120, moved))}
+    # the oracle: the live model's own runs; the two frames' boxes differ (same count, other boxes)
+    assert len(own[0]) == len(own[120]) and agreement([own[120]], [own[0]])["f1"] < 0.9
+    candidate = RunningModel(config(models, tmp_path, None).pipeline)
+    _, detector = candidate.open(models / "a-rebuilt")
+    run = ShadowRun(candidate.model, detector, "a-rebuilt", every=1, window=10)
+    try:
+        for i in range(1, 4):  # the scene moved under the cache's threshold: frame 0's boxes served
+            run.offer(FrameResult(index=120 + i, timestamp=0.0, detections=own[0], frame=moved, cached=True))
+            run.offer(FrameResult(index=120 + i, timestamp=0.0, detections=own[120], frame=moved))
+            assert wait_until(lambda: run.compared >= i, timeout=20)  # noqa: B023 - read at once
+        figures = run.figures()
+    finally:
+        run.stop()
+        candidate.close()
+        live.close()
+    assert run.error is None
+    assert figures["agreement"]["f1"] == 1.0, figures  # the same model, on the frames it ran on
+    assert figures["frames_cached"] == 3 and figures["frames_compared"] == 3
+    message = dict(figures, schema="edge-sdk/shadow/1", device_id="cam-1", ts=1, seq=0, state="running",
+                   bundle="a-rebuilt", bundle_hash="h", live_bundle_hash="h", every_n_frames=1)
+    assert schemas.errors(message, "edge-sdk/shadow/1") == []
 
 
 def test_ks_statistic_matches_scipy_and_the_edge_cases() -> None:
