@@ -64,7 +64,7 @@ def worker(args: argparse.Namespace) -> Dict[str, Any]:
     from edge_sdk.runtime.batcher import BatchPolicy
     from edge_sdk.runtime.detectors.batched import make_batch_detector
     from edge_sdk.runtime.model import Model
-    from edge_sdk.runtime.streams import MultiStreamPipeline
+    from edge_sdk.runtime.streams import MALLOC_ARENAS, MultiStreamPipeline
 
     bundle = Bundle.load(args.bundle)
     seeds = [int(s) for s in args.seeds.split(",")]
@@ -76,7 +76,7 @@ def worker(args: argparse.Namespace) -> Dict[str, Any]:
     sources = [(f"s{seed}", scene_uri(seed, args.frames)) for seed in seeds]
     latencies: Dict[str, List[float]] = {sid: [] for sid, _ in sources}
     hits: Dict[str, List[int]] = {sid: [0, 0] for sid, _ in sources}  # true positives, faces
-    pipeline = MultiStreamPipeline(sources, detector, BatchPolicy(n, (n,), args.delay_ms))
+    pipeline = MultiStreamPipeline(sources, detector, BatchPolicy(n, (n,), args.delay_ms), malloc_arenas=MALLOC_ARENAS)
     t0 = time.time()
     with pipeline:
         for result in pipeline.results(timeout=600):

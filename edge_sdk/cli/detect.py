@@ -227,7 +227,7 @@ def _detect_streams(cfg: Any, jsonl: Optional[str], quiet: bool, console: Any) -
     from edge_sdk.runtime.model import load_model
     from edge_sdk.runtime.sinks import JsonlSink
     from edge_sdk.runtime.sources import open_source
-    from edge_sdk.runtime.streams import MultiStreamPipeline
+    from edge_sdk.runtime.streams import MALLOC_ARENAS, MultiStreamPipeline
 
     streams = cfg.batched_streams()
     ids = [s.id for s in streams]
@@ -239,7 +239,7 @@ def _detect_streams(cfg: Any, jsonl: Optional[str], quiet: bool, console: Any) -
         pipeline = MultiStreamPipeline([(s.id, open_source(s.uri, loop=s.loop, **s.options)) for s in streams],
                                        detector, policy, reconnect=cfg.reconnect, pool_size=cfg.pool_size,
                                        frames_in_flight=cfg.batching.frames_in_flight, fps={s.id: s.fps for s in streams},
-                                       tracking=cfg.tracking)
+                                       tracking=cfg.tracking, malloc_arenas=MALLOC_ARENAS)
         if jsonl is not None:
             sink = JsonlSink(jsonl)
         cap = cfg.max_frames

@@ -21,7 +21,7 @@ from typing import Any, Callable, Dict, Iterator, Optional, Union
 from edge_sdk.runtime.batcher import BatchPolicy
 from edge_sdk.runtime.config import PipelineConfig
 from edge_sdk.runtime.sources import open_source
-from edge_sdk.runtime.streams import MultiStreamPipeline, StreamResult
+from edge_sdk.runtime.streams import MALLOC_ARENAS, MultiStreamPipeline, StreamResult
 from edge_sdk.runtime.types import PipelineStats
 
 class _Stopper:
@@ -46,7 +46,8 @@ class StreamsPipeline:
         self.multi = MultiStreamPipeline(sources, detector, policy, reconnect=config.reconnect,
                                          pool_size=max(4, config.pool_size), keep_frames=keep_frames,
                                          frames_in_flight=config.batching.frames_in_flight,
-                                         fps={s.id: s.fps for s in config.streams()}, tracking=config.tracking)
+                                         fps={s.id: s.fps for s in config.streams()}, tracking=config.tracking,
+                                         malloc_arenas=MALLOC_ARENAS)
         self.failed_stage: Optional[str] = None
         self._processed: Dict[str, int] = {sid: 0 for sid, _ in sources}
         self._lock = threading.Lock()

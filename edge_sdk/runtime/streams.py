@@ -119,7 +119,7 @@ class _Stream:
 SourceSpec = Union[str, Source]
 
 M_ARENA_MAX = -8  # glibc's mallopt parameter: the most malloc arenas the process's threads spread over
-MALLOC_ARENAS = 2  # MultiStreamPipeline's default
+MALLOC_ARENAS = 2  # what `detect` and the daemon (processes of their own) ask MultiStreamPipeline for
 
 
 def limit_malloc_arenas(arenas: int) -> bool:
@@ -168,14 +168,15 @@ class MultiStreamPipeline:
     `frames_in_flight` + 2: one being read, one ready, those in flight); a live source's ring is
     `frames_in_flight` + 2 whatever it says (:meth:`ring_size`). `malloc_arenas`: at `start()`,
     the C library's malloc keeps at most that many arenas for the process's threads from then on
-    (:func:`limit_malloc_arenas`, glibc; a setting of the whole process); None leaves it. Python
+    (:func:`limit_malloc_arenas`, glibc; a setting of the whole process, so a library caller's
+    choice: None, the default, leaves it; `detect` and the daemon ask for MALLOC_ARENAS). Python
     API; `start()` or use it as a context manager."""
 
     def __init__(self, sources: Sequence[Tuple[str, SourceSpec]], detector: Any, policy: BatchPolicy,
                  reconnect: Optional[ReconnectConfig] = None, pool_size: Optional[int] = None, loop: bool = False,
                  frames_in_flight: int = 1, fps: Optional[Dict[str, float]] = None,
                  keep_frames: Union[bool, Callable[[str], bool]] = False,
-                 tracking: Optional[TrackingConfig] = None, malloc_arenas: Optional[int] = MALLOC_ARENAS) -> None:
+                 tracking: Optional[TrackingConfig] = None, malloc_arenas: Optional[int] = None) -> None:
         ids = [str(sid) for sid, _ in sources]
         if not ids:
             raise ConfigError("no sources: give at least one (stream id, URI) pair")
