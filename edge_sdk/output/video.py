@@ -281,6 +281,8 @@ def read_index(frame: np.ndarray, bits: int = 16, block: int = 16) -> int:
     return index
 
 
+MARKED_KEPT = 4096  # frame indices whose queueing time AnnotatedSink keeps with mark_index (latency reading)
+
 class AnnotatedSink(Sink):
     """A Sink (write/close) that draws each result once (runtime.sinks.draw_detections and the
     output's FPS) and hands the picture to every VideoOutput. Frames of another size than the
@@ -292,7 +294,7 @@ class AnnotatedSink(Sink):
         self._canvas: Optional[np.ndarray] = None
         self._size: Optional[Tuple[int, int]] = None
         self._times: Deque[float] = deque(maxlen=30)
-        self.put_at: Dict[int, float] = {}  # frame index -> perf_counter() when queued (with mark_index)
+        self.put_at: Dict[int, float] = {}  # frame index -> perf_counter() when queued (with mark_index; the latest MARKED_KEPT)
 
     def fps(self) -> float:
         """Frames per second over the last 30 written."""
@@ -323,6 +325,8 @@ class AnnotatedSink(Sink):
         if self.mark_index:
             burn_index(self._canvas, int(result.index))
             self.put_at[int(result.index)] = time.perf_counter()
+            if len(self.put_at) > MARKED_KEPT:  # the oldest goes: a long run holds no more than these
+                del self.put_at[next(iter(self.put_at))]
         for out in self.outputs:
             out.put(self._canvas)
 
