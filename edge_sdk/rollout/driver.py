@@ -153,9 +153,9 @@ class Rollout:
             return "promoted, waiting for its status"
         self._check_answers(device, status)
         passed[device] = False
-        args: Dict[str, Any] = {"bundle": self.bundle, "shadow": True}
+        args: Dict[str, Any] = {"bundle": self.bundle, "shadow": True, "role": role}  # the status shows the role
         if self.fetch:
-            args.update(self.fetch, role=role)
+            args.update(self.fetch)
         if self._command(device, status, "reload", args):
             self.say("reload", f"{role}: {device}: reload {self.bundle} as a shadow (runs "
                                f"{status.get('bundle')})", role=role, device=device)

@@ -186,6 +186,11 @@ def test_a_good_bundle_is_promoted_on_every_device_canary_first(fleet, broker, t
     assert [e["role"] for e in steps] == ["canary", "wave 1", "wave 2"] and all(e["seconds"] > 0 for e in steps)
     good = Bundle.load(devices["cam-1"].cfg.device.models_dir + "/good").hash
     assert log.wait(lambda m: all(runs(log, d, "good") for d in DEVICES), timeout=10)
+    # while in shadow, each device's retained status says its part in the rollout
+    roles = {"cam-1": "canary", "cam-2": "wave 1", "cam-3": "wave 1", "cam-4": "wave 2", "cam-5": "wave 2"}
+    for device, role in roles.items():
+        shown = [s for s in log.on("status") if s["device_id"] == device and s.get("shadow")]
+        assert shown and all(s.get("rollout") == {"role": role, "bundle": "good"} for s in shown), (device, shown[-1:])
     assert all(last_status(log, d)["bundle_hash"] == good for d in DEVICES)
     # order: no device of a wave ran a shadow before every device of the step before ran the bundle
     canary_done = first_index(log, lambda s: s["device_id"] == "cam-1" and s.get("bundle") == "good")
