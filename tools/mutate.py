@@ -652,6 +652,8 @@ MUTANTS: List[Mutant] = [
     M("VO6", "video-out", GSTC, "if self.server.attach(None) == 0:", "if False:", "an RTSP port in use goes unnoticed"),
     M("VO7", "video-out", GSTC, '    names = ENCODERS if wanted == "auto" else (wanted,)\n', '    names = ENCODERS\n',
       "an encoder asked for by name falls back to another"),
+    M("VO9", "video-out", GSTC, "if src is None or src.get_state(0)[1] != self.Gst.State.PLAYING:", "if src is None:",
+      "frames pushed before the media plays are stamped with the clock's absolute time"),
     # --- a bundle archive fetched by URL ---------------------------------------------------------
     M("BF1", "bundle-fetch", ARC, 'gz.write(b"\\0" * (-size % _BLOCK))', 'gz.write(b"\\0" * (_BLOCK - size % _BLOCK))',
       "a file of a whole number of blocks (an empty one) gets a block of padding too many"),

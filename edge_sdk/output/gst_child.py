@@ -230,7 +230,8 @@ class FileOrDisplay:
 class Rtsp:
     """GStreamer's RTSP server with one shared media at the URL's path, listening from the start
     (a client that comes before the first frame waits for it). Frames that arrive while no client
-    watches are counted as sent and go nowhere; a media whose queue is full drops them, counted."""
+    watches, or while a client's media is still starting (not yet PLAYING), are counted as sent
+    and go nowhere; a media whose queue is full drops them, counted."""
 
     def __init__(self, Gst, GstRtspServer, out, url, encoder):
         self.Gst, self.out = Gst, out
@@ -268,9 +269,8 @@ class Rtsp:
         with self.lock:
             self.caps = self.Gst.Caps.from_string(caps_string(width, height, self.out.fps))
             self.limit = width * height * 3 * 4
-            src = self.src
-        if src is not None:
-            self._shape(src)
+            if self.src is not None:
+                self._shape(self.src)
 
     def _shape(self, src):
         src.set_property("caps", self.caps)
@@ -281,11 +281,10 @@ class Rtsp:
         src = element.get_child_by_name("src")
         self.out.probe_encoder(element.get_child_by_name("enc"))
         media.connect("unprepared", self._gone)
-        with self.lock:
+        with self.lock:  # caps before the reader thread can push: a buffer ahead of them is not-negotiated
+            if self.caps is not None:
+                self._shape(src)
             self.src = src
-            known = self.caps is not None
-        if known:
-            self._shape(src)
 
     def _gone(self, media):
         with self.lock:
@@ -296,8 +295,9 @@ class Rtsp:
             src, limit = self.src, self.limit
         with self.out.lock:
             self.out.frames += 1
-        if src is None:
-            return
+        if src is None or src.get_state(0)[1] != self.Gst.State.PLAYING:
+            return  # do-timestamp stamps a buffer with the running time at the push: before PLAYING there is
+            # none, and a buffer stamped with the clock's absolute time holds the sink for that long
         if src.get_property("current-level-bytes") + len(data) > limit:
             with self.out.lock:
                 self.out.dropped += 1

@@ -16,6 +16,7 @@ from typing import Iterator, List, Optional, Tuple
 import numpy as np
 import pytest
 
+import edge_sdk.output as edge_sdk_output
 from edge_sdk.detections import Detections
 from edge_sdk.errors import ConfigError, OutputError
 from edge_sdk.output.video import (AnnotatedSink, OutputTarget, VideoOutput, gst_python, open_outputs,
@@ -221,6 +222,23 @@ class StalledClient:
 
     def close(self) -> None:
         self.sock.close()
+
+
+@needs_gstreamer
+@pytest.mark.parametrize("moment", ["publish", "clock"])
+def test_a_frame_that_comes_while_a_client_starts_the_stream_never_breaks_it(moment: str) -> None:
+    """A frame pushed the moment the media's appsrc is handed to the reader thread (before its caps:
+    a not-negotiated media, DESCRIBE answered 503), or once the pipeline has its clock but not yet
+    its base time (stamped with the clock's absolute time: the sink waits hours for it): the client
+    is served either way, and no buffer leaves the appsrc dated in the future."""
+    script = Path(__file__).with_name("rtsp_startup.py")
+    child = Path(edge_sdk_output.__file__).with_name("gst_child.py")
+    run = subprocess.run([gst_python(), str(script), str(child), moment], capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    seen = json.loads(run.stdout.strip().splitlines()[-1])
+    assert seen["describe"] == "RTSP/1.0 200 OK", seen
+    assert seen["packets"] >= 100, seen  # 3 s of a 100 FPS camera
+    assert seen["ahead_ms"] is not None and seen["ahead_ms"] < 50, seen
 
 
 @needs_gstreamer
