@@ -5,6 +5,7 @@ aside whole, under a name of its own."""
 from __future__ import annotations
 
 import ast
+import contextlib
 import errno
 import os
 import signal
@@ -15,6 +16,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Iterator, List
 
+import numpy as np
 import pytest
 
 from edge_sdk import fsutil
@@ -240,3 +242,66 @@ def test_a_corrupt_file_that_cannot_move_stays_where_it_was(tmp_path: Path, monk
     with pytest.raises(PermissionError):
         move_corrupt_aside(path)
     assert [p.name for p in tmp_path.iterdir()] == ["q.sqlite3"] and path.read_bytes() == b"db"
+
+
+@pytest.mark.parametrize("size", [0, 1, 1024, 3 * 1024 + 517])  # empty, one byte, one chunk exactly, several and a part
+def test_sha256_file_is_hashlibs_digest_of_the_whole_file(tmp_path: Path, size: int) -> None:
+    import hashlib
+
+    data = np.random.default_rng(size).integers(0, 256, size, dtype=np.uint8).tobytes()
+    (tmp_path / "f").write_bytes(data)
+    assert fsutil.sha256_file(tmp_path / "f", chunk=1024) == hashlib.sha256(data).hexdigest()
+    assert fsutil.sha256_file(tmp_path / "f") == hashlib.sha256(data).hexdigest()  # the default chunk
+
+
+def open_fds() -> List[str]:
+    return sorted(os.listdir("/proc/self/fd"))
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="counts open files in /proc/self/fd")
+def test_a_folder_locked_by_another_writer_raises_and_leaves_no_file_open(tmp_path: Path) -> None:
+    holder = fsutil._lock_dir(tmp_path)  # another open file description holds the lock
+    assert holder is not None
+    try:
+        before = open_fds()
+        with pytest.raises(BlockingIOError):
+            fsutil._lock_dir(tmp_path)
+        assert open_fds() == before
+    finally:
+        os.close(holder)
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="counts open files in /proc/self/fd")
+def test_a_staging_folder_that_cannot_be_named_partial_is_removed_and_unlocked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def refuse(src: object, dst: object) -> None:
+        raise PermissionError(13, "Permission denied")
+
+    before = open_fds()
+    monkeypatch.setattr(fsutil.os, "rename", refuse)
+    with pytest.raises(PermissionError):
+        with AtomicDirectory(tmp_path / "bundle"):
+            pass
+    monkeypatch.undo()
+    assert open_fds() == before and list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="counts open files in /proc/self/fd")
+@pytest.mark.parametrize("fails", [False, True])
+def test_a_written_folder_leaves_no_lock_open_whether_it_was_committed_or_not(tmp_path: Path, fails: bool) -> None:
+    before = open_fds()
+    with pytest.raises(RuntimeError) if fails else contextlib.nullcontext():
+        with AtomicDirectory(tmp_path / "bundle") as tmp:
+            (tmp / "f").write_text("x")
+            if fails:
+                raise RuntimeError("the writer failed")
+    assert open_fds() == before
+    assert [p.name for p in tmp_path.iterdir()] == ([] if fails else ["bundle"])
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="counts open files in /proc/self/fd")
+def test_cleaning_a_stale_folder_leaves_no_file_open(tmp_path: Path) -> None:
+    (tmp_path / "bundle").mkdir()
+    (tmp_path / ".bundle.old").mkdir()  # a swap killed after its second rename: final is there, .old is stale
+    before = open_fds()
+    assert clean_stale(tmp_path / "bundle") == [tmp_path / ".bundle.old"]
+    assert open_fds() == before and [p.name for p in tmp_path.iterdir()] == ["bundle"]

@@ -27,6 +27,7 @@ def ok(check: Callable[..., Any], value: Any, *args: Any, **kw: Any) -> bool:
 
 def test_lists_hold_min_to_max_entries() -> None:
     assert ok(mc.lst, [1, 2], 2, 3) and ok(mc.lst, [1, 2, 3], 2, 3)
+    assert ok(mc.lst, []) and ok(mc.obj, {})  # without bounds: from empty
     assert not ok(mc.lst, [1], 2, 3) and not ok(mc.lst, [1, 2, 3, 4], 2, 3) and not ok(mc.lst, (1, 2), 2, 3)
     assert ok(mc.obj, {"a": 1, "b": 2}, 2) and not ok(mc.obj, {"a": 1, "b": 2, "c": 3}, 2) and not ok(mc.obj, [], 2)
     assert ok(mc.each, [1, 2], lambda v, at: mc.integer(v, at, 0, 2), 2)
@@ -190,3 +191,115 @@ def test_calibration_tensor_dtypes_list_at_most_three() -> None:
     assert ok(check, {"tensors": {"dtypes": ["uint8", "float16", "float32"]}})
     assert not ok(check, {"tensors": {"dtypes": ["uint8", "float16", "float32", "uint8"]}})
     assert not ok(check, {"tensors": {"dtypes": ["int4"]}})
+
+
+# -- bounds as the README states them ------------------------------------------------------------------
+def readme_bound(pattern: str) -> int:
+    import re
+    from pathlib import Path
+
+    text = " ".join((Path(__file__).resolve().parents[1] / "README.md").read_text().split())
+    return int(re.search(pattern, text).group(1))
+
+
+def test_inputs_and_outputs_are_bounded_at_the_readmes_counts() -> None:
+    """README, *Every manifest field is checked*: "the inputs (at most 16)", "output names (distinct, at most 64)"."""
+    inputs, outputs = readme_bound(r"the inputs \(at most (\d+)\)"), readme_bound(r"output names \(distinct, at most (\d+)\)")
+    entry = {"shape": [1, 3, 32, 48], "dtype": "float32"}
+    assert ok(mc._inputs, [dict(entry, name=f"i{k}") for k in range(inputs)])
+    assert not ok(mc._inputs, [dict(entry, name=f"i{k}") for k in range(inputs + 1)])
+    assert ok(mc._outputs, [{"name": f"o{k}"} for k in range(outputs)])
+    assert not ok(mc._outputs, [{"name": f"o{k}"} for k in range(outputs + 1)])
+
+
+@pytest.mark.parametrize("batch,expected", [
+    ({"min": 1, "opt": 1, "max": 1}, True), ({"min": 1, "opt": 8, "max": 64}, True),
+    ({"min": 0, "opt": 1, "max": 1}, False), ({"min": 1, "opt": 1, "max": 65}, False),
+    ({"min": 2, "opt": 1, "max": 4}, False), ({"min": 1, "opt": 5, "max": 4}, False),
+])
+def test_the_batch_range_is_the_readmes(batch: Any, expected: bool) -> None:
+    """README: "the batch range (1 <= min <= opt <= max <= 64)"."""
+    assert readme_bound(r"the batch range \(1 <= min <= opt <= max <= (\d+)\)") == 64
+    assert ok(mc.FIELDS["batch"], batch) is expected
+
+
+class Described:
+    """A backend whose describe() gives its engine's batch range, with or without a bundle that has a root."""
+
+    def __init__(self, batch: Any, bundle: Any = None) -> None:
+        self.batch, self.bundle = batch, bundle
+
+    def describe(self) -> Any:
+        return {"batch": self.batch}
+
+
+def test_the_engine_fix_names_the_bundle_folder_when_the_backend_knows_it() -> None:
+    known = Described({"max": 4, "dynamic": True}, SimpleNamespace(root="/models/cf"))
+    unknown = Described({"max": 4, "dynamic": True}, SimpleNamespace())  # a bundle object without a folder
+    assert mc.batch_limit(known) == (4, "rebuild the engine with `edge-sdk engine /models/cf --max-batch N`")
+    assert mc.batch_limit(unknown) == (4, "rebuild the engine with `edge-sdk engine BUNDLE --max-batch N`")
+    assert mc.batch_limit(Described({"max": 4, "dynamic": True}))[1].endswith("engine BUNDLE --max-batch N`")
+
+
+@pytest.mark.parametrize("wanted,accepted", [(1, True), (4, True), (0, False), (-1, False), (True, False),
+                                             (2.0, False), ("2", False), (None, False)])
+def test_check_batch_takes_whole_numbers_from_one_to_the_limit(wanted: Any, accepted: bool) -> None:
+    from edge_sdk.errors import ConfigError
+
+    if accepted:
+        assert mc.check_batch({"max": 4}, wanted) == wanted
+    else:
+        with pytest.raises(ConfigError, match="the largest batch must be a whole number of inputs >= 1"):
+            mc.check_batch({"max": 4}, wanted)
+    with pytest.raises(ConfigError, match=r"batches up to 5 inputs, but .* takes at most 4: .*--max-batch 5"):
+        mc.check_batch({"max": 4}, 5)
+
+
+@pytest.mark.parametrize("key,longest", [("name", 1024), ("sm", 16), ("tensorrt", 64), ("quantization", 1024)])
+def test_target_texts_are_one_to_their_longest(key: str, longest: int) -> None:
+    base = {"name": "xavier-nx"}
+    assert ok(mc.FIELDS["target"], dict(base, **{key: "x" * longest}))
+    assert not ok(mc.FIELDS["target"], dict(base, **{key: "x" * (longest + 1)}))
+
+
+class FixedInput:
+    """An ONNX Runtime-like backend: no batch in describe(), its model's input shape."""
+
+    input_names = ["images"]
+
+    def __init__(self, shape: Any) -> None:
+        self.shape = shape
+
+    def input_shape(self, name: str) -> Any:
+        assert name == "images"
+        return self.shape
+
+
+@pytest.mark.parametrize("shape,limit", [([2, 3, 32, 48], 2), ([1, 3, 64, 64], 1), (["batch", 3, 32, 48], None),
+                                         ([None, 3, 32, 48], None), ([], None)])
+def test_a_backends_fixed_first_dimension_is_its_batch_limit(shape: Any, limit: Any) -> None:
+    got, fix = mc.batch_limit(FixedInput(shape))
+    assert got == limit
+    assert ("fixed batch" in fix) is (limit is not None)
+
+
+class NamesOnly:
+    input_names = ["images"]
+
+
+class ShapeOnly:
+    input_names: Any = []
+
+    def input_shape(self, name: str) -> Any:
+        raise AssertionError("no input to ask about")
+
+
+@pytest.mark.parametrize("source", [NamesOnly(), ShapeOnly(), object()])
+def test_a_backend_that_tells_no_input_shape_has_no_batch_limit(source: Any) -> None:
+    assert mc.batch_limit(source) == (None, "")
+
+
+@pytest.mark.parametrize("manifest", [{"decoder": {"type": "centerface"}}, {"inputs": [{"name": "x", "shape": [1, 3, 32, 32]}]},
+                                      {"decoder": {}, "inputs": [{"name": "x", "shape": [1, 3, 32, 32]}]}, {}])
+def test_the_decoder_is_fitted_only_when_the_manifest_has_both_a_decoder_and_inputs(manifest: Any) -> None:
+    mc._decoder_fits(manifest, AT)  # nothing to fit: no error, whatever the other field holds

@@ -118,3 +118,11 @@ def test_unlisted_runtime_files_are_named_three_at_a_time(tmp_path: Path) -> Non
 
 def test_the_manifest_bound_is_eight_mib() -> None:
     assert MANIFEST_MAX_BYTES == 8 * 1024 * 1024
+
+
+@pytest.mark.parametrize("inputs", [5, "abc", [1], [None], [{"name": "x"}, "y"], {"name": "x"}])
+def test_inputs_that_are_not_a_list_of_objects_are_named_so(inputs: Any) -> None:
+    from edge_sdk.manifest import input_specs
+
+    with pytest.raises(BundleError, match=r"^m\.json: inputs must be a list of objects; rebuild the bundle$"):
+        input_specs({"inputs": inputs}, "m.json")

@@ -159,6 +159,11 @@ def test_resize_into_pads_the_rest_and_refuses_what_does_not_fit() -> None:
     ((1280, 720), (640, 384), "top-left", (0, 0, 640, 360, 0.5, 0.5)),
     ((480, 640), (320, 320), "center", (40, 0, 280, 320, 0.5, 0.5)),
     ((1000, 1000), (333, 200), "center", (66, 0, 266, 200, 0.2, 0.2)),
+    # a strip whose short side scales below one pixel is drawn one pixel thick, no more
+    ((4000, 2), (640, 640), "top-left", (0, 0, 640, 1, 0.16, 0.5)),
+    ((2, 4000), (640, 640), "top-left", (0, 0, 1, 640, 0.5, 0.16)),
+    ((4000, 2), (640, 640), "center", (0, 319, 640, 320, 0.16, 0.5)),
+    ((2, 4000), (640, 640), "center", (319, 0, 320, 640, 0.5, 0.16)),
 ])
 def test_letterbox_by_hand(frame, net, where, want) -> None:
     p = Placement.letterbox(*frame, *net, where)

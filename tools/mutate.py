@@ -89,7 +89,8 @@ GROUPS: Dict[str, Group] = {
     "equalize": Group(("edge_sdk/builder/equalize.py",), ("tests/builder/test_equalize_cases.py", "tests/builder/test_equalize.py")),
     "sensitivity": Group(("edge_sdk/builder/sensitivity.py",), ("tests/builder/test_sensitivity_search.py", "tests/builder/test_sensitivity.py")),
     "probe": Group(("edge_sdk/builder/probe.py",), ("tests/builder/test_probe_rules.py", "tests/builder/test_probe.py")),
-    "cuda-plan": Group(("edge_sdk/cuda/preprocess.py",), ("tests/cuda/test_gpu_preprocess.py", "tests/cuda/test_launch_plan.py")),
+    "cuda-plan": Group(("edge_sdk/cuda/preprocess.py",), ("tests/cuda/test_gpu_preprocess.py", "tests/cuda/test_launch_plan.py",
+                                                          "tests/cuda/test_cuda_lifetimes.py")),
     "decoders-all": Group(("edge_sdk/decoders/end2end.py", "edge_sdk/decoders/__init__.py", "edge_sdk/decoders/_base.py",
                            "edge_sdk/decoders/yolo.py", "edge_sdk/decoders/yolox.py", "edge_sdk/decoders/ssd.py",
                            "edge_sdk/decoders/centerface.py"), ("tests/decoders", "tests/runtime/test_letterbox.py")),
@@ -157,15 +158,17 @@ SWEEP.update({name: GROUPS[name] for name in ("signing", "commands", "validate",
 @dataclass(frozen=True)
 class Equivalent:
     """A generated mutant that cannot change behaviour: the mutant of `file` whose description
-    (`--list` prints it) is `why`, on the line that holds `line`, with the reason."""
+    (`--list` prints it) is `why`, on the line that holds `line`, with the reason; `result`, when
+    given, tells apart mutants of one line with the same description (it is in the mutated text)."""
 
     file: str
     line: str
     why: str
     reason: str
+    result: str = ""
 
     def matches(self, m: "Mutant") -> bool:
-        return m.file == self.file and m.why == self.why and self.line in m.find
+        return m.file == self.file and m.why == self.why and self.line in m.find and self.result in m.replace
 
 
 EQUIVALENT: List[Equivalent] = [
@@ -196,6 +199,16 @@ EQUIVALENT: List[Equivalent] = [
                "dropped: self._cond.notify_all()",
                "_put_back runs on the capture thread, the only one that waits for a free slot"),
     Equivalent("edge_sdk/runtime/capture.py", "self.index = -1  # frame number in the stream", "-1 -> (1)",
+               "a slot's index is set when its frame is published, before anyone can read it"),
+    Equivalent("edge_sdk/builder/equalize.py", "arrays[pair.w2] = (w2 * s.reshape((1, -1) + (1,) * (w2.ndim - 2)))",
+               "1 -> 2", "numpy takes any negative size as the one it infers: (1, -2) reshapes as (1, -1) does",
+               result="(1, -2)"),
+    Equivalent("edge_sdk/builder/equalize.py", "arrays[pair.w2] = (w2 * s.reshape((-1,) + (1,) * (w2.ndim - 1)))",
+               "1 -> 2", "numpy takes any negative size as the one it infers: (-2,) reshapes as (-1,) does",
+               result="(-2,)"),
+    Equivalent("edge_sdk/runtime/capture.py", "self.index = -1  # frame number in the stream", "1 -> 0",
+               "a slot's index is set when its frame is published, before anyone can read it"),
+    Equivalent("edge_sdk/runtime/capture.py", "self.index = -1  # frame number in the stream", "1 -> 2",
                "a slot's index is set when its frame is published, before anyone can read it"),
     Equivalent("edge_sdk/runtime/capture.py", "self.period = 1.0 / fps if fps and fps > 0 else 0.0", "fps > 0 -> (fps >= 0)",
                "an fps of 0 is already turned away by `fps and`"),
@@ -703,12 +716,25 @@ MUTANTS: List[Mutant] = [
 # More generated mutants that change no promised behaviour, keyed by file, the mutated line as
 # written (stripped) and the change, with the reason; they join EQUIVALENT below.
 _EQUIVALENT_LINES: Dict[Tuple[str, str, str], str] = {
+    ("edge_sdk/decoders/end2end.py", "n = int(np.asarray(outputs[index[\"count\"]][i]).reshape(-1)[0])", "-1 -> (1)"):
+        ("the count output is [N, 1] (num_detections of EfficientNMS_TRT): for one number per image reshape(1) reads it "
+         "as reshape(-1) does"),
+    ("edge_sdk/runtime/cache.py", "self.last_difference = self._cv2.norm(gray, self._ref, self._cv2.NORM_INF)",
+     "self._cv2.norm(gray, self._ref, self._cv2.NORM_INF) -> (self._cv2.norm(self._ref, gray, self._cv2.NORM_INF))"):
+        "the largest absolute difference is the same either way round",
+    ("edge_sdk/roi/geometry.py", "result: List[Tuple[int, int, int]] = [(0, 0, 0)] * len(sizes)", "0 -> 1"):
+        "a placeholder: every entry is replaced by its placement before the list is returned",
+    ("edge_sdk/telemetry/signing.py", 'out.pop("hmac", None)', 'dropped: out.pop("hmac", None)'):
+        "the signature leaves the hmac field out (canonical) and the new one replaces it on the next line",
     ("edge_sdk/fsutil.py", "def sha256_file(path: PathLike, chunk: int = 1 << 20) -> str:", "1 -> 2"):
         "read chunk size: the digest is the same",
     ("edge_sdk/fsutil.py", "def sha256_file(path: PathLike, chunk: int = 1 << 20) -> str:", "20 -> 21"):
         "read chunk size: the digest is the same",
     ("edge_sdk/fsutil.py", "if sys.version_info >= (3, 11):", "sys.version_info >= (3, 11) -> (sys.version_info > (3, 11))"):
         "(3, 11, x, ...) > (3, 11) too: the same interpreters take tomllib",
+    ("edge_sdk/fsutil.py", "if sys.version_info >= (3, 11):", "3 -> 2"):
+        ("every Python 3 is past (2, 11): the same branch on the 3.11 that runs the sweep; on 3.8 it would import a "
+         "tomllib that is not there, which CI's Python 3.8 run of the config tests finds"),
     ("edge_sdk/validate.py", "if digits > 19 or not -INT_LIMIT <= int(text) < INT_LIMIT:", "19 -> 20"):
         "JSON has no leading zeros: a 20-digit integer is beyond int64, and the range check refuses it",
     ("edge_sdk/validate.py", 'if raw.count(b"[") + raw.count(b"{") > max_depth and json_depth(raw) > max_depth:',

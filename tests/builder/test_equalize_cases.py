@@ -51,14 +51,16 @@ def build(middle: str = "Relu", second: str = "conv", bias: Any = True, bn: bool
             ins.append("slope")
         if middle in ("ClipAttr0", "ClipAttrHalf"):  # opset < 11: the bounds are attributes
             attrs["min"] = 0.0 if middle == "ClipAttr0" else 0.5
-        if middle in ("Clip0", "Clip6", "ClipHalf"):
+        if middle in ("Clip0", "Clip0-empty-max", "Clip6", "ClipHalf"):
             inits["lo"] = np.array(0.5 if middle == "ClipHalf" else 0.0, np.float32)
             ins.append("lo")
             if middle == "Clip6":
                 inits["hi"] = np.array(6.0, np.float32)
                 ins.append("hi")
-        op = {"Clip0": "Clip", "Clip6": "Clip", "ClipHalf": "Clip", "ClipAttr0": "Clip", "ClipAttrHalf": "Clip",
-              "PRelu-per-channel": "PRelu"}.get(middle, middle)
+            if middle == "Clip0-empty-max":  # max given as an empty input: no max, as some exporters write
+                ins.append("")
+        op = {"Clip0": "Clip", "Clip0-empty-max": "Clip", "Clip6": "Clip", "ClipHalf": "Clip", "ClipAttr0": "Clip",
+              "ClipAttrHalf": "Clip", "PRelu-per-channel": "PRelu"}.get(middle, middle)
         nodes.append(helper.make_node(op, ins, ["m"], name="mid", **attrs))
         t = "m"
     if second == "depthwise":
@@ -108,7 +110,7 @@ def ranges(eq, second: str) -> Tuple[np.ndarray, np.ndarray]:
     return r1, r2
 
 
-@pytest.mark.parametrize("middle", ["Relu", "LeakyRelu", "PRelu", "Clip0", "none"])
+@pytest.mark.parametrize("middle", ["Relu", "LeakyRelu", "PRelu", "Clip0", "Clip0-empty-max", "none"])
 @pytest.mark.parametrize("second", ["conv", "depthwise"])
 @pytest.mark.parametrize("bias", [True, False])
 def test_homogeneous_pairs_are_equalized_exactly(middle: str, second: str, bias: bool) -> None:
@@ -211,3 +213,39 @@ def test_batchnorm_folds_into_a_conv_whose_bias_input_is_empty() -> None:
     conv = next(n for n in eq.graph.node if n.name == "A")
     assert len(conv.input) == 3 and conv.input[2] in weights(eq)
     check_exact(model, eq)
+
+
+def test_a_pair_reports_how_far_its_largest_scale_moved_either_way() -> None:
+    """Channel 0 shrinks by 4 (s = 0.25), channel 1 grows by 1.5: the pair moved 0.75, and each
+    channel's range in both convolutions becomes sqrt(r1 * r2)."""
+    from edge_sdk.builder.equalize import _equalize_pair, _Pair
+
+    arrays = {"w1": np.array([1.0, 9.0], np.float32).reshape(2, 1, 1, 1),  # r1 = 1, 9
+              "b1": np.array([2.0, 3.0], np.float32),
+              "w2": np.array([[16.0, 4.0]], np.float32).reshape(1, 2, 1, 1)}  # r2 = 16, 4 (per input channel)
+    moved = _equalize_pair(_Pair("a", "b", "w1", "b1", "w2", depthwise=False), arrays)
+    assert moved == pytest.approx(0.75)
+    np.testing.assert_allclose(arrays["w1"].ravel(), [4.0, 6.0])
+    np.testing.assert_allclose(arrays["w2"].ravel(), [4.0, 6.0])
+    np.testing.assert_allclose(arrays["b1"], [8.0, 2.0])
+
+
+def test_a_channel_the_second_convolution_never_reads_is_left_as_it_is() -> None:
+    """Channel 1's weights in the second convolution are all zero (r2 = 0): no scale can balance
+    it, so it keeps s = 1 instead of an infinite one; channel 0 is balanced."""
+    from edge_sdk.builder.equalize import _equalize_pair, _Pair
+
+    arrays = {"w1": np.array([1.0, 9.0], np.float32).reshape(2, 1, 1, 1),
+              "w2": np.array([[16.0, 0.0]], np.float32).reshape(1, 2, 1, 1)}
+    moved = _equalize_pair(_Pair("a", "b", "w1", None, "w2", depthwise=False), arrays)
+    assert moved == pytest.approx(0.75)
+    np.testing.assert_allclose(arrays["w1"].ravel(), [4.0, 9.0])
+    np.testing.assert_allclose(arrays["w2"].ravel(), [4.0, 0.0])
+
+
+def test_a_convolution_without_its_weight_input_is_passed_over() -> None:
+    """A malformed Conv (one input, no weights) beside a good pair: no error, the pair still equalized."""
+    model = build("Relu", "conv")
+    model.graph.node.append(helper.make_node("Conv", ["x"], ["lone"], name="lone"))
+    _, report = equalize(model)
+    assert report.pairs == [("A", "B")]

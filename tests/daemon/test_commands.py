@@ -276,6 +276,33 @@ def test_a_corrupt_replay_file_is_moved_aside_and_older_commands_refused(tmp_pat
     assert proc.handle(signed("new", secret, now))["ok"]
 
 
+def test_the_connection_to_a_corrupt_replay_file_is_closed_before_it_is_moved_aside(tmp_path, monkeypatch) -> None:
+    """Every connection opened is closed once it failed: none is left open on the file kept aside."""
+    import sqlite3
+
+    opened: List[Any] = []
+    real = sqlite3.connect
+
+    class Counted(sqlite3.Connection):
+        closed = False
+
+        def close(self) -> None:
+            self.closed = True
+            super().close()
+
+    def connect(*args: Any, **kwargs: Any) -> Any:
+        opened.append(real(*args, factory=Counted, **kwargs))
+        return opened[-1]
+
+    monkeypatch.setattr(sqlite3, "connect", connect)
+    path = tmp_path / "cam.commands.sqlite3"
+    path.write_bytes(b"this is not a database" * 100)
+    proc = CommandProcessor(Device().handlers(), secret=b"k", device_id=DEVICE, clock=lambda: 1_700_000_000.0, replay_path=path)
+    assert [c.closed for c in opened] == [True, False]  # the corrupt file's, then the fresh one in use
+    proc.close()
+    assert opened[1].closed
+
+
 def test_token_bucket() -> None:
     from edge_sdk.daemon.commands import TokenBucket
 

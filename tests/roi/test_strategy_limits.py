@@ -179,6 +179,23 @@ def test_an_absorbed_region_stops_asking_for_motion_to_its_edges(block) -> None:
     assert len(motion(moved)) == 0
 
 
+def test_an_absorbed_region_of_a_frame_wider_than_the_motion_copy_is_absorbed_there_only() -> None:
+    """A 400x100 frame on a 100-wide copy (4 frame pixels a cell): the examined block, given in
+    frame pixels, stops asking for motion; a block that moved elsewhere still does."""
+    from edge_sdk.roi.strategies import MotionDetector
+
+    motion = MotionDetector(width=100, threshold=18, learning_rate=0.05, max_fraction=0.5)
+    still = np.full((100, 400, 3), 60, np.uint8)
+    motion(still)
+    moved = still.copy()
+    moved[40:80, 200:280] = 220  # examined
+    moved[8:32, 20:60] = 220  # not examined
+    assert len(motion(moved)) == 2
+    motion.absorb(np.array([[200, 40, 280, 80]], np.float64))
+    (x0, y0, x1, y1), = motion(moved).tolist()
+    assert x0 <= 20 and x1 >= 60 and y0 <= 8 and y1 >= 32 and x1 < 200, (x0, y0, x1, y1)
+
+
 def test_the_motion_detectors_defaults_are_the_documented_roi_defaults() -> None:
     # docs/configuration.md, [roi]: motion_width 480, motion_threshold 18, motion_learning_rate 0.05, motion_max_fraction 0.2
     from edge_sdk.roi.strategies import MotionDetector

@@ -388,6 +388,52 @@ def test_a_live_consumer_holding_all_but_one_slot_gets_the_newest_frame_once_it_
         capture.stop()
 
 
+class HoldUntil(ListSource):
+    """Read `hold_at` does not return until `released` is set (at most 5 s)."""
+
+    def __init__(self, frames, hold_at: int, released: threading.Event) -> None:
+        super().__init__(frames)
+        self.hold_at, self.released, self.reads = hold_at, released, 0
+
+    def read(self, out=None):
+        if self.reads == self.hold_at:
+            self.released.wait(5.0)
+        self.reads += 1
+        return super().read(out)
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "SCHED_IDLE"), reason="needs Linux's SCHED_IDLE scheduling class")
+def test_a_starved_idle_thread_that_may_not_leave_the_idle_class_after_all_is_reported(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The probe said the thread could leave SCHED_IDLE, the kernel refuses when the starved consumer
+    asks: the refusal is reported with the frames ("leaving SCHED_IDLE"), nothing says it left,
+    and capture goes on."""
+    import os
+
+    from edge_sdk.runtime import capture as capture_module
+
+    asked_out = threading.Event()
+    policies: List[int] = []
+
+    def into_only(tid, policy, param):
+        policies.append(policy)
+        if policy != os.SCHED_IDLE:
+            asked_out.set()
+            raise PermissionError(1, "Operation not permitted")
+
+    monkeypatch.setattr(capture_module, "can_leave_sched_idle", lambda: True)
+    monkeypatch.setattr(capture_module.os, "sched_setscheduler", into_only)
+    source = HoldUntil([scene(i, 40, 24) for i in range(4)], hold_at=2, released=asked_out)
+    capture = Capture(source, idle=True, starved_after_s=0.2).start()
+    events: List[dict] = []
+    try:
+        got = drain(capture, events)
+    finally:
+        capture.stop()
+    assert got == [0, 1, 2, 3] and asked_out.is_set()
+    assert policies == [os.SCHED_IDLE, os.SCHED_OTHER]
+    assert events == [{"event": "capture_priority_unchanged", "error": "leaving SCHED_IDLE: [Errno 1] Operation not permitted"}]
+
+
 @pytest.mark.skipif(not hasattr(__import__("os"), "SCHED_IDLE"), reason="needs Linux's SCHED_IDLE scheduling class")
 def test_a_thread_that_may_enter_the_idle_class_but_not_leave_it_is_not_put_there(monkeypatch: pytest.MonkeyPatch) -> None:
     import os

@@ -150,3 +150,16 @@ def test_the_defaults_are_the_readmes() -> None:
     assert (c.drift_distance, c.drift_sample_s, c.drift_window, c.extra) == (0.4, 1, 60, [])
     assert {r.name: r.threshold for r in c.rules()} == {"latency_p99": 300, "fps_low": 0.9, "frames_dropped": 0.05,
                                                         "batch_efficiency": 0.75, "temperature": 85}
+
+
+def test_extra_rules_are_bounded_at_the_documented_count() -> None:
+    """docs/configuration.md, [health] `extra`: "at most 64 entries"."""
+    import re
+
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "configuration.md").read_text()
+    bound = int(re.search(r"\| `extra` \|[^\n]*at most (\d+) entries", docs).group(1))
+    rule = {"metric": "a.b", "op": "<", "threshold": 1.0}
+    rules = [dict(rule, name=f"r{i}") for i in range(bound + 1)]
+    assert len(HealthConfig(extra=rules[:bound]).validate().rules()) == 5 + bound  # the five built in, all on
+    with pytest.raises(ConfigError, match=f"health.extra must have at most {bound} entries, got {bound + 1}"):
+        HealthConfig(extra=rules).validate()

@@ -113,8 +113,13 @@ def device(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Callable[..., Any
         monkeypatch.setattr(calibrator_mod, "allocate_device_buffer", trt.device_memory.allocate)
         monkeypatch.setattr("edge_sdk.cuda.require_cuda", lambda *a, **k: cuda)
         # The fake TensorRT runs no kernels: the frame-memory timing (tests/cuda/test_frame_choice.py
-        # runs it through the host shim) is replaced by a fixed measurement here.
-        monkeypatch.setattr("edge_sdk.cuda.measure.measure_frame_memory", lambda api, spec: dict(MEASURED))
+        # runs it through the host shim) is replaced by a fixed measurement here, which reads its
+        # arguments as the real one does (the device's CUDA api, the bundle's input).
+        def measured(api: Any, spec: Any) -> Dict[str, Any]:
+            assert api is cuda and api.properties.can_map_host_memory, api
+            return dict(MEASURED, input=f"{spec.width}x{spec.height}")
+
+        monkeypatch.setattr("edge_sdk.cuda.measure.measure_frame_memory", measured)
         return trt, cuda
 
     return make
@@ -166,7 +171,7 @@ def test_frame_memory_is_measured_on_a_jetson_recorded_and_read_back(device, tmp
     choice = choose(choice_bundle(tmp_path / "b"), cuda, tmp_path / "engines")
     stored = json.loads(choice.path.read_text())
     if gpu == "xavier":
-        assert stored["frame_memory"] == MEASURED
+        assert stored["frame_memory"] == dict(MEASURED, input=f"{W}x{H}")  # measured for the bundle's input
         assert choice_mod.summary(stored)["frame_memory"]["chosen"] == "mapped"
     else:  # a discrete GPU: pinned + one copy, nothing to measure
         assert "frame_memory" not in stored and choice_mod.summary(stored)["frame_memory"] is None
