@@ -242,6 +242,17 @@ class Monitor:
              "--prometheus", prometheus or str(self.port), "--duration", "120", *args],
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         self.err = ""
+        self._said: List[str] = []  # its stderr so far, read by a thread
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stderr is not None
+        for line in self.proc.stderr:
+            self._said.append(line)
+
+    def said(self) -> str:
+        return "".join(self._said)
 
     def metrics(self, host: Optional[str] = None) -> str:
         try:
@@ -261,10 +272,12 @@ class Monitor:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGINT)
             try:
-                self.err = self.proc.communicate(timeout=30)[1]
+                self.proc.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
-                self.err = self.proc.communicate(timeout=10)[1]
+                self.proc.wait(timeout=10)
+        self._reader.join(10)
+        self.err = self.said()
         return self.err
 
 
@@ -412,8 +425,9 @@ def test_prometheus_host_port_listens_on_that_host_only(broker, tmp_path: Path, 
     port = free_port()
     bound = monitor_factory(broker.url, tmp_path, prometheus=f"127.0.0.2:{port}")
     bound.port = port
-    assert wait_until(lambda: "# HELP" in bound.metrics("127.0.0.2"), 30), bound.proc.stderr
+    assert wait_until(lambda: "# HELP" in bound.metrics("127.0.0.2"), 30), bound.said()
+    # the address is said once the server listens: wait for the line, not only for the server
+    assert wait_until(lambda: f"http://127.0.0.2:{port}/metrics" in bound.said(), 30), bound.said()
     with pytest.raises(ConnectionRefusedError):
         socket.create_connection(("127.0.0.1", port), timeout=5).close()
-    err = bound.stop()
-    assert f"http://127.0.0.2:{port}/metrics" in err
+    bound.stop()
