@@ -16,10 +16,9 @@ from typing import Iterator, List, Optional, Tuple
 import numpy as np
 import pytest
 
-import edge_sdk.output as edge_sdk_output
 from edge_sdk.detections import Detections
 from edge_sdk.errors import ConfigError, OutputError
-from edge_sdk.output.video import (AnnotatedSink, OutputTarget, VideoOutput, gst_python, open_outputs,
+from edge_sdk.output.video import (CHILD, AnnotatedSink, OutputTarget, VideoOutput, gst_python, open_outputs,
                                    parse_output, read_index)
 from edge_sdk.runtime.types import FrameResult
 from gstreamer import busy_port, needs_gstreamer
@@ -232,8 +231,7 @@ def test_a_frame_that_comes_while_a_client_starts_the_stream_never_breaks_it(mom
     its base time (stamped with the clock's absolute time: the sink waits hours for it): the client
     is served either way, and no buffer leaves the appsrc dated in the future."""
     script = Path(__file__).with_name("rtsp_startup.py")
-    child = Path(edge_sdk_output.__file__).with_name("gst_child.py")
-    run = subprocess.run([gst_python(), str(script), str(child), moment], capture_output=True, text=True, timeout=60)
+    run = subprocess.run([gst_python(), str(script), str(CHILD), moment], capture_output=True, text=True, timeout=60)
     assert run.returncode == 0, run.stderr
     seen = json.loads(run.stdout.strip().splitlines()[-1])
     assert seen["describe"] == "RTSP/1.0 200 OK", seen
