@@ -15,15 +15,21 @@ from edge_sdk.errors import ModelError
 
 FP16_MAX = float(np.finfo(np.float16).max)
 
-# (op_type, input index) pairs that must stay float32 whatever the model's precision.
-_FLOAT32_INPUTS = {("Resize", 1), ("Resize", 2), ("Upsample", 1)}
+# (op_type, input index) pairs that must stay float32 whatever the model's precision: the scales
+# of Upsample and Resize (input 1 before opset 11; from 11 on input 2, input 1 being the roi) and
+# NonMaxSuppression's boxes, scores and thresholds (float32 only at every opset).
+_FLOAT32_INPUTS = {("Resize", 1), ("Resize", 2), ("Upsample", 1),
+                   ("NonMaxSuppression", 0), ("NonMaxSuppression", 1), ("NonMaxSuppression", 3), ("NonMaxSuppression", 4)}
 
 
 def _float32_only(model: Any) -> Set[str]:
+    """The initializers and Constant outputs read where float32 is required: they stay float32."""
+    constant = {init.name for init in model.graph.initializer}
+    constant |= {node.output[0] for node in model.graph.node if node.op_type == "Constant" and node.output}
     names: Set[str] = set()
     for node in model.graph.node:
         for i, name in enumerate(node.input):
-            if (node.op_type, i) in _FLOAT32_INPUTS and name:
+            if (node.op_type, i) in _FLOAT32_INPUTS and name in constant:
                 names.add(name)
     return names
 
@@ -39,7 +45,9 @@ def _tensor_to_fp16(tensor: Any) -> Any:
 
 def to_fp16(model: Any) -> Any:
     """Return an FP16 copy of `model`: float weights, constants and activations in float16,
-    graph inputs and outputs in float32 with Cast nodes at the boundaries."""
+    graph inputs and outputs in float32 with Cast nodes at the boundaries. Where an operator
+    takes float32 only (a Resize's scales, NonMaxSuppression's boxes and scores), a constant
+    stays float32 and an activation is cast back to float32 in front of it."""
     onnx = _imports.onnx()
     from onnx import TensorProto, helper
 
@@ -88,7 +96,19 @@ def to_fp16(model: Any) -> Any:
 
     casts_in = [helper.make_node("Cast", [name], [half], to=fp16, name=f"{name}__to_fp16") for name, half in boundary_in.items()]
     casts_out = [helper.make_node("Cast", [half], [name], to=fp32, name=f"{name}__to_fp32") for name, half in boundary_out.items()]
-    nodes = casts_in + list(graph.node) + casts_out
+    taken = ({n.name for n in graph.node} | {o for n in graph.node for o in n.output} | {i.name for i in graph.initializer}
+             | {i.name for i in graph.input} | {o.name for o in graph.output} | set(boundary_in.values())
+             | set(boundary_out.values()) | {c.name for c in casts_in + casts_out})
+    fresh = name_allocator(taken)
+    body = []
+    for node in graph.node:
+        for i, name in enumerate(node.input):
+            if (node.op_type, i) in _FLOAT32_INPUTS and name and name not in keep:  # an activation, float16 now
+                wide = fresh(f"{name}__fp32")
+                body.append(helper.make_node("Cast", [name], [wide], to=fp32, name=fresh(f"{node.name or node.op_type}_in{i}__to_fp32")))
+                node.input[i] = wide
+        body.append(node)
+    nodes = casts_in + body + casts_out
     del graph.node[:]
     graph.node.extend(nodes)
     del graph.value_info[:]

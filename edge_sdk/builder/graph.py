@@ -153,9 +153,14 @@ def _outputs_from_value_info(model: Any) -> None:
             out.type.tensor_type.shape.CopyFrom(src.type.tensor_type.shape)
 
 
-def upgrade_opset(model: Any, minimum: int = MIN_OPSET) -> Any:
-    """Convert to at least `minimum` (per-channel Q/DQ needs 13); unchanged when already there."""
-    if default_opset(model) >= minimum:
+def upgrade_opset(model: Any, minimum: int = MIN_OPSET, verify: bool = True) -> Any:
+    """Convert to at least `minimum` (per-channel Q/DQ needs 13); unchanged when already there.
+
+    With `verify`, a converted model must give the original's outputs in ONNX Runtime (one seeded
+    random input, :func:`outputs_match`): ModelError otherwise, as for an operator whose meaning
+    changed between the two opsets in a way the converter does not carry over."""
+    source = default_opset(model)
+    if source >= minimum:
         return model
     onnx = _imports.onnx()
     from onnx import version_converter
@@ -163,10 +168,32 @@ def upgrade_opset(model: Any, minimum: int = MIN_OPSET) -> Any:
     try:
         converted = version_converter.convert_version(model, minimum)
     except Exception as exc:  # the converter raises RuntimeError/ConvertError per missing adapter
-        raise ModelError(f"cannot upgrade the model from opset {default_opset(model)} to {minimum} ({exc}); export it with opset >= {minimum}") from exc
+        raise ModelError(f"cannot upgrade the model from opset {source} to {minimum} ({exc}); export it with opset >= {minimum}") from exc
+    if source < 11 <= minimum:
+        _resize_as_before_11(converted.graph)
     del converted.graph.value_info[:]
     onnx.checker.check_model(converted)
-    return check_and_infer(converted)
+    upgraded = check_and_infer(converted)
+    if verify and not outputs_match(model, upgraded):
+        raise ModelError(f"upgrading the model from opset {source} to {minimum} changed its outputs in ONNX Runtime; "
+                         f"export the model with opset >= {minimum}")
+    return upgraded
+
+
+def _resize_as_before_11(graph: Any) -> None:
+    """Resize nodes converted from opset 10 (or from an Upsample) get, in place, what opset 11
+    must spell out: before 11, output pixel x read input x / scale (asymmetric) and, for nearest,
+    the pixel below (floor); opset 11's defaults are half_pixel and round_prefer_floor, and the
+    converter leaves the attributes out."""
+    onnx = _imports.onnx()
+    for node in graph.node:
+        if node.op_type != "Resize":
+            continue
+        have = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+        if "coordinate_transformation_mode" not in have:
+            node.attribute.append(onnx.helper.make_attribute("coordinate_transformation_mode", "asymmetric"))
+        if have.get("mode", b"nearest") == b"nearest" and "nearest_mode" not in have:
+            node.attribute.append(onnx.helper.make_attribute("nearest_mode", "floor"))
 
 
 def check_and_infer(model: Any) -> Any:

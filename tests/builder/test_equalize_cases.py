@@ -49,8 +49,10 @@ def build(middle: str = "Relu", second: str = "conv", bias: Any = True, bn: bool
             inits["slope"] = (np.full(1, 0.2, np.float32) if middle == "PRelu"
                               else rng.uniform(0.05, 0.3, (C_MID, 1, 1)).astype(np.float32))
             ins.append("slope")
-        if middle in ("ClipAttr0", "ClipAttrHalf"):  # opset < 11: the bounds are attributes
-            attrs["min"] = 0.0 if middle == "ClipAttr0" else 0.5
+        if middle in ("ClipAttr0", "ClipAttrHalf", "ClipAttr6"):  # opset < 11: the bounds are attributes
+            attrs["min"] = 0.5 if middle == "ClipAttrHalf" else 0.0
+            if middle == "ClipAttr6":  # ReLU6 as exporters of opset < 11 write it
+                attrs["max"] = 6.0
         if middle in ("Clip0", "Clip0-empty-max", "Clip6", "ClipHalf"):
             inits["lo"] = np.array(0.5 if middle == "ClipHalf" else 0.0, np.float32)
             ins.append("lo")
@@ -60,7 +62,7 @@ def build(middle: str = "Relu", second: str = "conv", bias: Any = True, bn: bool
             if middle == "Clip0-empty-max":  # max given as an empty input: no max, as some exporters write
                 ins.append("")
         op = {"Clip0": "Clip", "Clip0-empty-max": "Clip", "Clip6": "Clip", "ClipHalf": "Clip", "ClipAttr0": "Clip",
-              "ClipAttrHalf": "Clip", "PRelu-per-channel": "PRelu"}.get(middle, middle)
+              "ClipAttrHalf": "Clip", "ClipAttr6": "Clip", "PRelu-per-channel": "PRelu"}.get(middle, middle)
         nodes.append(helper.make_node(op, ins, ["m"], name="mid", **attrs))
         t = "m"
     if second == "depthwise":
@@ -95,8 +97,12 @@ def weights(model) -> Dict[str, np.ndarray]:
     return {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
 
 
+def probe_input() -> np.ndarray:
+    return np.random.default_rng(7).uniform(-50, 255, (1, C_IN, H, W)).astype(np.float32)
+
+
 def check_exact(model, eq) -> None:
-    x = np.random.default_rng(7).uniform(-50, 255, (1, C_IN, H, W)).astype(np.float32)
+    x = probe_input()
     for ref, out in zip(outputs(model, x), outputs(eq, x)):
         assert np.max(np.abs(out - ref)) <= 2e-4 * max(1.0, float(np.max(np.abs(ref))))
 
@@ -204,6 +210,30 @@ def test_clip_with_its_bounds_as_attributes(middle: str, equalized: bool) -> Non
     eq, report = equalize(model)
     assert (("A", "B") in report.pairs) is equalized
     check_exact(model, eq)
+
+
+@pytest.mark.parametrize("middle,opset", [("ClipAttr6", 10), ("ClipAttr6", 6), ("Clip6", 11), ("Clip6", 13)])
+def test_a_clip_with_a_max_is_left_whether_the_max_is_an_attribute_or_an_input(middle: str, opset: int) -> None:
+    """ReLU6 as Clip(min=0, max=6): attributes up to opset 10 (how older exporters write it),
+    inputs from opset 11. min(x / s, 6) != min(x, 6) / s, so either form is left as it is. The
+    oracle is the original graph in ONNX Runtime, on an input that drives most of the clip's
+    inputs above 6 (where scaling through it would show)."""
+    model = build(middle, opset=opset)
+    clip = next(n for n in model.graph.node if n.op_type == "Clip")
+    context = onnx.checker.C.CheckerContext()
+    context.ir_version, context.opset_imports = model.ir_version, {"": opset}
+    onnx.checker.check_node(clip, context)  # a valid Clip of that opset (max an attribute at 11 is not)
+    assert (sorted(a.name for a in clip.attribute) == ["max", "min"]) is (middle == "ClipAttr6")
+    probe = onnx.ModelProto()
+    probe.CopyFrom(model)
+    probe.graph.output.append(helper.make_tensor_value_info("c1", TensorProto.FLOAT, None))
+    before_clip = outputs(probe, probe_input())[-1]
+    assert np.mean(before_clip > 6.0) > 0.25, np.mean(before_clip > 6.0)
+    eq, report = equalize(model)
+    check_exact(model, eq)
+    assert ("A", "B") not in report.pairs and "clipped activation Clip" in report.skipped["A → B"]
+    before, after = weights(model), weights(eq)
+    assert all(after[name].tobytes() == before[name].tobytes() for name in ("w1", "b1", "w2"))
 
 
 def test_batchnorm_folds_into_a_conv_whose_bias_input_is_empty() -> None:

@@ -59,6 +59,55 @@ def test_output_errors_of_all_zero_outputs() -> None:
     assert output_errors(["y"], zero, [[np.ones(3)]])[0].cosine == 0.0
 
 
+def test_an_exactly_negated_output_scores_minus_one() -> None:
+    """The cosine is signed: an output that is the exact negation of FP32's points the other way
+    (-1, by definition), not the same way; pooled over images, one image negated and one kept
+    gives sum(a*b) / sqrt(sum(a*a) * sum(b*b)) over both, computed here with numpy."""
+    rng = np.random.default_rng(3)
+    a1, a2 = rng.standard_normal(12), rng.standard_normal(12) * 3.0
+    kept = rng.standard_normal(5)
+    ref = [[a1, kept], [a2, kept]]
+    (neg, same) = output_errors(["y", "z"], ref, [[-a1, kept], [-a2, kept]])
+    assert neg.cosine == pytest.approx(-1.0, abs=1e-12) and same.cosine == pytest.approx(1.0, abs=1e-12)
+    assert neg.max_abs_err == pytest.approx(2 * max(np.abs(a1).max(), np.abs(a2).max()))
+    (half,) = output_errors(["y"], [[a1], [a2]], [[-a1], [a2]])
+    a, b = np.concatenate([a1, a2]), np.concatenate([-a1, a2])
+    assert half.cosine == pytest.approx(float(np.dot(a, b) / (np.linalg.norm(a) * np.linalg.norm(b))), rel=1e-12)
+    assert half.cosine > 0  # |a2| dominates: positive, yet below 1
+    assert half.cosine < 0.9
+
+
+def negated(model: "onnx.ModelProto") -> "onnx.ModelProto":
+    """`model` with a Neg after each graph output: the same numbers, the other sign."""
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    for o in out.graph.output:
+        for node in out.graph.node:
+            node.output[:] = [f"{name}.pos" if name == o.name else name for name in node.output]
+        out.graph.node.append(onnx.helper.make_node("Neg", [f"{o.name}.pos"], [o.name], name=f"neg_{o.name}"))
+    return out
+
+
+def test_a_variant_with_negated_outputs_fails_the_cosine_gate(held_back) -> None:
+    """Without a decoder the gate and the INT8 search's score are the worst output's cosine: a
+    variant whose every output is FP32's negated scores -1 there and is refused."""
+    model = prepared()
+    ref = Reference(model, "input.1", *held_back, None)
+    flipped = negated(model)
+    report = ref.compare("flipped", flipped)
+    x = held_back[0][0]
+    for fp32, got in zip(run_model_once(model, x), run_model_once(flipped, x)):
+        np.testing.assert_array_equal(got, -fp32)  # the variant really is FP32 negated
+    assert [o.cosine for o in report.outputs] == pytest.approx([-1.0] * len(report.outputs), abs=1e-6)
+    result = gate(report, 0.97)
+    assert (result.metric, result.passed) == ("cosine", False) and result.value == pytest.approx(-1.0, abs=1e-6)
+    assert ref.score(flipped) == pytest.approx(-1.0, abs=1e-6) and ref.score(model) == pytest.approx(1.0)
+
+
+def run_model_once(model: "onnx.ModelProto", tensor: np.ndarray) -> List[np.ndarray]:
+    return graph.session_from_model(model, "none").run(None, {"input.1": tensor})
+
+
 @pytest.fixture(scope="module")
 def held_back():
     rng = np.random.default_rng(5)

@@ -95,6 +95,64 @@ def test_upgrade_opset_keeps_outputs() -> None:
     assert graph.outputs_match(fixed, upgraded, rtol=1e-6, atol=1e-6)
 
 
+def _resize_model(opset: int, mode: str, scales) -> "onnx.ModelProto":
+    """x [1, 3, 6, 8] → Conv 3x3 → Upsample (opset 9) or Resize (opset 10) by `scales` = y."""
+    rng = np.random.default_rng(4)
+    inits = [onnx.numpy_helper.from_array(rng.standard_normal((4, 3, 3, 3)).astype(np.float32), "w"),
+             onnx.numpy_helper.from_array(np.array(scales, np.float32), "scales")]
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1], name="conv"),
+             helper.make_node("Upsample" if opset < 10 else "Resize", ["c", "scales"], ["y"], mode=mode, name="up")]
+    out = [1, 4, int(6 * scales[2]), int(8 * scales[3])]
+    g = helper.make_graph(nodes, "up", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 6, 8])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, out)], inits)
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 7
+    onnx.checker.check_model(model, full_check=True)
+    return model
+
+
+def _run(model, x: np.ndarray) -> np.ndarray:
+    return graph.session_from_model(model, "none").run(None, {"x": x})[0]
+
+
+@pytest.mark.parametrize("opset", [9, 10])
+@pytest.mark.parametrize("mode", ["nearest", "linear"])
+@pytest.mark.parametrize("scales", [[1, 1, 2, 2], [1, 1, 1.25, 1.1]])
+def test_an_upsample_or_a_resize_before_opset_11_resizes_as_before_after_the_upgrade(opset: int, mode: str, scales) -> None:
+    """Before opset 11, Upsample and Resize map output pixel x to input x / scale (asymmetric);
+    opset 11's Resize without coordinate_transformation_mode takes half_pixel. The oracle is
+    ONNX Runtime running the original opset-9/10 model."""
+    model = _resize_model(opset, mode, scales)
+    upgraded = graph.upgrade_opset(model)
+    assert graph.default_opset(upgraded) == 13 and [n.op_type for n in upgraded.graph.node][-1] == "Resize"
+    x = np.random.default_rng(11).uniform(-3, 9, (1, 3, 6, 8)).astype(np.float32)
+    ref, got = _run(model, x), _run(upgraded, x)
+    assert got.shape == ref.shape
+    np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5)
+
+
+def test_an_upgrade_that_changes_the_outputs_is_refused() -> None:
+    """Hardmax's axis meant "flatten from here" before opset 13 and one axis from 13 on; the
+    converter keeps the attribute as it is, so the upgraded model marks another maximum. The
+    upgrade refuses it (ModelError) rather than build from a model that computes something else;
+    the Q/DQ pass's upgrade says the same unless told not to check."""
+    from edge_sdk.builder import qdq
+
+    nodes = [helper.make_node("Hardmax", ["x"], ["y"], axis=1, name="hardmax")]
+    g = helper.make_graph(nodes, "hm", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 6, 8])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 3, 6, 8])])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 11)])
+    model.ir_version = 7
+    unchecked = graph.upgrade_opset(model, verify=False)
+    x = np.random.default_rng(2).standard_normal((1, 3, 6, 8)).astype(np.float32)
+    assert _run(model, x).sum() == 1.0 and _run(unchecked, x).sum() == 6 * 8  # one maximum of all, or one per pixel
+    with pytest.raises(ModelError, match="upgrading the model from opset 11 to 13 changed its outputs"):
+        graph.upgrade_opset(model)
+    with pytest.raises(ModelError, match="changed its outputs"):
+        qdq.upgrade_for_qdq(model)
+    assert graph.default_opset(qdq.upgrade_for_qdq(model, verify=False)) == 13
+
+
 def test_optimize_folds_constants_and_keeps_outputs() -> None:
     fixed = graph.upgrade_opset(graph.fix_input(make_detector(foldable=True), "input.1", SHAPE))
     optimized, method = graph.optimize(fixed)
