@@ -22,9 +22,11 @@ share of the other mutants that a test killed.
 
 The repository is copied to a temporary folder (tracked and untracked files, without what git
 ignores); mutants are applied there one at a time, never to the working tree. Each group's
-tests first run unmutated (a red baseline skips the group); then each mutant runs them with
-`-x` and a timeout of three times the baseline. Exit status: 0 when no mutant survived, 1
-otherwise. Not part of CI: it takes minutes, not seconds.
+tests first run unmutated (a red baseline skips the group, and so does a baseline that ran no
+test: every test skipped, as without GStreamer, or none collected; its mutants count as not
+run, with the reason, never as survivors); then each mutant runs them with `-x` and a timeout
+of three times the baseline. Exit status: 0 when no mutant survived, 1 otherwise. Not part of
+CI: it takes minutes, not seconds.
 """
 from __future__ import annotations
 
@@ -32,6 +34,7 @@ import argparse
 import ast
 import os
 import random
+import re
 import shutil
 import subprocess
 import sys
@@ -87,6 +90,7 @@ GROUPS: Dict[str, Group] = {
                                                               "tests/test_manifest.py")),
     "fsutil": Group(("edge_sdk/fsutil.py",), ("tests/test_fsutil_durability.py", "tests/test_fsutil.py", "tests/test_validate.py")),
     "equalize": Group(("edge_sdk/builder/equalize.py",), ("tests/builder/test_equalize_cases.py", "tests/builder/test_equalize.py")),
+    "evaluate": Group(("edge_sdk/builder/evaluate.py",), ("tests/builder/test_evaluate.py",)),
     "sensitivity": Group(("edge_sdk/builder/sensitivity.py",), ("tests/builder/test_sensitivity_search.py", "tests/builder/test_sensitivity.py")),
     "probe": Group(("edge_sdk/builder/probe.py",), ("tests/builder/test_probe_rules.py", "tests/builder/test_probe.py")),
     "cuda-plan": Group(("edge_sdk/cuda/preprocess.py",), ("tests/cuda/test_gpu_preprocess.py", "tests/cuda/test_launch_plan.py",
@@ -351,6 +355,11 @@ MUTANTS: List[Mutant] = [
       "smoothing adds mass without taking it back"),
     M("C7", "calibration", CAL, "np.multiply(a, np.float32(num_bins / amax), out=a)", "np.multiply(a, np.float32((num_bins - 1) / amax), out=a)",
       "histogram bin width off by one bin"),
+    # --- the accuracy gate and cross-layer equalization -------------------------------------------
+    M("EV1", "evaluate", "edge_sdk/builder/evaluate.py", "            cosine = dot / np.sqrt(na * nb)\n",
+      "            cosine = abs(dot) / np.sqrt(na * nb)\n", "an exactly negated output scores cosine 1 and passes the gate"),
+    M("EQ1", "equalize", "edge_sdk/builder/equalize.py", 'if hi or any(a.name == "max" for a in node.attribute):', "if hi:",
+      "a Clip whose max is an attribute (ReLU6 below opset 11) is scaled through as if it were a Relu"),
     # --- calibration cache format ---------------------------------------------------------------
     M("K1", "calib-cache", CC, 'struct.pack(">f", float(np.float32(scale))).hex()', 'struct.pack("<f", float(np.float32(scale))).hex()',
       "scales written little-endian"),
@@ -946,19 +955,54 @@ def copy_repo(dest: Path) -> None:
             shutil.copy2(src, target)
 
 
+NOT_RUN = "not run: "  # the status of a run (or a mutant) that no test ran against: NOT_RUN + why
+_COUNT = re.compile(r"(\d+) (passed|failed|errors?|skipped|xfailed|xpassed|deselected)\b")
+_CLOSING = re.compile(r" in \d+(\.\d+)?s( \([\d:]+\))?$")
+_RAN = ("passed", "failed", "error", "xfailed", "xpassed")  # outcomes of a test that ran
+
+
+def summary_counts(output: str) -> Optional[Dict[str, int]]:
+    """The counts on pytest's closing line ("2 passed, 1 skipped in 0.20s", "no tests ran in
+    0.01s"), by outcome ("errors" read as "error"); None when the output has no such line."""
+    for line in reversed(output.splitlines()):
+        text = line.strip().strip("=").strip()
+        if _CLOSING.search(text):
+            counts: Dict[str, int] = {}
+            for n, kind in _COUNT.findall(text):
+                kind = "error" if kind.startswith("error") else kind
+                counts[kind] = counts.get(kind, 0) + int(n)
+            return counts
+    return None
+
+
+def no_test_ran(returncode: int, output: str) -> Optional[str]:
+    """Why a pytest run that found no fault ran no test ("every test skipped", "no test
+    collected", "every test deselected"); None when a test ran (or it failed)."""
+    counts = summary_counts(output)
+    # 5 is pytest's "no tests collected", also when every test file skipped itself at import
+    if returncode == 5 or (returncode == 0 and counts is not None and not any(counts.get(k) for k in _RAN)):
+        counts = counts or {}
+        return ("every test skipped" if counts.get("skipped") else "every test deselected" if counts.get("deselected")
+                else "no test collected")
+    return None
+
+
 def run_tests(copy: Path, tests: Sequence[str], python: str, timeout: float) -> Tuple[str, float]:
+    """("SURVIVED" when the tests passed, "killed..." when one failed, NOT_RUN + why when none
+    ran: every test skipped or none collected), and the seconds it took."""
     env = dict(os.environ, PYTHONPATH=str(copy), PYTHONDONTWRITEBYTECODE="1")
-    cmd = [python, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "-m", "not slow", *tests]
+    cmd = [python, "-m", "pytest", "-x", "-q", "--color=no", "-p", "no:cacheprovider", "-m", "not slow", *tests]
     started = time.monotonic()
     try:
-        proc = subprocess.run(cmd, cwd=copy, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=timeout)
+        proc = subprocess.run(cmd, cwd=copy, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=timeout)
     except subprocess.TimeoutExpired:
         return "killed (timeout)", time.monotonic() - started
     seconds = time.monotonic() - started
+    why = no_test_ran(proc.returncode, proc.stdout.decode(errors="replace"))
+    if why is not None:
+        return NOT_RUN + why, seconds
     if proc.returncode == 0:
         return "SURVIVED", seconds
-    if proc.returncode == 5:
-        return "no tests ran", seconds
     return ("killed" if proc.returncode == 1 else f"killed (pytest exit {proc.returncode})"), seconds
 
 
@@ -1030,19 +1074,27 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             print(f"the copy's edge_sdk is not the one imported ({where}); aborting", file=sys.stderr)
             return 2
         baselines: Dict[str, Optional[float]] = {}
+        unrun: Dict[str, str] = {}  # group -> the status of its mutants when its baseline cannot judge them
         for m in mutants:
             group = GROUPS[m.group]
             group = Group(group.files, tuple(t for t in group.tests if (copy / t).exists()))
             if m.group not in baselines and not group.tests:
                 baselines[m.group] = None
-                print(f"-- {m.group}: none of its tests exist here: group skipped", flush=True)
+                unrun[m.group] = NOT_RUN + "none of the group's tests exist here"
+                print(f"-- {m.group}: none of its tests exist here: group not run", flush=True)
             if m.group not in baselines:
                 status, seconds = run_tests(copy, group.tests, args.python, timeout=1800)
                 baselines[m.group] = seconds if status == "SURVIVED" else None
-                print(f"-- {m.group}: baseline {'green' if status == 'SURVIVED' else 'RED (' + status + '): group skipped'}"
-                      f" in {seconds:.0f} s", flush=True)
+                mine = sum(1 for other in mutants if other.group == m.group)
+                if status.startswith(NOT_RUN):  # a green that tested nothing: no mutant could be killed
+                    unrun[m.group] = NOT_RUN + "baseline: " + status[len(NOT_RUN):]
+                    verdict = f"ran no test ({status[len(NOT_RUN):]}): its {mine} mutant(s) not run"
+                else:
+                    unrun[m.group] = "baseline red"
+                    verdict = "green" if status == "SURVIVED" else f"RED ({status}): group skipped"
+                print(f"-- {m.group}: baseline {verdict} in {seconds:.0f} s", flush=True)
             if baselines[m.group] is None:
-                results.append((m, "baseline red", 0.0))
+                results.append((m, unrun[m.group], 0.0))
                 continue
             path = copy / m.file
             original = path.read_text()
@@ -1067,8 +1119,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ran = [r for r in results if r[1].startswith(("killed", "SURVIVED"))]
     survivors = [r for r in results if r[1] == "SURVIVED"]
     skipped = [r for r in results if r not in ran and r[1] != "equivalent"]
+    why: Dict[str, int] = {}
+    for _, status, _ in skipped:
+        reason = status[len(NOT_RUN):] if status.startswith(NOT_RUN) else status
+        why[reason] = why.get(reason, 0) + 1
     print(f"\n{len(ran)} mutants run: {len(ran) - len(survivors)} killed, {len(survivors)} survived"
-          + (f", {len(skipped)} not run (stale or red baseline)" if skipped else ""))
+          + (f", {len(skipped)} not run ({'; '.join(f'{n} {reason}' for reason, n in why.items())})" if skipped else ""))
     for m, _, _ in survivors:
         print(f"  SURVIVED {m.id}: {m.file}: {m.why}")
     if swept:
