@@ -8,6 +8,30 @@ class EdgeSdkError(Exception):
     exit_code = 1
 
 
+class Stopped(KeyboardInterrupt):
+    """SIGTERM or SIGINT asked a long-running command to stop (edge_sdk.cli._stop). It is raised
+    in the main thread as Ctrl-C raises KeyboardInterrupt, so every `finally` and every
+    `except KeyboardInterrupt` that cleans up on Ctrl-C cleans up on SIGTERM too. `forced`: a
+    second signal came while the command was still stopping from the first."""
+
+    def __init__(self, signum: int, forced: bool = False) -> None:
+        super().__init__(signum)
+        self.signum = int(signum)
+        self.forced = forced
+
+    @property
+    def name(self) -> str:
+        import signal
+
+        try:
+            return signal.Signals(self.signum).name
+        except ValueError:
+            return f"signal {self.signum}"
+
+    def __str__(self) -> str:
+        return f"stopped by {self.name}" + (" again, before the first stop ended" if self.forced else "")
+
+
 class MissingDependencyError(EdgeSdkError, ImportError):
     """An optional dependency is not installed; the message names the extra to install."""
 

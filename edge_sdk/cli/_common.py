@@ -1,4 +1,6 @@
-"""Shared CLI plumbing: typed errors become a red message and the error's exit code."""
+"""Shared CLI plumbing: typed errors become a red message and the error's exit code; a stop
+by SIGTERM or SIGINT (edge_sdk.cli._stop) that reaches here exits 0, or 128 + the signal's
+number when a second signal cut the cleanup short."""
 from __future__ import annotations
 
 import functools
@@ -7,7 +9,7 @@ from typing import Any, Callable, TypeVar
 
 import typer
 
-from edge_sdk.errors import EdgeSdkError
+from edge_sdk.errors import EdgeSdkError, Stopped
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -22,6 +24,9 @@ def cli_errors(func: F) -> F:
         except EdgeSdkError as exc:
             typer.secho(f"error: {exc}", fg=typer.colors.RED, err=True)
             raise typer.Exit(exc.exit_code) from None
+        except Stopped as exc:
+            typer.secho(str(exc), fg=typer.colors.YELLOW, err=True)
+            raise typer.Exit(128 + exc.signum if exc.forced else 0) from None
         except KeyboardInterrupt:
             typer.secho("interrupted", fg=typer.colors.YELLOW, err=True)
             raise typer.Exit(130) from None

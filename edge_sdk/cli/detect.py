@@ -112,8 +112,9 @@ def detect(
 
     from rich.console import Console
 
+    from edge_sdk.cli._stop import stop_signals
     from edge_sdk.default_bundle import ensure_default_bundle
-    from edge_sdk.errors import ConfigError
+    from edge_sdk.errors import ConfigError, Stopped
     from edge_sdk.output.video import AnnotatedSink, open_outputs, parse_output
     from edge_sdk.runtime.config import config_from_dict, load_config
     from edge_sdk.runtime.pipeline import Pipeline
@@ -156,50 +157,60 @@ def detect(
                               f"`edge-sdk detect SOURCE {flag} ...` for the one to watch)")
     else:
         cfg = cfg.single_stream("command line")
-    if not cfg.bundle:
-        cfg.bundle = str(ensure_default_bundle(cfg.precision, echo=None if quiet else console.print))
-    if several:
-        _detect_streams(cfg, jsonl, quiet, console)
-        return
+    # installed before the bundle is built or a source opened: SIGTERM and SIGINT stop detect
+    # cleanly (recordings closed, summary printed, exit 0), also when it inherited SIGINT ignored
+    with stop_signals() as stopping:
+        if not cfg.bundle:
+            cfg.bundle = str(ensure_default_bundle(cfg.precision, echo=None if quiet else console.print))
+        if several:
+            _detect_streams(cfg, jsonl, quiet, console, stopping)
+            return
 
-    sinks: List[Sink] = []
-    pipeline = Pipeline(cfg, on_event=None if quiet else lambda e: console.print(f"[yellow]{_describe_event(e)}[/yellow]"))
-    try:
-        pipeline.open()
-        src = pipeline.source
-        if jsonl is not None:
-            sinks.append(JsonlSink(jsonl))
-        if save_video is not None:
-            sinks.append(VideoSink(save_video, fps=(src.fps if src is not None and src.fps else 30.0)))
-        if outs:
-            sinks.append(AnnotatedSink(open_outputs(outs, fps=(src.fps if src is not None and src.fps else 30.0))))
-        total = src.frame_count if src is not None and not cfg.source.loop else None
-        if cfg.max_frames:
-            total = min(total, cfg.max_frames) if total else cfg.max_frames
-        started = time.perf_counter()
-        with _progress(console, total, quiet or (jsonl == "-" and not console.is_terminal)) as advance:
-            for result in pipeline:
-                for sink in sinks:
-                    sink.write(result)
-                advance()
-        wall = time.perf_counter() - started
-    finally:
+        sinks: List[Sink] = []
+        pipeline = Pipeline(cfg, on_event=None if quiet else lambda e: console.print(f"[yellow]{_describe_event(e)}[/yellow]"))
         try:
-            for sink in sinks:
-                sink.close()
+            pipeline.open()
+            src = pipeline.source
+            if jsonl is not None:
+                sinks.append(JsonlSink(jsonl))
+            if save_video is not None:
+                sinks.append(VideoSink(save_video, fps=(src.fps if src is not None and src.fps else 30.0)))
+            if outs:
+                sinks.append(AnnotatedSink(open_outputs(outs, fps=(src.fps if src is not None and src.fps else 30.0))))
+            total = src.frame_count if src is not None and not cfg.source.loop else None
+            if cfg.max_frames:
+                total = min(total, cfg.max_frames) if total else cfg.max_frames
+            started = time.perf_counter()
+            with _progress(console, total, quiet or (jsonl == "-" and not console.is_terminal)) as advance:
+                try:
+                    for result in pipeline:
+                        with stopping.held():  # a frame goes to every sink or to none
+                            for sink in sinks:
+                                sink.write(result)
+                            advance()
+                except Stopped as exc:
+                    if exc.forced:
+                        raise  # the summary and the sinks' counts follow a first stop only
+            wall = time.perf_counter() - started
         finally:
-            pipeline.close()
-    if not quiet:
-        _summary(pipeline, wall, console)
-        for sink in sinks:
-            target = getattr(sink, "path", "")
-            if isinstance(sink, JsonlSink) and target != "-":
-                console.print(f"wrote {sink.lines} lines to {target}")
-            elif isinstance(sink, VideoSink):
-                console.print(f"wrote {sink.frames} frames to {target}")
-            elif isinstance(sink, AnnotatedSink):
-                for row in sink.stats():
-                    console.print(_describe_output(row))
+            try:
+                for sink in sinks:
+                    sink.close()
+            finally:
+                pipeline.close()
+        if not quiet:
+            _summary(pipeline, wall, console)
+            for sink in sinks:
+                target = getattr(sink, "path", "")
+                if isinstance(sink, JsonlSink) and target != "-":
+                    console.print(f"wrote {sink.lines} lines to {target}")
+                elif isinstance(sink, VideoSink):
+                    console.print(f"wrote {sink.frames} frames to {target}")
+                elif isinstance(sink, AnnotatedSink):
+                    for row in sink.stats():
+                        console.print(_describe_output(row))
+        if stopping.requested:
+            console.print(f"[yellow]stopped by {stopping.name} after {pipeline.stats.frames_processed} frames[/yellow]")
 
 
 def _describe_output(row: Dict[str, Any]) -> str:
@@ -219,11 +230,12 @@ def _batch_policy(cfg: Any, model: Any, streams: int, console: Optional[Any]) ->
     return policy
 
 
-def _detect_streams(cfg: Any, jsonl: Optional[str], quiet: bool, console: Any) -> None:
+def _detect_streams(cfg: Any, jsonl: Optional[str], quiet: bool, console: Any, stopping: Any) -> None:
     """Several sources through one model: a MultiStreamPipeline, rows in order per stream,
     `max_frames` frames of each stream (0: until every source ends)."""
     import time
 
+    from edge_sdk.errors import Stopped
     from edge_sdk.runtime.model import load_model
     from edge_sdk.runtime.sinks import JsonlSink
     from edge_sdk.runtime.sources import open_source
@@ -233,6 +245,7 @@ def _detect_streams(cfg: Any, jsonl: Optional[str], quiet: bool, console: Any) -
     ids = [s.id for s in streams]
     model = load_model(cfg.bundle, backend=cfg.backend, precision=cfg.precision, threads=cfg.threads, warm_runs=1)
     sink = detector = None
+    stopped = ""
     try:
         policy = _batch_policy(cfg, model, len(streams), None if quiet else console)
         detector = _streams_detector(cfg, model, streams, policy.max_batch_size)
@@ -247,21 +260,30 @@ def _detect_streams(cfg: Any, jsonl: Optional[str], quiet: bool, console: Any) -
         started = time.perf_counter()
         with _progress(console, cap * len(ids) if cap else None, quiet or (jsonl == "-" and not console.is_terminal)) \
                 as advance, pipeline:
-            for result in pipeline.results():
-                mine = totals[result.stream]
-                if cap and len(mine) >= cap:
-                    continue  # this stream has its frames; the others run on
-                mine.append(result.latency_ms["total"])
-                if sink is not None:
-                    sink.write(result)
-                advance()
-                if cap and _all_done(pipeline, totals, cap):
-                    break
+            try:
+                for result in pipeline.results():
+                    mine = totals[result.stream]
+                    if cap and len(mine) >= cap:
+                        continue  # this stream has its frames; the others run on
+                    with stopping.held():  # counted and written, or neither
+                        mine.append(result.latency_ms["total"])
+                        if sink is not None:
+                            sink.write(result)
+                        advance()
+                    if cap and _all_done(pipeline, totals, cap):
+                        break
+            except Stopped as exc:
+                if exc.forced:
+                    raise  # the summary and the sink's count follow a first stop only
+                stopped = exc.name
         wall = time.perf_counter() - started
         if not quiet:
             _streams_summary(pipeline, model, totals, wall, console)
             if sink is not None and sink.path != "-":
                 console.print(f"wrote {sink.lines} lines to {sink.path}")
+        if stopped:
+            console.print(f"[yellow]stopped by {stopped} after {sum(len(rows) for rows in totals.values())} "
+                          f"frames[/yellow]")
     finally:
         try:
             if sink is not None:

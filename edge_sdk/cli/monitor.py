@@ -98,157 +98,163 @@ def monitor(
     ca_file: Optional[Path] = typer.Option(None, "--ca-file", help="CA certificate for mqtts://."),
     cert_file: Optional[Path] = typer.Option(None, "--cert-file", help="Client certificate (mqtts)."),
     key_file: Optional[Path] = typer.Option(None, "--key-file", help="Client key (mqtts)."),
-    duration: float = typer.Option(0.0, "--duration", help="Stop after this many seconds (0: until Ctrl-C)."),
+    duration: float = typer.Option(0.0, "--duration", help="Stop after this many seconds (0: until SIGINT or SIGTERM; either prints the summary and exits 0)."),
 ) -> None:
     """Watch devices: a live table of status, FPS, p50/p99, drops, batch efficiency (several
     sources), temperature, power and open alerts. With a shared subscription (--share) each group member receives a part of the
     fleet's telemetry; status messages are read by every member. Messages over their topic's
     size bound or that do not validate against its schema are dropped (counted, and logged once a
     minute); they are read on a thread of their own, one device at a time in turn."""
-    from edge_sdk import _imports
-    from edge_sdk.errors import ConfigError
-    from edge_sdk.telemetry.discovery import Discovery
-    from edge_sdk.telemetry.fleet import Fleet, prometheus_collector
-    from edge_sdk.telemetry.guard import CallbackGuard
-    from edge_sdk.telemetry.intake import Intake
-    from edge_sdk.telemetry.broker import BrokerConfig, make_client
-    from edge_sdk.telemetry import fastcheck
-    from edge_sdk.validate import UntrustedInput, dumps
+    from edge_sdk.cli._stop import stop_signals
 
-    address = listen_address(prometheus) if prometheus is not None else None
-    mqtt = _imports.mqtt()
-    if protocol not in ("5", "3.1.1"):
-        raise ConfigError(f"--protocol {protocol!r}: give 5 or 3.1.1")
-    cfg = BrokerConfig(url=broker, protocol=protocol, ca_file=str(ca_file) if ca_file else None,
-                       cert_file=str(cert_file) if cert_file else None, key_file=str(key_file) if key_file else None)
-    discovery: Optional[Discovery] = None
-    if homeassistant and share:
-        raise ConfigError("--homeassistant cannot be combined with --share: a group member sees only part of each "
-                          "device's messages, forgets devices that still run and would remove them from Home "
-                          "Assistant; run one monitor with --homeassistant outside the group")
-    if homeassistant:
-        try:
-            discovery = Discovery(lambda name, body: client.publish(name, body, qos=1, retain=True), homeassistant_prefix)
-        except ValueError as exc:
-            raise ConfigError(f"--homeassistant-prefix: {exc}") from None
-    fleet = Fleet(max_devices=max_devices, expire_s=expire, on_forget=discovery.forget if discovery else None)
-    who = device or "+"
-    topics = [f"edge-sdk/{who}/status", f"edge-sdk/{who}/telemetry", f"edge-sdk/{who}/alerts",
-              f"edge-sdk/{who}/detections", f"edge-sdk/{who}/cmd/response"]
-    if share:
-        if "/" in share or "+" in share or "#" in share:
-            raise ConfigError(f"--share group {share!r} may not contain '/', '+' or '#'")
-        # status is retained and small: every member reads all of it; the rest is split
-        topics = topics[:1] + [f"$share/{share}/{t}" for t in topics[1:]]
-    out_lock = threading.Lock()
-    last_warning = [-1e18]
-
-    def refuse(topic: str, why: str) -> None:
-        now = time.monotonic()
-        with out_lock:
-            if now - last_warning[0] < 60.0:
-                return
-            last_warning[0] = now
-        log.warning("dropped a message on %s: %s (%s)", topic[:200], why, summary(fleet, intake))
-
-    def handle(topic: str, raw: bytes, received_ms: int) -> None:
-        """The worker thread: parse, validate, apply, record."""
-        try:
-            payload = fastcheck.parse(raw, MAX_PAYLOAD)
-        except UntrustedInput as exc:
-            fleet.refuse()
-            refuse(topic, str(exc))
-            return
-        view, why = fleet.apply(topic, payload, received_ms, raw=raw)
-        if view is None:
-            refuse(topic, why or "refused")
-            return
-        if discovery is not None:
-            discovery.seen(view.device_id)
-        line = dumps({"topic": topic, "received": received_ms, "payload": payload})
-        with out_lock:
-            if record_file is not None:
-                record_file.write(line + "\n")
-                record_file.flush()
-            if as_json:
-                sys.stdout.write(line + "\n")
-                sys.stdout.flush()
-
-    intake = Intake(handle, name="monitor")
-    if address is not None:
-        prom = _imports.require("prometheus_client")
-        prom.REGISTRY.register(prometheus_collector(fleet, intake))
-        try:
-            prom.start_http_server(address[1], addr=address[0])
-        except OSError as exc:
-            raise ConfigError(f"--prometheus {prometheus}: cannot listen on {address[0]} port {address[1]}: {exc}") from exc
-        host = f"[{address[0]}]" if ":" in address[0] else address[0]
-        typer.echo(f"Prometheus metrics on http://{host}:{address[1]}/metrics", err=True)
-    record_file = open(record, "a", encoding="utf-8") if record else None
-    connected = threading.Event()
-    refused: list = []
-
-    def on_connect(client: Any, userdata: Any, flags: Any, reason: Any, properties: Any) -> None:
-        if reason.is_failure:
-            refused.append(str(reason))
-            return
-        client.subscribe([(t, 1) for t in topics])
-        connected.set()
-
-    def on_message(client: Any, userdata: Any, msg: Any) -> None:
-        """paho's network thread: a size check and a queue, nothing that parses."""
-        why = intake.put(msg.topic, msg.payload)
-        if why is not None:
-            refuse(msg.topic, why)
-
-    client = make_client(cfg, f"edge-sdk-monitor-{int(time.time() * 1000) % 10**9}", mqtt)
-    guard = CallbackGuard("monitor")  # a message that breaks a callback must not end the network thread
-    client.on_connect = guard(on_connect)
-    client.on_message = guard(on_message)
-    intake.start()
-    connect = None
-    if protocol == "5":
-        connect = mqtt.Properties(mqtt.PacketTypes.CONNECT)
-        # the broker does not send this client anything larger (it drops it, uncounted here)
-        connect.MaximumPacketSize = MAX_PACKET
-    client.connect_async(cfg.host, cfg.port, keepalive=cfg.keepalive, properties=connect)
-    client.loop_start()
-    deadline = time.monotonic() + duration if duration > 0 else None
     stop = threading.Event()
-    forgotten = [0, -1e18]  # devices forgotten when last logged, and when
+    # installed first: a SIGINT or SIGTERM from here on stops the monitor with its summary,
+    # also when it inherited SIGINT ignored (started as a background job)
+    with stop_signals(lambda signum: stop.set()) as stopping:
+        from edge_sdk import _imports
+        from edge_sdk.errors import ConfigError
+        from edge_sdk.telemetry.discovery import Discovery
+        from edge_sdk.telemetry.fleet import Fleet, prometheus_collector
+        from edge_sdk.telemetry.guard import CallbackGuard
+        from edge_sdk.telemetry.intake import Intake
+        from edge_sdk.telemetry.broker import BrokerConfig, make_client
+        from edge_sdk.telemetry import fastcheck
+        from edge_sdk.validate import UntrustedInput, dumps
 
-    def note_forgotten() -> None:
-        """A warning when devices were forgotten since the last one (at most once a minute)."""
-        c = fleet.counters()
-        now = time.monotonic()
-        if c["expired"] + c["evicted"] > forgotten[0] and now - forgotten[1] >= 60.0:
-            forgotten[:] = [c["expired"] + c["evicted"], now]
-            log.warning("forgot devices: %s", summary(fleet, intake))
+        address = listen_address(prometheus) if prometheus is not None else None
+        mqtt = _imports.mqtt()
+        if protocol not in ("5", "3.1.1"):
+            raise ConfigError(f"--protocol {protocol!r}: give 5 or 3.1.1")
+        cfg = BrokerConfig(url=broker, protocol=protocol, ca_file=str(ca_file) if ca_file else None,
+                           cert_file=str(cert_file) if cert_file else None, key_file=str(key_file) if key_file else None)
+        discovery: Optional[Discovery] = None
+        if homeassistant and share:
+            raise ConfigError("--homeassistant cannot be combined with --share: a group member sees only part of each "
+                              "device's messages, forgets devices that still run and would remove them from Home "
+                              "Assistant; run one monitor with --homeassistant outside the group")
+        if homeassistant:
+            try:
+                discovery = Discovery(lambda name, body: client.publish(name, body, qos=1, retain=True), homeassistant_prefix)
+            except ValueError as exc:
+                raise ConfigError(f"--homeassistant-prefix: {exc}") from None
+        fleet = Fleet(max_devices=max_devices, expire_s=expire, on_forget=discovery.forget if discovery else None)
+        who = device or "+"
+        topics = [f"edge-sdk/{who}/status", f"edge-sdk/{who}/telemetry", f"edge-sdk/{who}/alerts",
+                  f"edge-sdk/{who}/detections", f"edge-sdk/{who}/cmd/response"]
+        if share:
+            if "/" in share or "+" in share or "#" in share:
+                raise ConfigError(f"--share group {share!r} may not contain '/', '+' or '#'")
+            # status is retained and small: every member reads all of it; the rest is split
+            topics = topics[:1] + [f"$share/{share}/{t}" for t in topics[1:]]
+        out_lock = threading.Lock()
+        last_warning = [-1e18]
 
-    def tick() -> bool:
-        """The main thread's round: False once --duration is over."""
-        if refused:
-            raise ConfigError(f"broker {cfg.redacted_url()} refused the monitor: {refused[0]}")
-        fleet.expire()
-        note_forgotten()
-        return deadline is None or time.monotonic() <= deadline
+        def refuse(topic: str, why: str) -> None:
+            now = time.monotonic()
+            with out_lock:
+                if now - last_warning[0] < 60.0:
+                    return
+                last_warning[0] = now
+            log.warning("dropped a message on %s: %s (%s)", topic[:200], why, summary(fleet, intake))
 
-    try:
-        if as_json or (prometheus is not None and not sys.stdout.isatty()):
-            while not stop.wait(0.2) and tick():
-                pass
-        else:
-            from rich.live import Live
+        def handle(topic: str, raw: bytes, received_ms: int) -> None:
+            """The worker thread: parse, validate, apply, record."""
+            try:
+                payload = fastcheck.parse(raw, MAX_PAYLOAD)
+            except UntrustedInput as exc:
+                fleet.refuse()
+                refuse(topic, str(exc))
+                return
+            view, why = fleet.apply(topic, payload, received_ms, raw=raw)
+            if view is None:
+                refuse(topic, why or "refused")
+                return
+            if discovery is not None:
+                discovery.seen(view.device_id)
+            line = dumps({"topic": topic, "received": received_ms, "payload": payload})
+            with out_lock:
+                if record_file is not None:
+                    record_file.write(line + "\n")
+                    record_file.flush()
+                if as_json:
+                    sys.stdout.write(line + "\n")
+                    sys.stdout.flush()
 
-            with Live(render_table(fleet), refresh_per_second=2, screen=False) as live:
-                while not stop.wait(0.5) and tick():
-                    live.update(render_table(fleet))
-    finally:
-        client.disconnect()
-        client.loop_stop()
-        # a recording gets every message already taken in before its file closes
-        intake.stop(timeout=None if record_file is not None else 10.0)
-        if record_file is not None:
-            record_file.close()
-        note_forgotten()
-        typer.echo(f"monitor: {summary(fleet, intake)}", err=True)
+        intake = Intake(handle, name="monitor")
+        if address is not None:
+            prom = _imports.require("prometheus_client")
+            prom.REGISTRY.register(prometheus_collector(fleet, intake))
+            try:
+                prom.start_http_server(address[1], addr=address[0])
+            except OSError as exc:
+                raise ConfigError(f"--prometheus {prometheus}: cannot listen on {address[0]} port {address[1]}: {exc}") from exc
+            host = f"[{address[0]}]" if ":" in address[0] else address[0]
+            typer.echo(f"Prometheus metrics on http://{host}:{address[1]}/metrics", err=True)
+        record_file = open(record, "a", encoding="utf-8") if record else None
+        connected = threading.Event()
+        refused: list = []
+
+        def on_connect(client: Any, userdata: Any, flags: Any, reason: Any, properties: Any) -> None:
+            if reason.is_failure:
+                refused.append(str(reason))
+                return
+            client.subscribe([(t, 1) for t in topics])
+            connected.set()
+
+        def on_message(client: Any, userdata: Any, msg: Any) -> None:
+            """paho's network thread: a size check and a queue, nothing that parses."""
+            why = intake.put(msg.topic, msg.payload)
+            if why is not None:
+                refuse(msg.topic, why)
+
+        client = make_client(cfg, f"edge-sdk-monitor-{int(time.time() * 1000) % 10**9}", mqtt)
+        guard = CallbackGuard("monitor")  # a message that breaks a callback must not end the network thread
+        client.on_connect = guard(on_connect)
+        client.on_message = guard(on_message)
+        intake.start()
+        connect = None
+        if protocol == "5":
+            connect = mqtt.Properties(mqtt.PacketTypes.CONNECT)
+            # the broker does not send this client anything larger (it drops it, uncounted here)
+            connect.MaximumPacketSize = MAX_PACKET
+        client.connect_async(cfg.host, cfg.port, keepalive=cfg.keepalive, properties=connect)
+        client.loop_start()
+        deadline = time.monotonic() + duration if duration > 0 else None
+        forgotten = [0, -1e18]  # devices forgotten when last logged, and when
+
+        def note_forgotten() -> None:
+            """A warning when devices were forgotten since the last one (at most once a minute)."""
+            c = fleet.counters()
+            now = time.monotonic()
+            if c["expired"] + c["evicted"] > forgotten[0] and now - forgotten[1] >= 60.0:
+                forgotten[:] = [c["expired"] + c["evicted"], now]
+                log.warning("forgot devices: %s", summary(fleet, intake))
+
+        def tick() -> bool:
+            """The main thread's round: False once --duration is over."""
+            if refused:
+                raise ConfigError(f"broker {cfg.redacted_url()} refused the monitor: {refused[0]}")
+            fleet.expire()
+            note_forgotten()
+            return deadline is None or time.monotonic() <= deadline
+
+        try:
+            if as_json or (prometheus is not None and not sys.stdout.isatty()):
+                while not stop.wait(0.2) and tick():
+                    pass
+            else:
+                from rich.live import Live
+
+                with Live(render_table(fleet), refresh_per_second=2, screen=False) as live:
+                    while not stop.wait(0.5) and tick():
+                        live.update(render_table(fleet))
+        finally:
+            client.disconnect()
+            client.loop_stop()
+            # a recording gets every message already taken in before its file closes
+            intake.stop(timeout=None if record_file is not None else 10.0)
+            if record_file is not None:
+                record_file.close()
+            note_forgotten()
+            how = f"stopped by {stopping.name}; " if stopping.requested else ""
+            typer.echo(f"monitor: {how}{summary(fleet, intake)}", err=True)

@@ -14,6 +14,7 @@ from edge_sdk.cli._common import cli_errors
 from edge_sdk.rollout.plan import DEFAULT_GATES
 
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
+STOPPED_EXIT = 14  # stopped by SIGTERM or SIGINT before every device ran the bundle
 
 
 @cli_errors
@@ -34,8 +35,10 @@ def rollout(
 ) -> None:
     """Roll BUNDLE out to the devices: shadow, gate, promote, canary first; exit 0 when every
     device runs it, 6 when a device failed (every promoted device rolled back), 13 when devices
-    stayed offline or busy past --timeout (the same command then goes on where it stopped)."""
-    from edge_sdk.errors import ConfigError
+    stayed offline or busy past --timeout, 14 when stopped by SIGTERM or SIGINT (in both cases the
+    step's shadows are aborted and the same command with --state goes on where it stopped)."""
+    from edge_sdk.cli._stop import stop_signals
+    from edge_sdk.errors import ConfigError, Stopped
     from edge_sdk.rollout.driver import Rollout
     from edge_sdk.rollout.link import Link
     from edge_sdk.rollout.plan import RolloutState, parse_gates, parse_waves, rollout_key
@@ -59,10 +62,22 @@ def rollout(
         typer.echo(json.dumps(event) if as_json else f"[{event['t']:7.1f}s] {event['text']}")
 
     link = Link(BrokerConfig(url=broker), secret)
-    try:
-        if not link.start(min(timeout, 30.0)):
-            raise ConfigError(f"no answer from the broker at {BrokerConfig(url=broker).redacted_url()}; check --broker")
-        fetch = {"url": url, "sha256": sha256} if url is not None and sha256 is not None else None
-        Rollout(link, bundle, gates, shadow_frames, timeout, progress, say, fetch).run(devices, canary, shares)
-    finally:
-        link.stop()
+    with stop_signals(link.interrupt):  # raised from the rollout's next wait (Link.interrupt)
+        try:
+            if not link.start(min(timeout, 30.0)):
+                raise ConfigError(f"no answer from the broker at {BrokerConfig(url=broker).redacted_url()}; check --broker")
+            fetch = {"url": url, "sha256": sha256} if url is not None and sha256 is not None else None
+            Rollout(link, bundle, gates, shadow_frames, timeout, progress, say, fetch).run(devices, canary, shares)
+        except Stopped as exc:
+            if exc.forced:
+                raise
+            if not progress.steps:
+                again = "no step had started; run the same command again to start it"
+            elif state is not None:
+                again = f"run the same command again to go on from step {progress.done + 1} of {len(progress.steps)}"
+            else:
+                again = f"{progress.done} of {len(progress.steps)} steps done; without --state it cannot be resumed"
+            typer.secho(f"rollout {str(exc)}: {again}", fg=typer.colors.YELLOW, err=True)
+            raise typer.Exit(STOPPED_EXIT) from None
+        finally:
+            link.stop()

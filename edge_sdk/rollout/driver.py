@@ -11,7 +11,8 @@ rollback alert stops the rollout: the running shadows are aborted and every devi
 promoted goes back to the bundle its status showed before the rollout (RolloutFailed, exit 6).
 Devices offline or not answering for `timeout_s` stop it too (RolloutTimeout, exit 13): the
 shadows of the step are aborted, the promoted devices keep the new bundle, and the same command
-goes on from there.
+goes on from there. A stop by SIGTERM or SIGINT (KeyboardInterrupt) ends it the same way, the
+shadows still loading waited for at most STOP_WAIT_S (`edge-sdk rollout` then exits 14).
 """
 from __future__ import annotations
 
@@ -24,6 +25,9 @@ from edge_sdk.rollout.link import Link
 from edge_sdk.rollout.plan import Gate, RolloutState, first_failure, make_plan
 
 RESEND_S = 10.0  # a command unanswered this long is sent again
+# stopped by a signal: how long the shadows still loading are waited for before the step's
+# shadows are aborted (docker stop gives 10 s before SIGKILL, systemd 90 s)
+STOP_WAIT_S = 5.0
 
 
 class _Failure(Exception):
@@ -80,6 +84,11 @@ class Rollout:
                 self._undo(step["devices"], failure, step["role"])
             except RolloutTimeout:
                 self._abort_shadows(step["devices"])
+                raise
+            except KeyboardInterrupt:  # Ctrl-C, or SIGTERM/SIGINT through edge_sdk.cli._stop
+                self.say("stopped", f"{step['role']}: stopped; the shadows of the step are aborted, the promoted "
+                                    f"devices keep {self.bundle}", role=step["role"])
+                self._abort_shadows(step["devices"], min(self.timeout_s, STOP_WAIT_S))
                 raise
             st.seconds.append(round(self.clock() - began, 2))
             st.done += 1
@@ -213,9 +222,9 @@ class Rollout:
             self.say("promoted", f"{device} runs {self.bundle}", device=device)
 
     # -- stopping ------------------------------------------------------------------------------
-    def _abort_shadows(self, devices: List[str]) -> None:
+    def _abort_shadows(self, devices: List[str], wait_s: Optional[float] = None) -> None:
         """Abort the shadows of the bundle on `devices`, after those still loading one have it
-        running or have answered that they could not (up to the timeout)."""
+        running or have answered that they could not (up to `wait_s`, by default the timeout)."""
         def loading(device: str) -> bool:
             pending, status = self._pending.get(device), self.link.status(device)
             if pending is None or pending[0] != "reload" or pending[2] != status.get("started_ts"):
@@ -224,7 +233,7 @@ class Rollout:
                 return False
             return not any(r.get("final") or r.get("ok") is False for r in self.link.responses(pending[1]))
 
-        self.link.wait(lambda: not any(loading(d) for d in devices), self.timeout_s)
+        self.link.wait(lambda: not any(loading(d) for d in devices), self.timeout_s if wait_s is None else wait_s)
         for device in devices:
             shadow = self.link.status(device).get("shadow") or {}
             if shadow.get("state") == "running" and shadow.get("bundle") == self.bundle:

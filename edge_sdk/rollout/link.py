@@ -5,7 +5,8 @@ signed commands it sends.
 Every message is checked by the fleet (schema, the topic's device) before it is kept. paho
 reconnects on its own after the broker goes away; each connect subscribes again, and the devices
 publish their status again on their own reconnect, so a broker restart loses nothing the
-rollout reads. Waiting is on a condition signalled by each message (`wait`).
+rollout reads. Waiting is on a condition signalled by each message (`wait`); a stop request
+(`interrupt`, what SIGTERM or SIGINT calls) is raised from the next wait as Stopped.
 """
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import time
 import uuid
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
+from edge_sdk.errors import Stopped
 from edge_sdk.telemetry.broker import BrokerConfig, make_client
 from edge_sdk.telemetry.fleet import Fleet
 from edge_sdk.telemetry.guard import CallbackGuard
@@ -23,6 +25,7 @@ from edge_sdk.validate import UntrustedInput, dumps, loads_untrusted
 
 SUFFIXES = ("status", "shadow", "cmd/response", "alerts")
 Arrived = Tuple[Dict[str, Any], float]  # a message and when it arrived (monotonic seconds)
+STOP_CHECK_S = 0.5  # the longest a wait goes without looking for a stop request (interrupt)
 
 
 class Link:
@@ -40,6 +43,8 @@ class Link:
         self._alerts: Dict[str, List[Arrived]] = {}
         self._synced = threading.Event()
         self._sent = 0
+        self._stop: Optional[int] = None  # a stop request's signal, raised from the next wait
+        self._stop_raised = False
         guard = CallbackGuard("rollout")
         self._client = make_client(cfg, f"edge-sdk-rollout-{self.run_id}", mqtt)
         self._client.on_connect = guard(self._on_connect)
@@ -52,7 +57,22 @@ class Link:
         answer within `timeout_s` (the connection keeps trying)."""
         self._client.connect_async(self.cfg.host, self.cfg.port, keepalive=self.cfg.keepalive)
         self._client.loop_start()
-        return self._synced.wait(timeout_s)
+        deadline = time.monotonic() + timeout_s
+        while not self._synced.wait(max(0.0, min(deadline - time.monotonic(), STOP_CHECK_S))):
+            self._stopped()
+            if time.monotonic() >= deadline:
+                return False
+        return True
+
+    def interrupt(self, signum: int) -> None:
+        """A stop request (from a signal handler: it only sets a flag): the next wait raises
+        Stopped, within STOP_CHECK_S; the waits after that (the cleanup's) wait as before."""
+        self._stop = signum
+
+    def _stopped(self) -> None:
+        if self._stop is not None and not self._stop_raised:
+            self._stop_raised = True
+            raise Stopped(self._stop)
 
     def stop(self) -> None:
         self._client.disconnect()
@@ -100,16 +120,19 @@ class Link:
         deadline = time.monotonic() + timeout_s
         with self._cond:
             while not predicate():
+                self._stopped()
                 left = deadline - time.monotonic()
                 if left <= 0:
                     return False
-                self._cond.wait(min(left, 1.0))
+                self._cond.wait(min(left, STOP_CHECK_S))
             return True
 
     def idle(self, timeout_s: float) -> None:
         """Wait for the next message (at most `timeout_s`)."""
+        self._stopped()
         with self._cond:
-            self._cond.wait(timeout_s)
+            self._cond.wait(min(timeout_s, STOP_CHECK_S))
+        self._stopped()
 
     def status(self, device: str) -> Dict[str, Any]:
         """The device's retained status ({} when none was seen)."""
