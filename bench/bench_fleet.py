@@ -224,16 +224,28 @@ def run_fleet(devices: int, seconds: float, interval: float, publishers: int) ->
             time.sleep(0.1)
         rss = rss_mib(monitor.pid)
     finally:
-        for c in clients:
-            c.disconnect()
-            c.loop_stop()
-        monitor.send_signal(signal.SIGINT)  # the monitor prints its counters at exit
-        _, err = monitor.communicate(timeout=60)
-        broker.terminate()
-        broker.wait(10)
-        shutil.rmtree(folder, ignore_errors=True)
+        err = b""
+        try:
+            for c in clients:
+                c.disconnect()
+                c.loop_stop()
+            monitor.send_signal(signal.SIGTERM)  # the monitor prints its counters at exit
+            try:
+                _, err = monitor.communicate(timeout=60)
+            except subprocess.TimeoutExpired:
+                monitor.kill()
+                _, err = monitor.communicate(timeout=10)
+                err += b"\nthe monitor did not exit within 60 s of its SIGTERM (killed)"
+        finally:  # whatever went wrong above, the broker does not outlive the bench
+            broker.terminate()
+            try:
+                broker.wait(10)
+            except subprocess.TimeoutExpired:
+                broker.kill()
+                broker.wait(10)
+            shutil.rmtree(folder, ignore_errors=True)
     lags = sorted(reader.lags)
-    refused = re.search(rb"^monitor: (.*)$", err, re.M)
+    refused = re.search(rb"^monitor: (?:stopped by \w+; )?(.*)$", err, re.M)
     return {"devices": devices, "offered": sent / elapsed, "handled": len(lags) / max(elapsed, 1e-9),
             "handled_in_run": handled_at_end, "sent": sent, "received": len(lags),
             "p50": statistics.median(lags) if lags else float("nan"),

@@ -100,11 +100,21 @@ def run_workers(args: argparse.Namespace, groups: List[List[int]], threads: int)
            "--frames", str(args.frames), "--delay-ms", str(args.delay_ms), "--threads", str(threads)]
     procs = [subprocess.Popen(cmd + ["--seeds", ",".join(map(str, g))], stdout=subprocess.PIPE, text=True) for g in groups]
     out = []
-    for p in procs:
-        stdout, _ = p.communicate()
-        if p.returncode:
-            raise SystemExit(f"a worker failed with exit status {p.returncode}")
-        out.append(json.loads(stdout.strip().splitlines()[-1]))
+    try:
+        for p in procs:
+            stdout, _ = p.communicate()
+            if p.returncode:
+                raise SystemExit(f"a worker failed with exit status {p.returncode}")
+            out.append(json.loads(stdout.strip().splitlines()[-1]))
+    finally:  # one worker failed (or this process was stopped): the others do not run on alone
+        for p in procs:
+            if p.poll() is None:
+                p.terminate()
+                try:
+                    p.wait(10)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    p.wait(10)
     return out
 
 

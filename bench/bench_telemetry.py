@@ -102,7 +102,11 @@ class Broker:
     def stop(self) -> None:
         if self.proc is not None:
             self.proc.terminate()
-            self.proc.wait()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
             self.proc = None
 
 
@@ -196,6 +200,7 @@ def main() -> None:
     from edge_sdk.runtime.model import load_model
 
     work = Path(tempfile.mkdtemp(prefix="bench-telemetry-"))
+    broker: Optional[Broker] = None
     try:
         bundle = args.bundle or build_model(work / "bundle")
         model = load_model(bundle, backend="onnxruntime-cpu", precision="fp32", threads=args.threads)
@@ -229,6 +234,8 @@ def main() -> None:
         model.close()
         print(f"observe() per frame: {observe_cost_us():.2f} us (median of 5 x 20000 calls)")
     finally:
+        if broker is not None:  # whatever failed above, the broker does not outlive the bench
+            broker.stop()
         shutil.rmtree(work, ignore_errors=True)
 
 

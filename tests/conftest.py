@@ -1,7 +1,7 @@
 """Shared test plugins."""
 import pytest
 
-pytest_plugins = ["mqtt_broker", "kernel_shim"]
+pytest_plugins = ["mqtt_broker", "kernel_shim", "run_report"]
 
 
 @pytest.fixture(scope="session")
@@ -26,3 +26,4 @@ def centerface_384x640_path(centerface_model_path, tmp_path_factory):
     path = tmp_path_factory.mktemp("centerface") / "centerface_384x640.onnx"
     onnx.save(model, str(path))
     return path
+

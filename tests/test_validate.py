@@ -28,9 +28,11 @@ def test_json_depth(text: bytes, depth: int) -> None:
     b'["' + b"a" * 65000,
 ])
 def test_json_depth_is_linear_on_hostile_text(hostile: bytes) -> None:
+    # A bound against a hang, not a speed figure: the linear scan takes milliseconds on these
+    # even on a saturated machine, a backtracking one minutes (bench/ holds the figures).
     t0 = time.perf_counter()
     json_depth(hostile)
-    assert time.perf_counter() - t0 < 0.5  # a backtracking scan takes minutes on these
+    assert time.perf_counter() - t0 < 30.0
 
 
 @pytest.mark.parametrize("payload,fragment", [

@@ -15,7 +15,6 @@ import json
 import math
 import random
 import subprocess
-import sys
 import time
 import urllib.request
 from pathlib import Path
@@ -31,6 +30,7 @@ from edge_sdk.validate import UntrustedInput, loads_untrusted
 
 from mqtt_broker import free_port
 from polling import wait_until
+from processes import edge_sdk, finish, spawn
 from test_daemon import SOURCE, Running, config, models  # noqa: F401 - models is a fixture
 from test_hostile import tolerant_log  # noqa: F401 - a fixture
 
@@ -234,10 +234,8 @@ def test_fuzz_every_topic_through_the_broker(models: Path, tmp_path: Path, broke
     running = Running(daemon)
     log = tolerant_log(broker.url, ["edge-sdk/cam-1/telemetry", "edge-sdk/cam-1/status", "edge-sdk/cam-1/cmd/response"])
     record, port = tmp_path / "fleet.jsonl", free_port()
-    code = "import sys; from edge_sdk.cli import main; sys.argv[0] = 'edge-sdk'; main()"
-    monitor = subprocess.Popen([sys.executable, "-c", code, "monitor", "--broker", broker.url, "--json", "--record",
-                                str(record), "--prometheus", str(port), "--duration", "120"],
-                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    monitor = spawn(edge_sdk("monitor", "--broker", broker.url, "--json", "--record", str(record), "--prometheus",
+                             str(port)), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     messages = corpus(300)
     try:
         assert wait_until(lambda: daemon.frames > 0)
@@ -326,9 +324,10 @@ def test_fuzz_every_topic_through_the_broker(models: Path, tmp_path: Path, broke
             assert reply.status == 200 and b'edge_sdk_frames_per_second{device="after-1"} 42.5' in reply.read()
         assert monitor.poll() is None, "the monitor exited"
     finally:
-        monitor.terminate()
-        monitor.communicate(timeout=30)
-        code_ = running.stop()
+        try:
+            finish(monitor, timeout=60)
+        finally:
+            code_ = running.stop()
     assert code_ == 0
     for line in record.read_text().splitlines():  # the monitor recorded only valid messages
         entry = json.loads(line)

@@ -8,7 +8,6 @@ import json
 import logging
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List
 
@@ -23,6 +22,7 @@ from edge_sdk.validate import UntrustedInput, loads_untrusted
 
 from mqtt_broker import MessageLog
 from polling import wait_until
+from processes import edge_sdk, finish, spawn
 from test_daemon import Running, command, config, models, responses  # noqa: F401 - models is a fixture
 
 pytest.importorskip("onnxruntime")
@@ -115,12 +115,11 @@ def test_monitor_survives_hostile_telemetry(broker, tmp_path: Path) -> None:
     from edge_sdk.telemetry.publisher import MqttPublisher
 
     record = tmp_path / "fleet.jsonl"
-    code = "import sys; from edge_sdk.cli import main; sys.argv[0] = 'edge-sdk'; main()"
     pub = MqttPublisher(BrokerConfig(url=broker.url), "d1", tmp_path / "d1.sqlite3")
     pub.set_status({"started_ts": 1, "versions": {"edge_sdk": "t"}})
     pub.start()
-    proc = subprocess.Popen([sys.executable, "-c", code, "monitor", "--broker", broker.url, "--json", "--record",
-                             str(record), "--duration", "60"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc = spawn(edge_sdk("monitor", "--broker", broker.url, "--json", "--record", str(record)),
+                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         assert wait_until(lambda: record.exists() and "/status" in record.read_text(), 30), "monitor never subscribed"
         pub.client.publish("edge-sdk/d1/telemetry", DEEP, qos=1).wait_for_publish(5)
@@ -130,9 +129,10 @@ def test_monitor_survives_hostile_telemetry(broker, tmp_path: Path) -> None:
                                   "interval": {"seconds": 1, "captured": 1, "processed": 1, "dropped": 0, "drop_ratio": 0.0}})
         assert wait_until(lambda: "/telemetry" in record.read_text(), 20), "the monitor went deaf"
     finally:
-        proc.terminate()
-        _out, err = proc.communicate(timeout=30)
-        pub.stop()
+        try:
+            _out, err = finish(proc, timeout=60)
+        finally:
+            pub.stop()
     lines = [json.loads(x) for x in record.read_text().splitlines()]
     assert [x["payload"]["fps"] for x in lines if x["topic"].endswith("/telemetry")] == [12.5]  # only the valid one
     assert "dropped a message on edge-sdk/d1/telemetry" in err

@@ -3,9 +3,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
-import threading
-import time
 from pathlib import Path
 from typing import Any, Dict, List
 
@@ -17,6 +14,9 @@ from edge_sdk.telemetry.broker import BrokerConfig
 from edge_sdk.telemetry.fleet import Fleet, prometheus_collector
 from edge_sdk.telemetry.publisher import MqttPublisher
 from edge_sdk.telemetry.schemas import TOPICS
+
+from polling import wait_until
+from processes import edge_sdk, finish, spawn
 
 pytest.importorskip("paho.mqtt.client")
 
@@ -87,25 +87,25 @@ def test_monitor_records_and_report_plots(broker, tmp_path: Path) -> None:
     record = tmp_path / "fleet.jsonl"
     pub = _publisher(broker.url, tmp_path)
     runner = CliRunner()
-    result: List[Any] = []
+    proc = spawn(edge_sdk("monitor", "--broker", broker.url, "--json", "--record", str(record)),
+                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
-    def watch() -> None:
-        result.append(runner.invoke(app, ["monitor", "--broker", broker.url, "--json", "--record", str(record),
-                                          "--duration", "2.5"]))
+    def telemetry_lines() -> List[Dict[str, Any]]:
+        return [x for x in map(json.loads, record.read_text().splitlines()) if x["topic"].endswith("/telemetry")] \
+            if record.exists() else []
 
-    t = threading.Thread(target=watch)
-    t.start()
-    deadline = time.monotonic() + 10
-    while not (record.exists() and record.stat().st_size) and time.monotonic() < deadline:
-        threading.Event().wait(0.02)  # the retained status arrives once the monitor subscribed
-    for i in range(10):
-        pub.publish("telemetry", _body(i))
-    t.join(20)
-    pub.stop()
-    assert result and result[0].exit_code == 0, result[0].output if result else "monitor hung"
-    lines = [json.loads(x) for x in record.read_text().splitlines()]
-    assert [x["payload"]["fps"] for x in lines if x["topic"].endswith("/telemetry")] == [20.0 + i for i in range(10)]
-    assert result[0].output.count("\"topic\":\"edge-sdk/d1/telemetry\"") == 10  # --json streamed them too
+    try:
+        # the retained status arrives once the monitor subscribed
+        assert wait_until(lambda: record.exists() and record.stat().st_size > 0, 120), "the monitor never subscribed"
+        for i in range(10):
+            pub.publish("telemetry", _body(i))
+        assert wait_until(lambda: len(telemetry_lines()) >= 10, 120), telemetry_lines()
+    finally:
+        streamed, said = finish(proc, timeout=60)
+        pub.stop()
+    assert proc.returncode == 0, said
+    assert [x["payload"]["fps"] for x in telemetry_lines()] == [20.0 + i for i in range(10)]
+    assert streamed.count("\"topic\":\"edge-sdk/d1/telemetry\"") == 10  # --json streamed them too
     out = runner.invoke(app, ["report", str(record), "--out", str(tmp_path / "plots")])
     assert out.exit_code == 0, out.output
     png = (tmp_path / "plots" / "d1.png").read_bytes()
@@ -120,12 +120,10 @@ def test_report_on_a_file_without_telemetry_is_an_error(tmp_path: Path) -> None:
 
 
 def test_shared_subscription_splits_telemetry_between_monitors(broker, tmp_path: Path) -> None:
-    code = "import sys; from edge_sdk.cli import main; sys.argv[0] = 'edge-sdk'; main()"
     records = [tmp_path / f"m{i}.jsonl" for i in range(2)]
     pub = _publisher(broker.url, tmp_path)
-    procs = [subprocess.Popen([sys.executable, "-c", code, "monitor", "--broker", broker.url, "--share", "g",
-                               "--json", "--record", str(r), "--duration", "20"], stdout=subprocess.DEVNULL,
-                              stderr=subprocess.PIPE, text=True) for r in records]
+    procs = [spawn(edge_sdk("monitor", "--broker", broker.url, "--share", "g", "--json", "--record", str(r)),
+                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) for r in records]
 
     def shares() -> List[List[int]]:
         return [[json.loads(x)["payload"]["seq"] for x in r.read_text().splitlines() if "/telemetry" in x]
@@ -133,21 +131,18 @@ def test_shared_subscription_splits_telemetry_between_monitors(broker, tmp_path:
 
     published = 0
     try:
-        deadline = time.monotonic() + 20
-        while not all(r.exists() and r.stat().st_size for r in records) and time.monotonic() < deadline:
-            threading.Event().wait(0.05)  # each monitor records the retained status once subscribed
+        # each monitor records the retained status once subscribed (bounds generous for a loaded machine)
+        assert wait_until(lambda: all(r.exists() and r.stat().st_size for r in records), 120)
         # The broker picks a group member per message; publish in rounds until both have a share.
-        while time.monotonic() < deadline and not all(shares()):
+        while not all(shares()) and published < 2000:
             for _ in range(10):
                 pub.publish("telemetry", _body(published))
                 published += 1
-            while time.monotonic() < deadline and sum(len(s) for s in shares()) < published:
-                threading.Event().wait(0.05)
+            assert wait_until(lambda: sum(len(s) for s in shares()) >= published, 120), (shares(), published)
         got = shares()
     finally:
         for p in procs:
-            p.terminate()
-            p.communicate(timeout=30)
+            finish(p, timeout=60)
         pub.stop()
     assert sorted(got[0] + got[1]) == list(range(1, published + 1)), "the group must receive each message exactly once"
     assert got[0] and got[1], "both members should get a share"

@@ -6,6 +6,7 @@ the retained status; `edge-sdk monitor --protocol 3.1.1` (RabbitMQ before 3.13 s
 the 2-core CI machine, the test itself ~10 s."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -22,6 +23,7 @@ from edge_sdk.telemetry import schemas
 
 from mqtt_broker import MessageLog, free_port
 from polling import wait_until
+from processes import carrying
 from test_monitor_bounds import Monitor
 from test_run_process import start, write_config
 from tiny_bundle import make_tiny_bundle
@@ -34,7 +36,7 @@ SERVER = "/usr/lib/rabbitmq/bin/rabbitmq-server"
 class RabbitMQ:
     def __init__(self, folder: Path) -> None:
         self.folder = folder
-        self.port, amqp, dist = free_port(), free_port(), free_port()
+        self.port, amqp, dist, self.epmd_port = free_port(), free_port(), free_port(), free_port()
         (folder / "rabbitmq.conf").write_text(
             f"listeners.tcp.default = {amqp}\nmqtt.listeners.tcp.default = {self.port}\n"
             "mqtt.allow_anonymous = true\nloopback_users = none\n")
@@ -43,7 +45,8 @@ class RabbitMQ:
                    RABBITMQ_LOG_BASE=str(folder / "log"), RABBITMQ_CONFIG_FILE=str(folder / "rabbitmq"),
                    RABBITMQ_ENABLED_PLUGINS_FILE=str(folder / "enabled_plugins"),
                    RABBITMQ_PLUGINS_EXPAND_DIR=str(folder / "plugins"), RABBITMQ_PID_FILE=str(folder / "pid"),
-                   RABBITMQ_NODENAME=f"edge-sdk-test-{self.port}@localhost", RABBITMQ_DIST_PORT=str(dist))
+                   RABBITMQ_NODENAME=f"edge-sdk-test-{self.port}@localhost", RABBITMQ_DIST_PORT=str(dist),
+                   ERL_EPMD_PORT=str(self.epmd_port))  # a port mapper of the test's own, stopped with it
         self.out = open(folder / "server.log", "w")
         self.proc = subprocess.Popen([SERVER], env=env, stdout=self.out, stderr=subprocess.STDOUT,
                                      start_new_session=True)
@@ -60,14 +63,20 @@ class RabbitMQ:
             return self.proc.poll() is not None  # exited: stop waiting, the assertion below says why
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(10)
-        self.out.close()
+        try:
+            if self.proc.poll() is None:
+                os.killpg(self.proc.pid, signal.SIGTERM)
+                try:
+                    self.proc.wait(30)
+                except subprocess.TimeoutExpired:
+                    os.killpg(self.proc.pid, signal.SIGKILL)
+                    self.proc.wait(10)
+        finally:
+            # the Erlang port mapper the server started runs detached, on this test's own port
+            for pid in carrying("ERL_EPMD_PORT", str(self.epmd_port)):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGTERM)
+            self.out.close()
 
 
 @pytest.fixture(scope="module")
@@ -92,39 +101,42 @@ def test_daemon_commands_retained_status_will_and_monitor_on_rabbitmq(rabbitmq: 
     config = write_config(tmp_path / "device.toml", make_tiny_bundle(tmp_path / "bundle"), rabbitmq.url, 0.3)
     log = MessageLog(rabbitmq.url, ["edge-sdk/proc-1/#"]).start()
     monitor = Monitor(rabbitmq.url, tmp_path, "--protocol", "3.1.1")
-    proc = start(config)
     try:
-        assert log.wait(lambda m: any(s["state"] == "online" for s in log.on("status")) and
-                        len(log.on("telemetry")) >= 2, 60), proc.stderr
-        for m in log.messages:
-            if m["topic"].endswith(("/status", "/telemetry")):
-                assert schemas.errors(m["payload"]) == [], m
-        # a command and its response
-        log.client.publish(schemas.topic("proc-1", "cmd"),
-                           json.dumps({"schema": "edge-sdk/cmd/1", "id": "p1", "cmd": "ping"}), qos=1)
-        assert log.wait(lambda m: any(r["id"] == "p1" for r in log.on("cmd/response")), 30)
-        reply = next(r for r in log.on("cmd/response") if r["id"] == "p1")
-        assert reply["ok"] and reply["result"]["pong"] is True
-        # a newcomer on the status topic gets the retained online status
+        proc = start(config)
+        try:
+            assert log.wait(lambda m: any(s["state"] == "online" for s in log.on("status")) and
+                            len(log.on("telemetry")) >= 2, 120), proc.stderr
+            for m in log.messages:
+                if m["topic"].endswith(("/status", "/telemetry")):
+                    assert schemas.errors(m["payload"]) == [], m
+            # a command and its response
+            log.client.publish(schemas.topic("proc-1", "cmd"),
+                               json.dumps({"schema": "edge-sdk/cmd/1", "id": "p1", "cmd": "ping"}), qos=1)
+            assert log.wait(lambda m: any(r["id"] == "p1" for r in log.on("cmd/response")), 90)
+            reply = next(r for r in log.on("cmd/response") if r["id"] == "p1")
+            assert reply["ok"] and reply["result"]["pong"] is True
+            # a newcomer on the status topic gets the retained online status
+            late = MessageLog(rabbitmq.url, ["edge-sdk/proc-1/status"]).start()
+            try:
+                assert late.wait(lambda m: any(x["retain"] and x["payload"]["state"] == "online" for x in m), 90)
+            finally:
+                late.stop()
+            # the monitor over MQTT 3.1.1 shows the device's telemetry and status
+            assert wait_until(lambda: (monitor.value("edge_sdk_frames_per_second", 'device="proc-1"') or 0) > 0, 90), \
+                monitor.stop()
+        finally:
+            proc.kill()
+            proc.communicate(timeout=10)
+        assert log.wait(lambda m: log.on("status")[-1]["state"] == "offline", 90)  # the will
+        assert log.on("status")[-1]["reason"] == "connection lost"
         late = MessageLog(rabbitmq.url, ["edge-sdk/proc-1/status"]).start()
         try:
-            assert late.wait(lambda m: any(x["retain"] and x["payload"]["state"] == "online" for x in m), 30)
+            assert late.wait(lambda m: any(x["retain"] and x["payload"]["state"] == "offline" for x in m), 90)
         finally:
             late.stop()
-        # the monitor over MQTT 3.1.1 shows the device's telemetry and status
-        assert wait_until(lambda: (monitor.value("edge_sdk_frames_per_second", 'device="proc-1"') or 0) > 0, 30), \
-            monitor.stop()
+        assert wait_until(lambda: monitor.value("edge_sdk_up", 'device="proc-1"') == 0.0, 90)
+        err = monitor.stop()
+        assert "0 invalid" in err, err
     finally:
-        proc.kill()
-        proc.communicate(timeout=10)
-    assert log.wait(lambda m: log.on("status")[-1]["state"] == "offline", 30)  # the will
-    assert log.on("status")[-1]["reason"] == "connection lost"
-    late = MessageLog(rabbitmq.url, ["edge-sdk/proc-1/status"]).start()
-    try:
-        assert late.wait(lambda m: any(x["retain"] and x["payload"]["state"] == "offline" for x in m), 30)
-    finally:
-        late.stop()
-    assert wait_until(lambda: monitor.value("edge_sdk_up", 'device="proc-1"') == 0.0, 30)
-    err = monitor.stop()
-    assert "0 invalid" in err, err
+        monitor.stop()  # its group killed too, should it not stop
     log.stop()

@@ -21,6 +21,7 @@ from edge_sdk.manifest import Bundle
 
 from http_files import Files, http_files  # noqa: F401 - the fixture
 from polling import wait_until
+from processes import complete, edge_sdk, finish, kill_group, spawn
 from test_daemon import Running, config
 from tiny_bundle import make_tiny_bundle
 
@@ -69,9 +70,8 @@ class Device:
 
     def start(self) -> "Device":
         if self.process:
-            code = "import sys; from edge_sdk.cli import main; sys.argv[0] = 'edge-sdk'; main()"
-            self.proc = subprocess.Popen([sys.executable, "-c", code, "run", "--config", str(self.toml)],
-                                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            self.proc = spawn(edge_sdk("run", "--config", str(self.toml)), stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)
         else:
             self.running = Running(Daemon(self.cfg))
         return self
@@ -82,14 +82,14 @@ class Device:
         self.proc.wait(10)
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-        if self.running is not None:
-            self.running.stop()
+        try:
+            if self.proc is not None and self.proc.poll() is None:
+                finish(self.proc, signal.SIGTERM, timeout=60)
+        finally:
+            if self.proc is not None:
+                kill_group(self.proc)
+            if self.running is not None:
+                self.running.stop()
 
 
 @pytest.fixture
@@ -128,7 +128,7 @@ def rollout_cmd(url: str, bundle: str, state: Path, *extra: str) -> List[str]:
 
 
 def rollout(url: str, bundle: str, state: Path, *extra: str) -> subprocess.CompletedProcess:
-    return subprocess.run(rollout_cmd(url, bundle, state, *extra), capture_output=True, text=True, timeout=400)
+    return complete(rollout_cmd(url, bundle, state, *extra), timeout=400)
 
 
 def events(out: str) -> List[Dict[str, Any]]:
@@ -156,17 +156,15 @@ def first_index(log: Any, predicate: Any) -> int:
 def meanwhile(url: str, tmp_path: Path, log: Any, shadowed: tuple, action: Any) -> tuple:
     """Roll "good" out in a process; once one of `shadowed` shows a shadow, run `action`; the
     rollout's exit code, stdout and stderr."""
-    proc = subprocess.Popen(rollout_cmd(url, "good", tmp_path / "state.json"), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    proc = spawn(rollout_cmd(url, "good", tmp_path / "state.json"), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                 text=True)
     try:
         assert log.wait(lambda m: any(s["device_id"] in shadowed and s.get("shadow") for s in log.on("status")),
                         timeout=120)
         action()
         out, err = proc.communicate(timeout=300)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
+        kill_group(proc)
     return proc.returncode, out, err
 
 
@@ -266,13 +264,11 @@ def test_the_broker_restarted_mid_rollout_does_not_stop_it(fleet, broker, tmp_pa
 def test_the_rollout_killed_goes_on_from_its_state_file(fleet, broker, tmp_path: Path) -> None:
     log, _ = fleet()
     state = tmp_path / "state.json"
-    proc = subprocess.Popen(rollout_cmd(broker.url, "good", state), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+    proc = spawn(rollout_cmd(broker.url, "good", state), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         assert wait_until(lambda: state.exists() and json.loads(state.read_text())["done"] >= 1, timeout=120)
     finally:
-        proc.kill()
-        proc.communicate(timeout=10)
+        kill_group(proc)  # SIGKILL: no chance to save anything more
     other = rollout(broker.url, "good", state, "--canary", "2")
     assert other.returncode == 2 and "belongs to another rollout" in other.stderr, other.stderr
     resumed = rollout(broker.url, "good", state)
@@ -289,17 +285,15 @@ def test_a_device_offline_past_the_timeout_is_reported_and_the_rollout_goes_on_w
         fleet, broker, tmp_path: Path) -> None:
     log, devices = fleet(processes=("cam-5",))
     state = tmp_path / "state.json"
-    proc = subprocess.Popen(rollout_cmd(broker.url, "good", state, "--timeout", "15"), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    proc = spawn(rollout_cmd(broker.url, "good", state, "--timeout", "15"), stdout=subprocess.PIPE,
+                 stderr=subprocess.PIPE, text=True)
     try:
         assert log.wait(lambda m: any(s["device_id"] == "cam-1" and s.get("shadow") for s in log.on("status")),
                         timeout=120)
         devices["cam-5"].kill()  # after the plan: it is in wave 2, and gone
         out, err = proc.communicate(timeout=300)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
+        kill_group(proc)
     assert proc.returncode == 13, out + err
     assert "wave 2: after 15 s still waiting for cam-5 (status offline)" in err, err
     assert "the promoted devices keep good" in err and "run the same command again" in err

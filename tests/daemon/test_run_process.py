@@ -13,6 +13,7 @@ from typing import Any, Iterator, List
 
 import pytest
 
+from processes import edge_sdk, kill_group, spawn
 from tiny_bundle import make_tiny_bundle
 
 pytest.importorskip("onnxruntime")
@@ -33,9 +34,9 @@ def write_config(path: Path, bundle: Path, url: str, interval: float) -> Path:
 
 
 def start(config: Path, *extra: str) -> subprocess.Popen:
-    code = "import sys; from edge_sdk.cli import main; sys.argv[0] = 'edge-sdk'; main()"
-    return subprocess.Popen([sys.executable, "-c", code, "run", "--config", str(config), *extra],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    """`edge-sdk run` in a process group of its own (tests.processes)."""
+    return spawn(edge_sdk("run", "--config", str(config), *extra), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                 text=True)
 
 
 def statuses(log: Any) -> List[dict]:
@@ -70,9 +71,7 @@ def running(config: Path) -> Iterator[subprocess.Popen]:
     try:
         yield proc
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
+        kill_group(proc)
 
 
 def reread_with_interval(proc: subprocess.Popen, config: Path, text: str, log: Any) -> None:
@@ -134,7 +133,10 @@ def test_sighup_with_a_config_typo_keeps_running_on_the_old_config(setup: Path, 
 ])
 def test_exit_codes(setup: Path, args: List[str], code: int, fragment: str) -> None:
     proc = start(setup, *args)
-    _out, err = proc.communicate(timeout=60)
+    try:
+        _out, err = proc.communicate(timeout=120)
+    finally:
+        kill_group(proc)
     assert proc.returncode == code, err
     assert fragment in err
 
