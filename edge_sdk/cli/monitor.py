@@ -73,6 +73,15 @@ def listen_address(value: str, option: str = "--prometheus") -> Tuple[str, int]:
     return host, int(port)
 
 
+def client_id() -> str:
+    """The monitor's MQTT client id, its own whenever it starts: two monitors with one id take
+    the connection from each other in turn (the broker closes the older one), as two members of
+    a --share group started in the same millisecond did with an id made from the clock."""
+    import secrets
+
+    return f"edge-sdk-monitor-{secrets.token_hex(5)}"
+
+
 def summary(fleet: Any, intake: Any) -> str:
     """The monitor's counters in one line (logged at exit, and with each warning)."""
     c, i = fleet.counters(), intake.counters()
@@ -207,7 +216,7 @@ def monitor(
             if why is not None:
                 refuse(msg.topic, why)
 
-        client = make_client(cfg, f"edge-sdk-monitor-{int(time.time() * 1000) % 10**9}", mqtt)
+        client = make_client(cfg, client_id(), mqtt)
         guard = CallbackGuard("monitor")  # a message that breaks a callback must not end the network thread
         client.on_connect = guard(on_connect)
         client.on_message = guard(on_message)

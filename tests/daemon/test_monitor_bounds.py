@@ -440,3 +440,15 @@ def test_prometheus_host_port_listens_on_that_host_only(broker, tmp_path: Path, 
     with pytest.raises(ConnectionRefusedError):
         socket.create_connection(("127.0.0.1", port), timeout=5).close()
     bound.stop()
+
+
+def test_monitors_started_in_the_same_millisecond_get_client_ids_of_their_own(monkeypatch) -> None:
+    """Two members of a --share group started together once had one client id (made from the
+    clock): the broker closed each one's connection when the other connected, in turn."""
+    import time as clock
+
+    from edge_sdk.cli.monitor import client_id
+
+    monkeypatch.setattr(clock, "time", lambda: 1796238154.490)
+    ids = {client_id() for _ in range(200)}
+    assert len(ids) == 200 and all(i.startswith("edge-sdk-monitor-") for i in ids)
