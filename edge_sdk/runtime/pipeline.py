@@ -28,8 +28,9 @@ instead. The tiles and roi strategies preprocess their own crops as part of thei
 With a CPU backend that leaves a core free and a full-frame detector whose input is prepared
 beside capture, the infer stage gets a thread of its own (edge_sdk.runtime.infer_thread), one
 frame ahead: the model runs back to back while the iterating thread decodes the previous frame
-and runs the caller's loop body. A swap stops that thread between frames (the frames it already
-inferred are delivered first) and starts a new one if the new detector qualifies. Leaving the
+and runs the caller's loop body. A swap stops that thread between frames and starts a new one if the
+new detector qualifies; a frame inferred ahead is run again by the new detector, so every
+frame delivered after the swap is the new one's (one extra inference per swap). Leaving the
 loop early drops the frame inferred ahead.
 
 Back-pressure and drops are the capture ring's (edge_sdk.runtime.capture): a file is never
@@ -383,16 +384,19 @@ class Pipeline:
         worker = InferThread(capture, self._detector, self._prepare, cache, lambda: self._prepare_failed)
         self._infer_thread = worker.start()
         backlog: List[Item] = []
-        stopping = swapped = False
+        stopping = False
         item: Optional[Item] = None
         try:
             while not limit or self.stats.frames_processed < limit:
                 if not stopping and self._pending is not None:
-                    backlog, stopping = worker.stop(), True  # frames already inferred go out first
+                    # the frames the thread took and did not deliver yet are run again by the
+                    # swapped-in detector: every frame delivered after the swap is its
+                    backlog, stopping = worker.stop(), True
+                    self._apply_swap()
+                    for held in backlog:
+                        held.raw = held.error is None and not held.end and held.slot is not None
                 if stopping:
                     if not backlog:
-                        if not swapped:
-                            self._apply_swap()
                         return True
                     item = backlog.pop(0)
                 else:
@@ -406,10 +410,8 @@ class Pipeline:
                     return False
                 slot = item.slot
                 assert slot is not None
-                if item.raw:  # taken after the stop: the swapped-in detector runs it, here
-                    self._apply_swap()
-                    swapped = True
-                    yield self._process(slot, item.latency)
+                if item.raw:  # taken before the swap was applied: the swapped-in detector runs it, here
+                    yield self._process(slot, {"capture_wait": item.latency.get("capture_wait", 0.0)})
                 else:
                     info = self._events(slot)
                     if item.cached is not None:

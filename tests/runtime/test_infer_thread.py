@@ -34,8 +34,9 @@ class CellBackend(Backend):
     cpu_bound = True
     threads = 1
 
-    def __init__(self, gate: Any = None) -> None:
+    def __init__(self, gate: Any = None, score: float = 0.9) -> None:
         super().__init__()
+        self.score = score  # each backend's own: a result tells which one ran its frame
         self.input_names = ["input.1"]
         self.is_active = True
         self.threads_seen: List[str] = []
@@ -51,7 +52,7 @@ class CellBackend(Backend):
         n, h, w = x.shape[0], x.shape[2] // 4, x.shape[3] // 4
         heat = np.zeros((n, 1, h, w), np.float32)
         cell = int(x.mean()) % (w - 2) + 1
-        heat[:, 0, 4, cell] = 0.9
+        heat[:, 0, 4, cell] = self.score
         return [heat, np.zeros((n, 2, h, w), np.float32), np.zeros((n, 2, h, w), np.float32),
                 np.zeros((n, 10, h, w), np.float32)]
 
@@ -156,24 +157,33 @@ def test_max_frames_early_exit_and_release_every_slot() -> None:
 
 
 @pytest.mark.parametrize("mode", ["full", "roi"])
-def test_a_swap_while_ahead_keeps_order_and_uses_the_new_detector(mode: str) -> None:
-    first, second = CellBackend(), CellBackend()
+def test_a_swap_while_ahead_keeps_order_and_every_later_frame_is_the_new_detectors(mode: str) -> None:
+    """The swap is asked for while frame 6 is already being inferred ahead by the first detector:
+    frame 6 and every later one are still the second's (run again), so that a `set` answered
+    between frames 5 and 6 holds from frame 6 on."""
+    started = [threading.Event() for _ in range(17)]
+    first, second = CellBackend(lambda run: started[run].set()), CellBackend(score=0.8)
     done = None
     with Pipeline(config(), source=ListSource(frames(16)), detector=detector_on(first)) as pipeline:
-        indices = []
+        results = []
         for result in pipeline:
-            indices.append(result.index)
+            results.append((result.index, result.detections.confidence.copy()))
             if result.index == 5:
+                assert started[6].wait(timeout=10), "frame 6 was not inferred ahead"
                 done = pipeline.swap_detector(detector_on(second, mode))
         assert pipeline.runs_ahead() == (mode == "full")
-    assert indices == list(range(16))
+    assert [i for i, _ in results] == list(range(16))
     assert done is not None and done.is_set()
-    # frames 0..5 ran on the first, and so may the one inferred ahead (6); the rest on the second
-    assert first.runs in (6, 7)
+    assert first.runs == 7  # frames 0..6: 6 was inferred ahead, and its outputs thrown away
+    for index, scores in results:
+        assert len(scores) and np.allclose(scores, 0.9 if index < 6 else 0.8, atol=1e-6), (index, scores)
     if mode == "full":
-        assert first.runs + second.runs == 16 and set(second.threads_seen) == {"edge-sdk-infer"}
+        assert second.runs == 10  # frames 6..15
+        # frame 6 on the consumer (taken before the swap), the rest on a new infer thread
+        assert second.threads_seen[0] == threading.current_thread().name
+        assert set(second.threads_seen[2:]) == {"edge-sdk-infer"}
     else:  # a coarse pass and fine passes per frame, on the consumer
-        assert second.runs >= 16 - first.runs and "edge-sdk-infer" not in second.threads_seen
+        assert second.runs >= 10 and "edge-sdk-infer" not in second.threads_seen
     assert not infer_threads_alive()
 
 
