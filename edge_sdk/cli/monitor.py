@@ -207,7 +207,11 @@ def monitor(
             if reason.is_failure:
                 refused.append(str(reason))
                 return
-            client.subscribe([(t, 1) for t in topics])
+            # QoS 0 on the broker's hop to us: Mosquitto (to 2.1 at least) drops a QoS 1 delivery
+            # over our Maximum Packet Size without giving back its inflight slot, so 20 oversized
+            # messages would stop every later delivery; QoS 1 buys nothing here (a clean session
+            # redelivers nothing after a reconnect) and the devices still publish with QoS 1
+            client.subscribe([(t, 0) for t in topics])
             connected.set()
 
         def on_message(client: Any, userdata: Any, msg: Any) -> None:

@@ -351,6 +351,23 @@ def test_a_flooding_device_neither_shuts_out_another_nor_bloats_metrics(broker, 
     assert "40 over their size bound" in err, err
 
 
+def test_messages_the_broker_drops_as_too_large_for_the_monitor_do_not_stall_it(broker, tmp_path: Path,
+                                                                               message_log, monitor_factory) -> None:
+    """Mosquitto drops a message over the packet size the monitor announces, but a QoS 1
+    delivery dropped so still takes one of the client's inflight slots for good (20 by default;
+    src/database.c, MOSQ_ERR_OVERSIZE_PACKET, up to 2.1): 40 in a row would stop every later
+    delivery to a QoS 1 subscriber. The monitor's good device still gets through afterwards."""
+    log = message_log(broker.url, [])
+    mon = monitor_factory(broker.url, tmp_path)
+    subscribed(mon, log, "good")
+    huge = json.dumps(telemetry("evil", 1, latency=stages(24000)), separators=(",", ":")).encode()
+    for _ in range(40):
+        publish(log.client, "edge-sdk/evil/telemetry", huge)
+    publish(log.client, "edge-sdk/good/telemetry", telemetry("good", 2, fps=42.5))
+    assert wait_until(lambda: mon.value("edge_sdk_frames_per_second", 'device="good"') == 42.5, 30)
+    assert mon.value("edge_sdk_frames_per_second", 'device="evil"') is None  # none of the 40 reached it
+
+
 def test_a_flood_of_device_ids_leaves_room_for_a_real_device(broker, tmp_path: Path, message_log,
                                                              monitor_factory) -> None:
     log = message_log(broker.url, [])
