@@ -150,3 +150,98 @@ def test_pack_refuses_a_folder_without_manifest_or_with_a_link(bundle: Path, tmp
     with pytest.raises(BundleError, match="not a plain file"):
         pack(linked, tmp_path / "x.tar.gz")
     assert not (tmp_path / "x.tar.gz").exists()
+
+
+def with_extension(path: Path, fmt: int, **info: object) -> Path:
+    """A manifest and one file written by tarfile in `fmt`, the file's TarInfo given `info`:
+    a pax header (PAX_FORMAT, pax_headers) or a GNU long name (GNU_FORMAT, a name over 100 bytes)."""
+    with tarfile.open(path, "w:gz", format=fmt) as tar:
+        manifest = tarfile.TarInfo("manifest.json")
+        manifest.size = 2
+        tar.addfile(manifest, io.BytesIO(b"{}"))
+        member = tarfile.TarInfo(str(info.pop("name", "model.onnx")))
+        for key, value in info.items():
+            setattr(member, key, value)
+        member.size = 1
+        tar.addfile(member, io.BytesIO(b"x"))
+    return path
+
+
+def test_a_pax_header_is_refused_from_its_header_alone(tmp_path: Path) -> None:
+    """tarfile parses pax records in quadratic time holding the GIL (CVE-2024-6232); a bundle
+    archive never has them (pack writes none), so the header's type refuses it."""
+    archive = with_extension(tmp_path / "pax.tar.gz", tarfile.PAX_FORMAT, pax_headers={"comment": "c" * (1 << 20)})
+    with tarfile.open(archive) as tar:  # a well-formed archive, for tarfile
+        assert tar.getnames() == ["manifest.json", "model.onnx"]
+    models = tmp_path / "models"
+    models.mkdir()
+    with pytest.raises(BundleError, match="'././@PaxHeader' is a pax extended header"):
+        unpack(archive, models / "b")
+    assert os.listdir(models) == []
+
+
+def test_a_gnu_long_name_is_refused_without_reading_it(tmp_path: Path) -> None:
+    """A 64 MiB GNU long name (2 MiB compressed): refused from its 512-byte header, so unpacking
+    never holds it (tarfile reads the whole name into memory first)."""
+    import tracemalloc
+
+    archive = with_extension(tmp_path / "gnu.tar.gz", tarfile.GNU_FORMAT, name="n" * (64 << 20))
+    assert archive.stat().st_size < 4 << 20
+    models = tmp_path / "models"
+    models.mkdir()
+    tracemalloc.start()
+    try:
+        with pytest.raises(BundleError, match="is a GNU long name"):
+            unpack(archive, models / "b")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 8 << 20, f"{peak / (1 << 20):.1f} MiB held while refusing it"
+    assert os.listdir(models) == []
+
+
+@pytest.mark.parametrize("first,second,words", [
+    ("a", "a/b", "lies under 'a', which the archive holds as a file"),
+    ("a/b", "a", "is a file where the archive holds a folder"),
+])
+def test_a_file_and_a_folder_of_one_name_are_refused_typed(tmp_path: Path, first: str, second: str, words: str) -> None:
+    with tarfile.open(tmp_path / "x.tar.gz", "w:gz", format=tarfile.USTAR_FORMAT) as tar:
+        for name in ("manifest.json", first, second):
+            info = tarfile.TarInfo(name)
+            info.size = 2
+            tar.addfile(info, io.BytesIO(b"{}"))
+    models = tmp_path / "models"
+    models.mkdir()
+    with pytest.raises(BundleError, match=words):
+        unpack(tmp_path / "x.tar.gz", models / "b")
+    assert os.listdir(models) == []
+
+
+def test_a_damaged_header_is_refused_as_unreadable(bundle: Path, tmp_path: Path) -> None:
+    archive = tmp_path / "b.tar.gz"
+    pack(bundle, archive)
+    raw = bytearray(gzip.decompress(archive.read_bytes()))
+    raw[10] ^= 0x01  # a byte of the first member's name: its checksum no longer matches
+    damaged = tmp_path / "damaged.tar.gz"
+    damaged.write_bytes(gzip.compress(bytes(raw)))
+    models = tmp_path / "models"
+    models.mkdir()
+    with pytest.raises(BundleError, match="checksum does not match"):
+        unpack(damaged, models / "b")
+    assert os.listdir(models) == []
+
+
+@pytest.mark.parametrize("fmt", ["gnu", "ustar"])
+def test_a_bundle_packed_by_gnu_tar_unpacks_whole(bundle: Path, tmp_path: Path, fmt: str) -> None:
+    """GNU tar's plain headers (either magic) are read as pack's are: the files come back byte for byte."""
+    import shutil
+    import subprocess
+
+    if shutil.which("tar") is None:
+        pytest.skip("no tar on this machine")
+    archive = tmp_path / f"{fmt}.tar.gz"
+    subprocess.run(["tar", f"--format={fmt}", "-czf", str(archive), "-C", str(bundle), "."], check=True)
+    out = unpack(archive, tmp_path / "out")
+    assert sorted(p.name for p in out.iterdir()) == sorted(p.name for p in bundle.iterdir())
+    for path in bundle.iterdir():
+        assert (out / path.name).read_bytes() == path.read_bytes()

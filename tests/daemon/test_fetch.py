@@ -42,8 +42,16 @@ def archives(tmp_path_factory) -> Dict[str, Any]:
             info = tarfile.TarInfo(name)
             info.size = len(data)
             tar.addfile(info, io.BytesIO(data))
+    pax = root / "pax.tar.gz"  # the whole bundle, each file behind a 1 MiB pax header (CVE-2024-6232's shape)
+    with tarfile.open(pax, "w:gz", format=tarfile.PAX_FORMAT) as tar:
+        for path in sorted(b.iterdir()):
+            info = tar.gettarinfo(str(path), path.name)
+            info.pax_headers = {"comment": "c" * (1 << 20)}
+            with open(path, "rb") as f:
+                tar.addfile(info, f)
+    sha = lambda p: __import__("hashlib").sha256(p.read_bytes()).hexdigest()  # noqa: E731
     return {"b": (root / "b.tar.gz").read_bytes(), "sha": digest, "hash": Bundle.load(b).hash,
-            "evil": evil.read_bytes(), "evil_sha": __import__("hashlib").sha256(evil.read_bytes()).hexdigest()}
+            "evil": evil.read_bytes(), "evil_sha": sha(evil), "pax": pax.read_bytes(), "pax_sha": sha(pax)}
 
 
 class Recorded(BundleFetcher):
@@ -313,6 +321,7 @@ def test_a_sha256_mismatch_or_a_hostile_archive_loads_nothing(models: Path, tmp_
                                                                http_files: Files, archives) -> None:
     http_files.files["/b.tar.gz"] = archives["b"]
     http_files.files["/evil.tar.gz"] = archives["evil"]
+    http_files.files["/pax.tar.gz"] = archives["pax"]
     daemon, log, running = start(models, tmp_path, broker.url, message_log)
     hash_a = Bundle.load(models / "a").hash
     try:
@@ -323,6 +332,7 @@ def test_a_sha256_mismatch_or_a_hostile_archive_loads_nothing(models: Path, tmp_
                                          "sha256": archives["sha"]})
         traversal = reload(log, "r4", {"bundle": "../b2", "url": http_files.url("/b.tar.gz"), "sha256": archives["sha"]})
         port = reload(log, "r5", {"bundle": "b2", "url": "http://127.0.0.1:http/b.tar.gz", "sha256": archives["sha"]})
+        pax = reload(log, "r6", {"bundle": "pax", "url": http_files.url("/pax.tar.gz"), "sha256": archives["pax_sha"]})
         frames = daemon.frames
         assert wait_until(lambda: daemon.frames > frames + 5)
     finally:
@@ -332,6 +342,7 @@ def test_a_sha256_mismatch_or_a_hostile_archive_loads_nothing(models: Path, tmp_
     assert not credentials["ok"] and credentials["reason"] == "invalid"
     assert not traversal["ok"] and traversal["reason"] == "invalid"
     assert not port["ok"] and port["reason"] == "refused" and "url refused" in port["error"], port
+    assert not pax["ok"] and "is a pax extended header" in pax["error"], pax
     assert sorted(os.listdir(models)) == ["a"] and not (models.parent / "escaped").exists()
     assert daemon.status()["bundle_hash"] == hash_a and daemon.model.reloads == 0 and daemon.shadow.run is None
     assert [a for a in log.on("alerts") if a["alert"] == "reload_failed" and a["state"] == "raised"]
