@@ -24,18 +24,27 @@ five minutes on one GPU:
    a frame buffer freed on another thread while a graph is being captured (the capture must
    succeed and the memory be freed after it); CPU time of a blocking-sync event wait;
 7. TensorRT's one logger: two builders alive at once, a listener for each scope receives
-   messages (skipped when tensorrt is not importable).
+   messages (skipped when tensorrt is not importable);
+8. first contact: a worker thread that uses CUDA and ends, in a child process, with pycuda and
+   with cuda-python (pycuda aborts a process whose ending thread still holds a context: the
+   child must exit 0, never SIGABRT); a kernel compile that fails (as pycuda without nvcc)
+   falling back to the CPU preprocessor; a frame ring of a second CUDA object (the model before a
+   reload) freed on the capturing thread while a graph is captured; with --bundle, the TensorRT
+   engine's GPU time at batch 1, 2, 4 and 8 (built for 1..8).
 
 Without a usable GPU it prints one line naming the cause and exits with status 2; --self-test
 then runs what needs no GPU (real frames through the CPU preprocessor, NVRTC compiling the
-kernels for sm_72 and sm_87 where cuda-python is installed, the table) and exits 0 when it passes.
+kernels for sm_72 and sm_87 where cuda-python is installed, the thread-exit children, which say
+they found no GPU, the table) and exits 0 when it passes.
 """
 from __future__ import annotations
 
 import argparse
 import ctypes
 import json
+import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -47,7 +56,7 @@ from edge_sdk.cuda import MAPPED, PINNED, CudaApi, KernelArgs, open_cuda
 from edge_sdk.cuda.compiler import KernelCache
 from edge_sdk.cuda.graph import FrameGraph
 from edge_sdk.cuda.preprocess import BLOCK, KERNEL_FILE, GpuPreprocessor, plan_slot
-from edge_sdk.errors import EdgeSdkError
+from edge_sdk.errors import EdgeSdkError, KernelUnavailableError
 from edge_sdk.preprocess import InputSpec, Preprocessor
 
 NET = (384, 640)
@@ -418,6 +427,167 @@ def _blocking_wait(api: CudaApi, cache: KernelCache, size=SIZES[-1][1], launches
             "detail": f"CPU {cpu:.2f} ms during a {wall:.2f} ms wait"}
 
 
+# -- first contact ----------------------------------------------------------------------------------
+NO_GPU_EXIT = 3  # the thread-exit child found no GPU
+
+
+def thread_exit_child(impl: str) -> int:
+    """In a child process: a thread uses the CUDA implementation `impl` the main thread opened (a
+    preprocessor's compile, launch and download) and ends, then a thread that opens its own does
+    the same; then the process exits 0. pycuda aborts (SIGABRT) a process whose thread ends with
+    a context still on its stack."""
+    try:
+        api = open_cuda(impl)
+    except EdgeSdkError as exc:
+        print(f"no GPU: {exc}")
+        return NO_GPU_EXIT
+    if api is None:
+        print("no GPU")
+        return NO_GPU_EXIT
+    out: Dict[str, Any] = {}
+
+    def work(key: str, own: bool) -> None:
+        try:
+            use = open_cuda(impl) if own else api
+            spec = InputSpec(shape=[1, 3, 96, 160])
+            with tempfile.TemporaryDirectory() as folder:
+                pre = GpuPreprocessor(spec, use, cache=KernelCache(Path(folder)))
+                frame = noise(120, 200, 3)
+                pre.fill(frame)
+                out[key] = bool(np.array_equal(pre.download(), Preprocessor(spec)(frame)[0]))
+                pre.close()
+        except Exception as exc:  # said below; the thread must end either way
+            out[key] = f"{type(exc).__name__}: {exc}"
+
+    for key, own in (("shared", False), ("own", True)):
+        worker = threading.Thread(target=work, args=(key, own), name=f"cuda-worker-{key}")
+        worker.start()
+        worker.join()
+    print("survived", json.dumps(out))
+    return 0 if out.get("shared") is True and out.get("own") is True else 1
+
+
+def check_thread_exit(impls: Sequence[str] = ("cuda-python", "pycuda"), timeout_s: float = 180.0) -> List[Row]:
+    """A child process per implementation runs thread_exit_child: exit 0 (or no GPU) passes."""
+    rows = []
+    for impl in impls:
+        proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--thread-exit-child", impl],
+                              capture_output=True, text=True, timeout=timeout_s)
+        said = (proc.stdout.strip().splitlines() or [""])[-1][:200]
+        if proc.returncode == 0:
+            result = "process survived"
+        elif proc.returncode == NO_GPU_EXIT:
+            result = "skipped: no GPU for " + impl
+        elif proc.returncode in (-6, 134):
+            result = "ABORTED"
+        else:
+            result = "FAILED"
+        tail = (proc.stderr.strip().splitlines() or [""])[-1][:200]
+        rows.append({"check": f"thread that used {impl} ends", "result": result,
+                     "detail": f"exit {proc.returncode}: {said} {tail}".strip()})
+    return rows
+
+
+class CompileFails:
+    """`api` whose kernel compiler is missing, as pycuda's compile is without nvcc."""
+
+    def __init__(self, api: CudaApi) -> None:
+        self._api = api
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._api, name)
+
+    compiler_id = "missing-nvcc"  # its own kernel cache key: no image compiled before is found
+
+    def compile(self, source: str, filename: str, arch: str, include_dirs: Sequence[str]) -> bytes:
+        raise OSError("nvcc was not found (is it on the PATH?)")
+
+
+def check_compile_fallback(api: CudaApi) -> List[Row]:
+    """A kernel that cannot compile: the GPU preprocessor raises KernelUnavailableError naming
+    the fix (what the detector factory turns into one warning and the CPU preprocessor)."""
+    spec = InputSpec(shape=[1, 3, 96, 160])
+    counting = CountingCuda(CompileFails(api))  # type: ignore[arg-type]
+    with tempfile.TemporaryDirectory() as folder:
+        try:
+            GpuPreprocessor(spec, counting, cache=KernelCache(Path(folder)))  # type: ignore[arg-type]
+        except KernelUnavailableError as exc:
+            c = counting.counts
+            ok = c["stream+"] == c["stream-"] and c["event+"] == c["event-"]
+            return [{"check": "kernel compile failure", "result": "falls back" if ok else "LEAKED",
+                     "detail": str(exc).splitlines()[0][:160]}]
+        except Exception as exc:
+            return [{"check": "kernel compile failure", "result": "FAILED", "detail": f"{type(exc).__name__}: {exc}"[:160]}]
+    return [{"check": "kernel compile failure", "result": "FAILED", "detail": "no error raised"}]
+
+
+def _free_from_another_object(api: CudaApi, other: Optional[CudaApi]) -> Row:
+    """The model before a reload frees its pinned frame ring through the CUDA object it opened,
+    on the thread that captures a graph now: the free waits for the end of the capture."""
+    from edge_sdk.cuda.frames import PinnedMemory
+
+    what = "free through another CUDA object during a capture"
+    if not api.supports_graphs:
+        return {"check": what, "result": "skipped: no CUDA graphs in " + api.name}
+    if other is None:
+        return {"check": what, "result": "skipped: no second CUDA object of " + api.name}
+    ring = PinnedMemory(other)
+    buffer = ring.allocate((1080, 1920, 3))
+    stream = api.create_stream()
+    graph = FrameGraph(api, stream)
+    host = api.alloc_host((1 << 16,), np.uint8)
+    dev = api.alloc_device(1 << 16)
+    deferred, errors = other.deferred_frees, []
+
+    def work() -> None:
+        api.copy_htod(dev, host, 1 << 16, stream)
+        ring.release(buffer)  # on the capturing thread, mid-capture
+
+    try:
+        graph.run("copy", work)
+        api.synchronize(stream)
+    except EdgeSdkError as exc:
+        errors.append(f"capture: {exc}")
+    graph.invalidate()
+    api.free_host(host)
+    api.free_device(dev)
+    api.destroy_stream(stream)
+    ok = not errors and api.pending_frees == 0 and other.deferred_frees > deferred
+    return {"check": what, "result": "capture kept, freed after" if ok else "FAILED",
+            "detail": "; ".join(errors) or f"{other.deferred_frees - deferred} free(s) of the other object deferred"}
+
+
+def check_engine_batches(api: CudaApi, bundle: Optional[str], repeat: int, batches: Sequence[int] = (1, 2, 4, 8)) -> List[Row]:
+    """The bundle's TensorRT engine built for 1..8 rows: GPU time per call and per row at each batch."""
+    if not bundle:
+        return [{"check": "engine batches", "result": "skipped: give --bundle"}]
+    try:
+        from edge_sdk.manifest import Bundle
+        from edge_sdk.runtime.backends.tensorrt import TensorRTBackend
+
+        backend = TensorRTBackend.from_bundle(Bundle.load(bundle), "auto", cuda=api, max_batch=max(batches))
+        backend.activate()
+    except (EdgeSdkError, ImportError) as exc:
+        return [{"check": "engine batches", "result": f"skipped: {str(exc).splitlines()[0][:120]}"}]
+    rows = []
+    try:
+        spec = Bundle.load(bundle).inputs[0]
+        for n in batches:
+            x = np.random.default_rng(n).uniform(0, 255, [n] + list(spec.shape[1:])).astype(np.dtype(spec.dtype))
+            times = []
+            for _ in range(max(3, repeat)):
+                backend.infer({spec.name: x})
+                times.append(backend.gpu_ms())
+            ms = float(np.median(times))
+            rows.append({"check": f"engine batch {n}", "gpu_ms": ms, "fps": fps(ms / n),
+                         "detail": f"{ms / n:.3f} ms per row; {backend.describe().get('batch')}"})
+    except EdgeSdkError as exc:
+        rows.append({"check": "engine batches", "result": "FAILED", "detail": str(exc).splitlines()[0][:160]})
+    finally:
+        backend.deactivate()
+    return rows
+
+
 def check_logger() -> List[Row]:
     """Two TensorRT builders alive at once, each asked to build an empty network (which TensorRT
     refuses with a logged error) while a listener of the process's one logger listens: both
@@ -447,7 +617,10 @@ def check_logger() -> List[Row]:
 
 
 def run_checks(api: CudaApi, repeat: int = 100, cache: Optional[KernelCache] = None, sizes=SIZES,
-               frames: Optional[Sequence[Any]] = None, cycles: int = CYCLES, bundle: Optional[str] = None) -> List[Row]:
+               frames: Optional[Sequence[Any]] = None, cycles: int = CYCLES, bundle: Optional[str] = None,
+               second: Optional[CudaApi] = None) -> List[Row]:
+    """Every check on `api`; `second`: another CUDA object of the same device (default: a second
+    open_cuda of `api`'s implementation), whose frame ring is freed during a capture."""
     cache = cache or KernelCache()
     t0 = time.perf_counter()
     rows = check_buffers(api)
@@ -457,6 +630,11 @@ def run_checks(api: CudaApi, repeat: int = 100, cache: Optional[KernelCache] = N
     rows += check_graph(api, cache, repeat, sizes)
     rows += check_throughput(api, cache, repeat, sizes)
     rows += check_lifetimes(api, cache, cycles, bundle, sizes)
+    rows += check_compile_fallback(api)
+    if second is None and api.name in ("cuda-python", "pycuda"):
+        second = open_cuda(api.name)
+    rows.append(_free_from_another_object(api, second))
+    rows += check_engine_batches(api, bundle, repeat)
     for row in rows:
         row["impl"] = api.name
     return rows
@@ -485,6 +663,7 @@ def self_test() -> List[Row]:
     except EdgeSdkError as exc:
         rows.append({"check": "NVRTC compile", "result": f"skipped: {str(exc).splitlines()[0]}"})
     rows += check_logger()
+    rows += check_thread_exit()
     for row in rows:
         row["impl"] = "self-test"
     return rows
@@ -492,7 +671,7 @@ def self_test() -> List[Row]:
 
 COLUMNS = ("impl", "check", "result", "max_abs_error", "differing", "gpu_ms", "host_ms", "fps", "detail")
 FAILED = ("OUT OF TOLERANCE", "ROUND TRIP MISMATCH", "LEAKED", "FAILED", "SPINS", "A LISTENER HEARD NOTHING",
-          "GRAPHS RE-CAPTURED", "NOT A CUBIN")
+          "GRAPHS RE-CAPTURED", "NOT A CUBIN", "ABORTED")
 
 
 def table(rows: List[Row]) -> str:
@@ -521,7 +700,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--bundle", default=None, help="a bundle folder: also cycle its TensorRT backend")
     parser.add_argument("--json", default=None, help="also write the rows to this JSON file")
     parser.add_argument("--self-test", action="store_true", help="run what needs no GPU, and exit 0 when it passes")
+    parser.add_argument("--thread-exit-child", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.thread_exit_child:
+        return thread_exit_child(args.thread_exit_child)
     if args.self_test:
         rows = self_test()
         print(table(rows))
@@ -543,6 +725,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         print("gpu_check: no usable NVIDIA GPU here (" + "; ".join(failures) + ")", file=sys.stderr)
         return 2
     rows += check_logger()
+    rows += check_thread_exit(names)
     print(table(rows))
     for line in failures:
         print(f"skipped {line}")

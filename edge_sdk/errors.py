@@ -122,6 +122,12 @@ class CudaError(BackendError):
     """
 
 
-class KernelArchitectureError(CudaError):
+class KernelUnavailableError(CudaError):
+    """A GPU kernel cannot be compiled or loaded here: no nvcc in the image (pycuda), a CUDA header
+    missing (NVRTC), an image the driver refuses, a GPU the compiler does not know. GPU
+    preprocessing gives way to the CPU preprocessor; the message names cause and fix."""
+
+
+class KernelArchitectureError(KernelUnavailableError):
     """The kernel compiler does not know the GPU's architecture (NVRTC 11.8 stops at sm_90):
     GPU preprocessing gives way to the CPU preprocessor."""

@@ -102,12 +102,16 @@ class Measured(NamedTuple):
 
 class EngineChoice(NamedTuple):
     """What runs on the native TensorRT backend: the bundle variant, the precision of the engine
-    to find or build (`best`: the FP16+INT8 engine), why, and the device choice summary (or None)."""
+    to find or build (`best`: the FP16+INT8 engine), why, the device choice summary (or None:
+    the precision was not chosen on this device) and the frame memory `edge-sdk engine` measured
+    on this device (edge_sdk.trt.choice.frame_memory; None: not measured). The measurement is of
+    the device, not of the precision: it holds whichever precision runs."""
 
     variant: str
     engine: str
     reason: str
     device_choice: Optional[Dict[str, Any]]
+    frame_memory: Optional[Dict[str, Any]] = None
 
 
 def choose_engine_precision(requested: str, bundle: Any, measured: Optional[Measured] = None,

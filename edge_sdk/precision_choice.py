@@ -206,6 +206,6 @@ def _measure_frames(api: Any, bundle: Bundle, say: Callable[[str], None], notes:
     say("timing mapped against pinned frame memory")
     try:
         return measure_frame_memory(api, inputs[0])
-    except (EdgeSdkError, ArithmeticError, LookupError, MemoryError, ValueError) as exc:
+    except (EdgeSdkError, ArithmeticError, LookupError, MemoryError, ValueError, OSError) as exc:
         notes.append(f"frame memory not measured ({type(exc).__name__}: {exc}); the runtime keeps pinned + one copy")
         return None

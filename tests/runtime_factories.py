@@ -239,3 +239,28 @@ def fake_tensorrt_model(root: Path, cuda: Any, spec: InputSpec, monkeypatch: Any
     backend = TensorRTBackend.from_bundle(bundle, "fp32", cuda=cuda, cache_dir=root / "engines")
     backend.activate()
     return Model(backend, spec, dict(bundle.decoder), bundle)
+
+
+def stream_model(cuda: Any, spec: InputSpec, infer: Any) -> Any:
+    """A loaded Model's stand-in whose backend runs on a stream of `cuda` (what make_detector looks
+    at to preprocess on the GPU), answering `infer(x)` with CenterFace's outputs for input x."""
+    from edge_sdk.runtime.backends.base import Backend, Capabilities
+
+    class StreamBackend(Backend):
+        name = "tensorrt"
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.input_names = [spec.name]
+            self.cuda, self.stream = cuda, cuda.create_stream()
+
+        def capabilities(self) -> Capabilities:
+            return Capabilities(device="gpu", cuda=self.cuda, stream=self.stream)
+
+        def infer(self, feed: Any) -> List[np.ndarray]:
+            return infer(feed[spec.name])
+
+    model = type("Model", (), {})()
+    model.backend, model.input_spec = StreamBackend(), spec
+    model.decoder_spec = {"type": "centerface", "score_threshold": 0.5, "nms_iou": 0.3}
+    return model

@@ -188,8 +188,43 @@ def nvrtc_version() -> Tuple[int, int]:
     return int(major), int(minor)
 
 
-def cuda_include_dirs() -> List[str]:
-    """Where `cuda_fp16.h` is: the nvidia-cuda-runtime-cu11 wheel, $CUDA_HOME, /usr/local/cuda."""
+_HEADER_VERSION = re.compile(rb"^\s*#\s*define\s+CUDA_VERSION\s+(\d+)", re.MULTILINE)
+
+
+def header_version(folder: Path) -> Optional[Tuple[int, int]]:
+    """The CUDA release of the headers in `folder` (cuda.h's CUDA_VERSION: 11040 -> (11, 4)), or
+    None where cuda.h is missing or says none. Read bounded: the define is near the top."""
+    try:
+        with open(folder / "cuda.h", "rb") as f:
+            head = f.read(256 * 1024)
+    except OSError:
+        return None
+    m = _HEADER_VERSION.search(head)
+    if m is None:
+        return None
+    code = int(m.group(1))
+    return code // 1000, (code % 1000) // 10
+
+
+def cuda_include_dirs(version: Optional[Tuple[int, int]] = None) -> List[str]:
+    """Where `cuda_fp16.h` is: the nvidia-cuda-runtime-cu11 wheel, $CUDA_HOME, /usr/local/cuda.
+
+    With `version`, NVRTC's (major, minor): headers of that CUDA release first, else the newest
+    older one, never newer. A newer release's headers use what the older compiler lacks (the
+    11.8 wheel's cuda_fp16.hpp under JetPack 5's NVRTC 11.4); none fitting: [] (the compile then
+    says cuda_fp16.h is missing, and the CPU preprocesses)."""
+    found = [c for c in _header_candidates() if (c / "cuda_fp16.h").is_file()]
+    if version is None:
+        return [str(found[0])] if found else []
+    versions = [(header_version(c), c) for c in found]
+    exact = [c for v, c in versions if v == tuple(version)]
+    if exact:
+        return [str(exact[0])]
+    older = sorted(((v, c) for v, c in versions if v is not None and v < tuple(version)), key=lambda vc: vc[0])
+    return [str(older[-1][1])] if older else []
+
+
+def _header_candidates() -> List[Path]:
     candidates: List[Path] = []
     try:
         import nvidia.cuda_runtime as wheel  # type: ignore[import-not-found]
@@ -201,10 +236,7 @@ def cuda_include_dirs() -> List[str]:
         if os.environ.get(var):
             candidates.append(Path(os.environ[var]) / "include")
     candidates.append(Path("/usr/local/cuda/include"))
-    for c in candidates:
-        if (c / "cuda_fp16.h").is_file():
-            return [str(c)]
-    return []
+    return candidates
 
 
 def nvrtc_compile(source: str, filename: str, arch: str, include_dirs: Sequence[str] = (),
@@ -257,7 +289,7 @@ def _nvrtc_compile_with_log(source: str, filename: str, arch: str, include_dirs:
         raise CudaError(f"NVRTC could not create a program for {filename}: {err}")
     try:
         opts = [f"--gpu-architecture={arch}".encode()] + [o.encode() for o in options]
-        opts += [f"-I{d}".encode() for d in list(include_dirs) + cuda_include_dirs()]
+        opts += [f"-I{d}".encode() for d in list(include_dirs) + cuda_include_dirs(nvrtc_version())]
         (err,) = nv.nvrtcCompileProgram(prog, len(opts), opts)
         log = _program_log(nv, prog)
         if err != ok:

@@ -1,34 +1,41 @@
 """The CUDA layer on pycuda (what JetPack 5 images use); the only module that imports it.
 
-The context is the device's primary context, retained by `pycuda.autoprimaryctx` (never
+The context is the device's primary context (`Device.retain_primary_context()`, never
 `pycuda.autoinit`, which creates a context of its own): TensorRT and ONNX Runtime use the
-primary context, so buffers and streams are shared with them. pycuda pushes that context on
-the thread that first imports `autoprimaryctx` only, and its contexts are per thread: every call
-here first makes the context current in the calling thread (pushing it where it is not), and
-frees run through the same path, so memory is freed on a thread that holds the context (pycuda
-leaks, with a warning, an allocation collected on a thread without it).
+primary context, so buffers and streams are shared with them.
+
+pycuda keeps a context stack per thread, and when a thread ends with a context still on its
+stack, pycuda prints "The context stack was not empty upon module cleanup" and calls `abort()`
+(`~context_stack` in pycuda's cuda.hpp): the capture thread, a model reload or a finished
+`detect` would kill the process. So no thread keeps the context: every call here pushes it
+where it is not current and pops it again when the call returns, as pycuda's own
+`scoped_context_activation` does (this is also why `pycuda.autoprimaryctx` is not imported: it
+pushes the context on the importing thread for good). Streams and events are handed out in a
+holder, and `destroy_stream` / `destroy_event` drop the pycuda object while the context is
+pushed, so pycuda destroys it at once instead of leaking it with "leaked out-of-thread" when the
+last reference goes on a thread without the context.
 
 Differences from cuda-python that callers see:
 - kernels are compiled by nvcc, exactly as `pycuda.compiler.SourceModule` does (its
   `compile()` then `module_from_buffer()`), so the CUDA toolkit must be installed (JetPack
-  has it in /usr/local/cuda/bin); the CUBIN is cached by our KernelCache, keyed by nvcc's
-  version;
+  has it in /usr/local/cuda/bin; the runtime image does not, and the preprocessing then runs on
+  the CPU); the CUBIN is cached by our KernelCache, keyed by nvcc's version;
 - released pycuda has no CUDA graph API (`supports_graphs` is False): FrameGraph re-issues
   the per-frame work eagerly;
 - a launch packs its arguments with `struct` (`prepared_async_call`) on every call.
 """
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.util
 import shutil
-import threading
-from typing import Any, Optional, Sequence, Tuple
+from typing import Any, Iterator, Optional, Sequence, Tuple
 
 import numpy as np
 
 from edge_sdk.cuda.api import CudaApi, DeviceBuffer, DeviceProperties, HostBuffer, Kernel, KernelArgs
-from edge_sdk.errors import CudaError, MissingDependencyError
+from edge_sdk.errors import CudaError, MissingDependencyError, KernelUnavailableError
 
 NVCC_OPTIONS = ["--fmad=false", "-std=c++14"]
 
@@ -44,6 +51,23 @@ def _driver() -> Any:
                         "GPU and driver, or use the CPU path") from exc
 
 
+class _Held:
+    """A pycuda stream or event (`raw`), released by destroy_stream / destroy_event with the
+    context pushed. `handle` and int() give the CUstream (TensorRT, __cuda_array_interface__)."""
+
+    __slots__ = ("raw",)
+
+    def __init__(self, raw: Any) -> None:
+        self.raw = raw
+
+    @property
+    def handle(self) -> int:
+        return int(self.raw.handle)
+
+    def __int__(self) -> int:
+        return self.handle
+
+
 class PyCuda(CudaApi):
     name = "pycuda"
     supports_graphs = False
@@ -54,32 +78,38 @@ class PyCuda(CudaApi):
         self.context = context
         self.compiler = compiler
         self.nvcc = nvcc
-        self._thread = threading.local()
         self._nvcc_version: Optional[str] = None
         self._prepared: dict = {}
-        self.pushes = 0  # threads this instance pushed the context on
+        self.pushes = 0  # calls that had to push the context (and popped it again)
 
-    def _current(self) -> None:
-        """Make the primary context current in the calling thread, once per thread. pycuda's
-        contexts are per thread: `autoprimaryctx` pushed it on the thread that first imported it,
-        which need not be this one (nor the one that opened this instance)."""
-        if getattr(self._thread, "ready", False):
+    @contextlib.contextmanager
+    def _active(self) -> Iterator[None]:
+        """The primary context current in this thread for the block, and this thread's pycuda
+        context stack as it was afterwards: pushed here only where it is not current already."""
+        current = self.drv.Context.get_current()
+        if current is not None and current == self.context:
+            yield
             return
-        if self.drv.Context.get_current() != self.context:
+        try:
             self.context.push()
-            self.pushes += 1
-        self._thread.ready = True
+        except self.drv.Error as exc:
+            raise CudaError(f"cannot make the CUDA context current in this thread: {exc}") from exc
+        self.pushes += 1
+        try:
+            yield
+        finally:
+            self.drv.Context.pop()
 
     def _call(self, what: str, fn: Any, *args: Any, nbytes: int = 0, **kwargs: Any) -> Any:
-        self._current()
-        try:
-            return fn(*args, **kwargs)
-        except self.drv.MemoryError as exc:
-            size = f" of {nbytes / (1 << 20):.1f} MiB" if nbytes else ""
-            raise CudaError(f"out of GPU memory: {what}{size} failed ({exc}); lower the batch or input size or stop "
-                            "other GPU programs (on a Jetson GPU memory is system RAM: check it with tegrastats)") from exc
-        except self.drv.Error as exc:
-            raise CudaError(f"{what} failed: {exc}") from exc
+        with self._active():
+            try:
+                return fn(*args, **kwargs)
+            except self.drv.MemoryError as exc:
+                size = f" of {nbytes / (1 << 20):.1f} MiB" if nbytes else ""
+                raise CudaError(f"out of GPU memory: {what}{size} failed ({exc}); lower the batch or input size or stop "
+                                "other GPU programs (on a Jetson GPU memory is system RAM: check it with tegrastats)") from exc
+            except self.drv.Error as exc:
+                raise CudaError(f"{what} failed: {exc}") from exc
 
     # -- memory ------------------------------------------------------------------------------
     def alloc_device(self, nbytes: int) -> DeviceBuffer:
@@ -100,49 +130,61 @@ class PyCuda(CudaApi):
 
     # -- streams, events, copies -------------------------------------------------------------
     def create_stream(self) -> Any:
-        return self._call("Stream", self.drv.Stream)
+        return _Held(self._call("Stream", self.drv.Stream))
 
     def destroy_stream(self, stream: Any) -> None:
-        """pycuda destroys a stream when its object is collected; make sure this thread holds
-        the context then (the caller drops its reference after this call)."""
-        self._current()
+        """pycuda destroys a stream when its object goes: that happens here, with the context
+        pushed (on a thread without it pycuda would leak the stream)."""
+        with self._active():
+            stream.raw = None
 
     def create_event(self, blocking_sync: bool = True) -> Any:
         flags = self.drv.event_flags.BLOCKING_SYNC if blocking_sync else 0
-        return self._call("Event", self.drv.Event, flags)
+        return _Held(self._call("Event", self.drv.Event, flags))
 
     def destroy_event(self, event: Any) -> None:
-        self._current()
+        with self._active():
+            event.raw = None
 
     def record(self, event: Any, stream: Any) -> None:
-        self._call("Event.record", event.record, stream)
+        self._call("Event.record", event.raw.record, stream.raw)
 
     def wait_event(self, stream: Any, event: Any) -> None:
-        self._call("Stream.wait_for_event", stream.wait_for_event, event)
+        self._call("Stream.wait_for_event", stream.raw.wait_for_event, event.raw)
 
     def event_synchronize(self, event: Any) -> None:
-        self._call("Event.synchronize", event.synchronize)
+        self._call("Event.synchronize", event.raw.synchronize)
 
     def elapsed_ms(self, start: Any, end: Any) -> float:
-        return float(self._call("Event.time_since", end.time_since, start))
+        return float(self._call("Event.time_since", end.raw.time_since, start.raw))
 
     def synchronize(self, stream: Any) -> None:
-        self._call("Stream.synchronize", stream.synchronize)
+        self._call("Stream.synchronize", stream.raw.synchronize)
 
     def copy_htod(self, dst: DeviceBuffer, src: HostBuffer, nbytes: int, stream: Any) -> None:
         # pycuda copies from a buffer object: the page-locked array's first `nbytes` bytes.
         view = src.array.reshape(-1).view(np.uint8)[:nbytes]
-        self._call("memcpy_htod_async", self.drv.memcpy_htod_async, dst.ptr, view, stream)
+        self._call("memcpy_htod_async", self.drv.memcpy_htod_async, dst.ptr, view, stream.raw)
 
     def copy_dtoh(self, dst: HostBuffer, src_ptr: int, nbytes: int, stream: Any) -> None:
         view = dst.array.reshape(-1).view(np.uint8)[:nbytes]
-        self._call("memcpy_dtoh_async", self.drv.memcpy_dtoh_async, view, src_ptr, stream)
+        self._call("memcpy_dtoh_async", self.drv.memcpy_dtoh_async, view, src_ptr, stream.raw)
 
     # -- kernels -----------------------------------------------------------------------------
+    def _no_nvcc(self, exc: OSError) -> KernelUnavailableError:
+        return KernelUnavailableError(
+            f"nvcc cannot be run ({exc}): pycuda compiles kernels with the CUDA toolkit's nvcc, which this system or "
+            "image does not have. Install it (JetPack: sudo apt install cuda-nvcc-11-4; it lands in /usr/local/cuda/bin, "
+            "put that on PATH), build the image with RUNTIME_IMAGE set to the devel image, or use cuda-python with "
+            "NVRTC (cuda = \"cuda-python\")")
+
     @property
     def compiler_id(self) -> str:
         if self._nvcc_version is None:
-            text = self.compiler.get_nvcc_version(self.nvcc)
+            try:  # pytools' ExecError (an OSError) when nvcc is not there
+                text = self.compiler.get_nvcc_version(self.nvcc)
+            except OSError as exc:
+                raise self._no_nvcc(exc) from exc
             release = [w for w in text.replace(",", " ").split() if w[:1].isdigit() and "." in w]
             self._nvcc_version = "nvcc-" + (release[0] if release else "unknown")
         return self._nvcc_version
@@ -157,6 +199,8 @@ class PyCuda(CudaApi):
         except self.drv.CompileError as exc:
             raise CudaError(f"kernel {filename} does not compile for {arch} with {self.compiler_id}:\n{exc}\n"
                             "fix the kernel source, or check that nvcc belongs to the CUDA of this JetPack") from exc
+        except OSError as exc:  # compile_plain: "nvcc was not found (is it on the PATH?)"
+            raise self._no_nvcc(exc) from exc
 
     def load_module(self, image: bytes) -> Any:
         return self._call("module_from_buffer", self.drv.module_from_buffer, image)
@@ -170,11 +214,11 @@ class PyCuda(CudaApi):
         if key not in self._prepared:
             kernel.handle.prepare(fmt)
             self._prepared[key] = True
-        self._call(f"launch {kernel.name}", kernel.handle.prepared_async_call, grid, block, stream, *args.plain())
+        self._call(f"launch {kernel.name}", kernel.handle.prepared_async_call, grid, block, stream.raw, *args.plain())
 
 
 def open_device(device: int = 0) -> PyCuda:
-    """pycuda on GPU `device`, in its primary context (pycuda.autoprimaryctx)."""
+    """pycuda on GPU `device`, in its primary context (retained, pushed only for each call)."""
     drv = _driver()
     try:
         drv.init()
@@ -192,9 +236,12 @@ def open_device(device: int = 0) -> PyCuda:
             f"{built[0]}.{built[1]} pycuda was built against; rebuild pycuda against the CUDA of this driver "
             "(pip install --no-binary pycuda pycuda, with /usr/local/cuda/bin on PATH) or update the driver"
         )
-    primary = importlib.import_module("pycuda.autoprimaryctx")  # retains and pushes the primary context
     compiler = importlib.import_module("pycuda.compiler")
-    dev = primary.device
+    dev = drv.Device(device)
+    try:
+        context = dev.retain_primary_context()  # retained, not pushed: see the module docstring
+    except drv.Error as exc:
+        raise CudaError(f"cannot retain the primary CUDA context of device {device} ({exc}); check the driver") from exc
     major, minor = dev.compute_capability()
     attr = drv.device_attribute
     props = DeviceProperties(
@@ -207,4 +254,4 @@ def open_device(device: int = 0) -> PyCuda:
         bindings_version=bindings,
     )
     nvcc = shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"
-    return PyCuda(props, drv, primary.context, compiler, nvcc)
+    return PyCuda(props, drv, context, compiler, nvcc)

@@ -32,6 +32,16 @@ TARGET_CUDA_MAJOR = 11
 MAPPED = "mapped"
 PINNED = "pinned"
 
+# The preprocess kernel reads frame bytes with aligned 16-byte loads (kernels/preprocess.cu): every
+# buffer a frame lies in is allocated in whole 16-byte blocks, so the last block a thread loads is
+# inside the allocation (compute-sanitizer's memcheck stays clean for any frame size).
+LOAD_BLOCK = 16
+
+
+def padded_size(nbytes: int) -> int:
+    """`nbytes` (at least 1) rounded up to whole LOAD_BLOCK blocks: what a frame buffer allocates."""
+    return -(-max(int(nbytes), 1) // LOAD_BLOCK) * LOAD_BLOCK
+
 
 @dataclass(frozen=True)
 class DeviceProperties:
@@ -176,6 +186,56 @@ class Kernel:
         self.module = module
 
 
+class _Captures:
+    """The graph captures under way in the process, and the frees that wait for them.
+
+    cudaFree and cudaFreeHost synchronize implicitly, which is invalid while a stream captures
+    and invalidates the capture (CUDA programming guide, "Prohibited and unhandled operations").
+    A capture belongs to the process's CUDA context, not to one of our CudaApi objects: the
+    buffers of a model opened before a reload (its frame ring, freed by a finalizer on any
+    thread at any time) go through the object that model opened, while the new one captures. So
+    the count and the waiting frees are kept once per process; a free is done once no capture
+    runs. The lock is held through a free, so a capture cannot begin while one is under way;
+    reentrant, as a finalizer may free on a thread that holds it already."""
+
+    def __init__(self) -> None:
+        self._lock = threading.RLock()
+        self._count = 0
+        self._deferred: List[Tuple[Any, Any]] = []  # (free function, handle)
+
+    def free(self, free: Any, handle: Any) -> bool:
+        """Free `handle` now, or keep it for the end of the last capture: True when kept."""
+        with self._lock:
+            if self._count:
+                self._deferred.append((free, handle))
+                return True
+            self._drain()
+            free(handle)
+            return False
+
+    def started(self) -> None:
+        with self._lock:
+            self._count += 1
+
+    def ended(self) -> None:
+        with self._lock:
+            self._count = max(0, self._count - 1)
+            if not self._count:
+                self._drain()
+
+    def pending(self) -> int:
+        with self._lock:
+            return len(self._deferred)
+
+    def _drain(self) -> None:
+        while self._deferred:
+            free, handle = self._deferred.pop(0)
+            free(handle)
+
+
+_CAPTURES = _Captures()
+
+
 class CudaApi(abc.ABC):
     """The interface both implementations provide. Objects it returns (streams, events,
     graphs) are the implementation's own handles: pass them back to the same instance."""
@@ -190,14 +250,7 @@ class CudaApi(abc.ABC):
         # Reentrant: a frame buffer's finalizer frees through free_host, and the collector may run
         # it on a thread that holds this lock already (any allocation inside a locked section).
         self._lock = threading.RLock()
-        # Frees wait while any stream captures a graph: cudaFree and cudaFreeHost synchronize
-        # implicitly, which is invalid during capture and invalidates it (CUDA programming guide,
-        # "Prohibited and unhandled operations"). A finalizer of the frame ring may free a buffer
-        # on any thread at any time; the free is kept here and done once no capture runs.
-        self._capture_lock = threading.RLock()
-        self._capturing = 0
-        self._deferred: List[Tuple[Any, Any]] = []  # (free function, handle)
-        self.deferred_frees = 0  # frees that had to wait for a capture to end (describe(), tests)
+        self.deferred_frees = 0  # frees of this object that waited for a capture to end (describe(), tests)
 
     # -- memory ------------------------------------------------------------------------------
     @abc.abstractmethod
@@ -225,7 +278,7 @@ class CudaApi(abc.ABC):
         nbytes = int(np.prod(shape)) * dtype.itemsize
         if mapped and not self.properties.can_map_host_memory:
             raise CudaError(f"{self.properties.name} cannot map host memory; allocate pinned memory (mapped=False) instead")
-        host, device, handle = self._alloc_host(max(nbytes, 1), mapped)
+        host, device, handle = self._alloc_host(padded_size(nbytes), mapped)  # whole blocks: see LOAD_BLOCK
         raw = (ctypes.c_uint8 * max(nbytes, 1)).from_address(host)
         array = np.frombuffer(raw, dtype=np.uint8, count=nbytes).view(dtype).reshape(tuple(shape))
         buf = HostBuffer(array, device, handle)
@@ -240,38 +293,24 @@ class CudaApi(abc.ABC):
         self._free(self._free_host, buffer.handle)
 
     def _free(self, free: Any, handle: Any) -> None:
-        """Free now when no stream captures, else defer to the end of the last capture. The
-        lock is held through the free, so a capture cannot begin while one is under way."""
-        with self._capture_lock:
-            if self._capturing:
-                self._deferred.append((free, handle))
-                self.deferred_frees += 1
-                return
-            self._drain_deferred()
-            free(handle)
+        """Free now when no stream of the process captures, else defer to the end of the last
+        capture (see _Captures)."""
+        if _CAPTURES.free(free, handle):
+            self.deferred_frees += 1
 
     def _capture_started(self) -> None:
         """Implementations call this before cudaStreamBeginCapture; frees from now on wait."""
-        with self._capture_lock:
-            self._capturing += 1
+        _CAPTURES.started()
 
     def _capture_ended(self) -> None:
         """...and this after cudaStreamEndCapture (whatever it returned): with no capture left,
         the frees that waited are done here, on this thread."""
-        with self._capture_lock:
-            self._capturing = max(0, self._capturing - 1)
-            if not self._capturing:
-                self._drain_deferred()
-
-    def _drain_deferred(self) -> None:
-        while self._deferred:
-            free, handle = self._deferred.pop(0)
-            free(handle)
+        _CAPTURES.ended()
 
     @property
     def pending_frees(self) -> int:
-        with self._capture_lock:
-            return len(self._deferred)
+        """Frees of the process waiting for a capture to end."""
+        return _CAPTURES.pending()
 
     def device_pointer_of(self, array: np.ndarray) -> Optional[int]:
         """The device address of `array`'s first byte when it lies in a mapped buffer of ours

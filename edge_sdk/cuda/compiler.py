@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Dict, Optional, Sequence
 
 from edge_sdk.cuda.api import KERNEL_DIR, CudaApi, Kernel
-from edge_sdk.errors import CudaError
+from edge_sdk.errors import CudaError, KernelUnavailableError
 from edge_sdk.fsutil import atomic_write_bytes
 
 log = logging.getLogger(__name__)
@@ -87,6 +87,18 @@ class KernelCache:
         return image
 
     def kernels(self, api: CudaApi, filename: str, names: Sequence[str]) -> Dict[str, Kernel]:
+        """The kernels `names` of `filename`, compiled (or read from the cache) and loaded.
+        Whatever stops that (the compiler cannot run or rejects the source, the driver refuses
+        the image) is a KernelUnavailableError naming it: the caller then works without them."""
+        try:
+            return self._kernels(api, filename, names)
+        except KernelUnavailableError:
+            raise
+        except (CudaError, OSError) as exc:
+            raise KernelUnavailableError(f"the kernels of {filename} cannot be compiled or loaded with {api.name}: "
+                                         f"{exc}") from exc
+
+    def _kernels(self, api: CudaApi, filename: str, names: Sequence[str]) -> Dict[str, Kernel]:
         key = self.key(api, filename)
         with api._lock:
             module = api._modules.get(key)

@@ -52,7 +52,8 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from edge_sdk.cuda.api import IMPLEMENTATIONS, MAPPED, PINNED, CudaApi, DeviceBuffer, HostBuffer, installed, open_cuda
+from edge_sdk.cuda.api import (IMPLEMENTATIONS, MAPPED, PINNED, CudaApi, DeviceBuffer, HostBuffer, installed, open_cuda,
+                               padded_size)
 from edge_sdk.errors import ConfigError, CudaError, MissingDependencyError
 
 HOST = "host"
@@ -259,7 +260,7 @@ class PinnedMemory(_CudaFrameMemory):
     def _allocate(self, shape: Tuple[int, ...]) -> FrameBuffer:
         host, array = self._page_locked(shape, mapped=False)
         try:
-            device = self.api.alloc_device(max(1, host.nbytes))
+            device = self.api.alloc_device(padded_size(host.nbytes))  # the kernel loads whole 16-byte blocks
         except BaseException:
             del array  # the page-locked memory goes with its only array: nothing is left allocated
             raise

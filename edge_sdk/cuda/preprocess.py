@@ -22,7 +22,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from edge_sdk.cuda.api import MAPPED, PINNED, CudaApi, DeviceTensor, HostBuffer, KernelArgs
+from edge_sdk.cuda.api import MAPPED, PINNED, CudaApi, DeviceTensor, HostBuffer, KernelArgs, padded_size
 from edge_sdk.cuda.compiler import KernelCache
 from edge_sdk.cuda.graph import FrameGraph
 from edge_sdk.errors import ConfigError, SourceError
@@ -121,7 +121,7 @@ class GpuPreprocessor:
             raise ConfigError(f"input pad_value must be a grey level 0..255, got {spec.pad_value}")
         if frame_memory not in (None, MAPPED, PINNED):
             raise ConfigError(f"frame_memory must be {MAPPED!r} or {PINNED!r}, got {frame_memory!r}")
-        # Kernels first: a GPU the compiler does not know (KernelArchitectureError) allocates nothing.
+        # Kernels first: kernels that cannot be compiled or loaded (KernelUnavailableError) allocate nothing.
         kernels = (cache or KernelCache()).kernels(api, KERNEL_FILE, ("preprocess_frame", "preprocess_rois"))
         self._k_frame = kernels["preprocess_frame"]
         self._k_rois = kernels["preprocess_rois"]
@@ -316,7 +316,7 @@ class GpuPreprocessor:
         if self._staging_dev is not None:
             self.api.free_device(self._staging_dev)
         self._staging = self.api.alloc_host((nbytes,), np.uint8, mapped=self._mapped)
-        self._staging_dev = None if self._mapped else self.api.alloc_device(nbytes)
+        self._staging_dev = None if self._mapped else self.api.alloc_device(padded_size(nbytes))
 
     def _run(self, key: Tuple[Any, ...], plan: _Plan) -> None:
         def work() -> None:

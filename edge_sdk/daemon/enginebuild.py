@@ -11,9 +11,10 @@ model runs on. The engine builder (edge_sdk.trt.engine.build_engine) says each s
     build.end()                        # the load ended (swapped in, failed): the block is null again
     if build.due(): publish(status)    # frame loop: at most once a second while a build runs
 
-An engine found in the cache says nothing, so no block appears. TensorRT 8.5 (JetPack 5.1) has no
-build progress monitor (IProgressMonitor came with a later TensorRT), so `fraction` is null and
-`fraction_unknown` says why; `elapsed_s` is what moves.
+An engine found in the cache says nothing, so no block appears. Where TensorRT reports its
+progress (IProgressMonitor, TensorRT >= 10: Orin on JetPack 6) `fraction` is the part done of the
+`phase` it is in (edge_sdk.trt.progress); TensorRT 8.5 (JetPack 5.1, Xavier NX) has no monitor, so
+there `fraction` is null and `fraction_unknown` says why; `elapsed_s` is what moves.
 """
 from __future__ import annotations
 
@@ -21,6 +22,8 @@ import logging
 import threading
 import time
 from typing import Any, Callable, Dict, Optional
+
+from edge_sdk.trt.progress import BuildProgress
 
 log = logging.getLogger(__name__)
 
@@ -41,17 +44,26 @@ class EngineBuild:
         self._shown = False  # the status last published shows a block
         self._ended = False  # a shown block ended: publish the null at once
         self._published = float("-inf")
+        self._fraction: Optional[float] = None  # what TensorRT's progress monitor reported, if it did
+        self._phase = ""
 
-    def progress(self, bundle: str) -> Callable[[str], None]:
-        """The builder's progress callback for a load of `bundle`: its first message starts the block."""
-        def say(message: str) -> None:
-            log.warning("engine build for %s: %s", bundle, message)  # the journal keeps what the status shows
-            with self._lock:
-                if self._bundle != bundle:
-                    self._bundle, self._started, self._steps = bundle, self._clock(), 0
-                self._message = str(message)
-                self._steps += 1
-        return say
+    def progress(self, bundle: str) -> BuildProgress:
+        """The builder's progress callback for a load of `bundle`: its first message starts the
+        block; the fraction TensorRT reports (>= 10) goes in it."""
+        return _Progress(self, bundle)
+
+    def _say(self, bundle: str, message: str) -> None:
+        log.warning("engine build for %s: %s", bundle, message)  # the journal keeps what the status shows
+        with self._lock:
+            if self._bundle != bundle:
+                self._bundle, self._started, self._steps, self._fraction, self._phase = bundle, self._clock(), 0, None, ""
+            self._message = str(message)
+            self._steps += 1
+
+    def _done(self, bundle: str, done: float, phase: str) -> None:
+        with self._lock:
+            if self._bundle == bundle:  # a build this block shows (its first message came)
+                self._fraction, self._phase = min(1.0, max(0.0, float(done))), str(phase)[:255]
 
     def end(self) -> None:
         """The load ended (engine built or found, or failed): no block from now on."""
@@ -67,9 +79,13 @@ class EngineBuild:
     def _block(self) -> Optional[Dict[str, Any]]:
         if self._bundle is None:
             return None
-        return {"bundle": self._bundle, "message": self._message, "step": self._steps,
-                "elapsed_s": round(max(0.0, self._clock() - self._started), 1),
-                "fraction": None, "fraction_unknown": NO_FRACTION}
+        block: Dict[str, Any] = {"bundle": self._bundle, "message": self._message, "step": self._steps,
+                                 "elapsed_s": round(max(0.0, self._clock() - self._started), 1)}
+        if self._fraction is None:
+            block.update(fraction=None, fraction_unknown=NO_FRACTION)
+        else:
+            block.update(fraction=round(self._fraction, 3), phase=self._phase)
+        return block
 
     def due(self) -> bool:
         """Frame loop: whether to publish the status now (a build runs and a second has passed
@@ -80,3 +96,17 @@ class EngineBuild:
                 self._ended, self._shown, self._published = False, self._bundle is not None, now
                 return True
             return False
+
+
+class _Progress(BuildProgress):
+    """EngineBuild.progress's callback for one bundle's load."""
+
+    def __init__(self, build: EngineBuild, bundle: str) -> None:
+        self.build = build
+        self.bundle = bundle
+
+    def __call__(self, message: str) -> None:
+        self.build._say(self.bundle, message)
+
+    def fraction(self, done: float, phase: str) -> None:
+        self.build._done(self.bundle, done, phase)

@@ -52,6 +52,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 from edge_sdk.daemon.enginebuild import EngineBuild
+from edge_sdk.daemon.shadow import build_workspace_mib
 from edge_sdk.errors import ConfigError
 from edge_sdk.runtime.config import BatchingConfig, PipelineConfig, StreamConfig
 from edge_sdk.runtime.detectors.base import THRESHOLDS, Detector, check_threshold
@@ -96,12 +97,16 @@ class RunningModel:
         self.candidate: Optional[Model] = None  # an A/B test's arm B model, beside `model` (arm A)
         self.arm_b: List[str] = []  # the streams the candidate serves
         self.engine_build = EngineBuild()  # a reload's TensorRT engine build, for the status
+        # kept free for the live model when a reload builds an engine beside it ([shadow] memory_margin_mb)
+        self.memory_margin_mb = 256.0
 
     # -- loading -------------------------------------------------------------------------------
     def _load(self, bundle: Union[str, Path], precision: Optional[str] = None,
-              progress: Optional[Callable[[str], None]] = None) -> Model:
+              progress: Optional[Callable[[str], None]] = None,
+              workspace_limit: Optional[Callable[[], Optional[int]]] = None) -> Model:
         return load_model(bundle, backend=self.backend_name, precision=precision or self.precision,
-                          threads=self.threads, verify=True, warm_runs=WARM_RUNS, progress=progress)
+                          threads=self.threads, verify=True, warm_runs=WARM_RUNS, progress=progress,
+                          workspace_limit=workspace_limit)
 
     def open(self, bundle: Union[str, Path]) -> Tuple[Model, Detector]:
         """Load the bundle the daemon starts with and build its detector (mode and thresholds
@@ -168,10 +173,14 @@ class RunningModel:
     def load(self, bundle: Union[str, Path], precision: Optional[str] = None) -> Model:
         """Hot reload's loader (HotReloader's worker thread): the bundle loaded and warmed beside
         the running model, not yet in use. A TensorRT engine build's steps go to `engine_build`
-        (the status's block, null again once the load ends). A failure counts in
-        `reload_failures` and raises."""
+        (the status's block, null again once the load ends); such a build's workspace is bounded
+        by the memory free beside the live model (edge_sdk.daemon.shadow.build_workspace_mib: a
+        BackendError with the figures when it cannot fit). A failure counts in `reload_failures`
+        and raises."""
+        margin = self.memory_margin_mb
         try:
-            return self._load(bundle, precision, progress=self.engine_build.progress(Path(bundle).name))
+            return self._load(bundle, precision, progress=self.engine_build.progress(Path(bundle).name),
+                              workspace_limit=lambda: build_workspace_mib(Path(bundle), margin))
         except Exception:
             self.reload_failures += 1
             raise

@@ -123,6 +123,7 @@ class Daemon:
             self.handlers.table(),
             secret=config.secret(), max_skew_s=config.device.max_skew_s, device_id=config.device.id, replay_path=replay)
         self.model = RunningModel(config.pipeline)
+        self.model.memory_margin_mb = config.shadow.memory_margin_mb  # a reload's engine build keeps it free
         self.several = len(config.pipeline.streams()) > 1  # several [[sources]]: one batched model for all
         self.reloader = HotReloader(Path(config.device.models_dir) if config.device.models_dir else None,
                                     self.model.load, on_result=self._reload_result)

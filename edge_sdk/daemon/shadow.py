@@ -119,6 +119,34 @@ def fit_problem(path: Path, margin_mb: float, free: Optional[int] = None, use: s
             f"are free (MemAvailable); free memory, lower the margin, or reload it without {use}")
 
 
+MIN_BUILD_WORKSPACE_MIB = 64  # the least builder workspace a reload's engine build is started with
+
+
+def build_workspace_mib(path: Path, margin_mb: float, free: Optional[int] = None) -> Optional[int]:
+    """The workspace limit (MiB) of an engine build for the bundle at `path` beside the running
+    model, by the rule `fit_problem` applies to a shadow: what MemAvailable leaves once the
+    candidate's files (its weights) and `margin_mb` (the live engine's share) are set aside.
+    TensorRT's default workspace is the whole device memory, which on a Jetson is the memory
+    the live model and the OS run in. None when free memory cannot be read (TensorRT's default
+    then). BackendError with the figures when less than MIN_BUILD_WORKSPACE_MIB is left."""
+    from edge_sdk.errors import BackendError
+
+    free = free_memory_bytes() if free is None else free
+    if free is None:
+        return None
+    mb = 1024 * 1024
+    size = bundle_bytes(path)
+    room = int((free - size - margin_mb * mb) // mb)
+    if room >= MIN_BUILD_WORKSPACE_MIB:
+        return room
+    raise BackendError(
+        f"the TensorRT engine of {Path(path).name} cannot be built beside the running model: {free / mb:.1f} MB are "
+        f"free (MemAvailable), its files take {size / mb:.1f} MB and {margin_mb:g} MB are kept for the live model "
+        f"([shadow] memory_margin_mb), which leaves {max(room, 0)} MiB of builder workspace, under the "
+        f"{MIN_BUILD_WORKSPACE_MIB} MiB a build needs; free memory, lower the margin, or build the engine ahead "
+        f"with `edge-sdk engine {path} --workspace MIB` (the reload then takes it from the cache)")
+
+
 Pair = Tuple[Detections, Detections, float, float]  # live, shadow detections; live, shadow ms
 
 

@@ -246,6 +246,7 @@ class Rtsp:
                                 "rtph264pay name=pay0 pt=96 config-interval=-1 )".format(encode_chain(encoder, out.fps)))
         self.caps = None
         self.src = None
+        self.medias = []  # prepared media (one while the shared media lives)
         self.limit = 0
         self.lock = threading.Lock()
         self.factory.connect("media-configure", self._configure)
@@ -285,10 +286,12 @@ class Rtsp:
             if self.caps is not None:
                 self._shape(src)
             self.src = src
+            self.medias.append(media)
 
     def _gone(self, media):
         with self.lock:
             self.src = None
+            self.medias = [m for m in self.medias if m is not media]
 
     def push(self, data):
         with self.lock:
@@ -305,10 +308,17 @@ class Rtsp:
         src.emit("push-buffer", self.Gst.Buffer.new_wrapped(data))
 
     def finish(self):
+        """End of the stream for the clients, then every media's pipeline stopped (NULL joins
+        its streaming threads): no pad probe, which is Python, runs while the interpreter ends,
+        where one crashes the process."""
         with self.lock:
-            src = self.src
+            src, medias = self.src, list(self.medias)
         if src is not None:
             src.emit("end-of-stream")
+        for media in medias:
+            pipeline = media.get_element().get_parent()
+            if pipeline is not None:
+                pipeline.set_state(self.Gst.State.NULL)
 
 
 def main(argv=None):
@@ -332,7 +342,8 @@ def main(argv=None):
     else:
         sink = FileOrDisplay(Gst, out, args.kind, args.target, encoder)
     loop = GLib.MainLoop()
-    threading.Thread(target=loop.run, name="glib", daemon=True).start()
+    glib = threading.Thread(target=loop.run, name="glib", daemon=True)
+    glib.start()
     say({"ready": True, "encoder": encoder, "gstreamer": Gst.version_string()})
     stop = threading.Event()
 
@@ -340,7 +351,8 @@ def main(argv=None):
         while not stop.wait(1.0):
             out.report()
 
-    threading.Thread(target=tick, name="report", daemon=True).start()
+    reporter = threading.Thread(target=tick, name="report", daemon=True)
+    reporter.start()
     started = False
     for width, height, data in read_frames(sys.stdin.buffer):
         if not started:
@@ -350,6 +362,10 @@ def main(argv=None):
     stop.set()
     sink.finish()
     loop.quit()
+    # Python callbacks (pad probes, the server's signals) run on GStreamer's and the main loop's
+    # threads: both are stopped before the interpreter ends, which a callback would crash.
+    glib.join(10)
+    reporter.join(10)
     out.report()
     return 0
 

@@ -67,11 +67,13 @@ def load_model(
     verify: bool = True,
     warm_runs: int = 2,
     progress: Optional[Callable[[str], None]] = None,
+    workspace_limit: Optional[Callable[[], Optional[int]]] = None,
 ) -> Model:
     """Bundle folder (or a loaded Bundle) -> an activated, warmed Model.
 
     `progress(message)` hears each step of a TensorRT engine build (none when the engine is in
-    the cache, or on ONNX Runtime).
+    the cache, or on ONNX Runtime); `workspace_limit()` bounds that build's workspace (MiB) when
+    one is due (edge_sdk.trt.options.BuildOptions).
 
     Raises BundleError for a bundle that fails its checks or has other than one input,
     ConfigError for decoder settings the decoder refuses, BackendError when the backend
@@ -88,7 +90,9 @@ def load_model(
         raise BundleError(f"bundle {bundle.root} has {len(specs)} inputs; the runtime runs single-input models")
     spec = specs[0]
     decoder = make_decoder(bundle.decoder, spec)  # bad decoder settings fail before the backend loads
-    options = {"progress": progress} if progress is not None else {}
+    options: Dict[str, Any] = {"progress": progress} if progress is not None else {}
+    if workspace_limit is not None:
+        options["workspace_limit"] = workspace_limit
     runner = select_backend(backend, bundle=bundle, precision=precision, threads=threads, **options)
     runner.activate()
     model = Model(runner, spec, dict(bundle.decoder), bundle,

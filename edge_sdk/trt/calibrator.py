@@ -15,7 +15,7 @@ inside the bundle (whose checksums must stay valid).
 derive from `IInt8EntropyCalibrator2` before it is imported.
 
 CUDA: calibration batches go to the GPU through the SDK's CUDA layer (`edge_sdk.cuda`), which
-works in the device's *primary* context (cuda-python's runtime, or `pycuda.autoprimaryctx`,
+works in the device's *primary* context (cuda-python's runtime, or pycuda's retained primary context,
 never `pycuda.autoinit`, which would create a second context whose pointers TensorRT, working
 in the primary one, cannot use). The layer is opened and the batch buffers allocated by
 `CalibrationFeed.prepare()`, before the build starts; `get_batch` only copies.

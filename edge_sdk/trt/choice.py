@@ -135,14 +135,16 @@ def engine_precision(bundle: Bundle, precision: str, tensorrt: str, sm: str, dla
                      cache_dir: Any = None) -> EngineChoice:
     """The native TensorRT backend's choice for the runtime's `precision` on this TensorRT and GPU:
     the precision policy (edge_sdk.precision.choose_engine_precision) given what is stored here,
-    the device report (for `auto`) and which engines the cache holds."""
-    if precision != AUTO:
-        return choose_engine_precision(precision, bundle)
+    the device report (its choice for `auto`; its frame memory measurement for any precision)
+    and which engines the cache holds."""
     cache = EngineCache(cache_dir)
     report = read_device_report(cache, report_key(bundle, tensorrt, sm, dla_core))
+    memory = frame_memory(report) if report is not None else None
+    if precision != AUTO:
+        return choose_engine_precision(precision, bundle)._replace(frame_memory=memory)
     measured = Measured(report["chosen"], reason(report), summary(report)) if report is not None else None
 
     def cached(engine: str) -> bool:
         return cache.get(EngineKey(bundle.hash, tensorrt, sm, engine, dla_core)) is not None
 
-    return choose_engine_precision(precision, bundle, measured, cached)
+    return choose_engine_precision(precision, bundle, measured, cached)._replace(frame_memory=memory)

@@ -32,6 +32,7 @@ from edge_sdk.trt.loaders import CreateConfig, EngineBytesFromNetwork, NetworkFr
 from edge_sdk.trt.options import BuildOptions
 from edge_sdk.trt.plan import BuildPlan, plan_build
 from edge_sdk.trt.profiles import batch_range
+from edge_sdk.trt.progress import monitor as progress_monitor
 from edge_sdk.trt.report import inspect_engine, summarize_layers
 
 PORTABILITY = (
@@ -157,6 +158,12 @@ def build_engine(bundle_dir: PathLike, options: BuildOptions = BuildOptions()) -
             why = f"{hit.name} was built for batch {built_for}, {batch.to_dict()} is asked; rebuilding"
         if why != "not cached":
             notes.append(why)
+    workspace = options.workspace_mib
+    if options.workspace_limit is not None:  # a build is due: bounded by the memory free now
+        bound = options.workspace_limit()
+        if bound is not None and (workspace is None or bound < workspace):
+            workspace = bound
+            notes.append(f"builder workspace limited to {bound} MiB: what free memory leaves beside the running model")
 
     feed: Optional[CalibrationFeed] = None
     calibrator = None
@@ -202,12 +209,13 @@ def build_engine(bundle_dir: PathLike, options: BuildOptions = BuildOptions()) -
         int8=plan.int8,
         calibrator=calibrator,
         dla_core=dla_core,
-        workspace_mib=options.workspace_mib,
+        workspace_mib=workspace,
         load_timing_cache=options.timing_cache,
         pins=plan.pins,
         known_nodes=plan.known_nodes,
         batch=batch,
         input_shapes={spec.name: list(spec.shape) for spec in bundle.inputs},
+        monitor=progress_monitor(trt, options.progress),
     )
     say(f"building the {precision} engine from {VARIANT_FILES[plan.variant]} (TensorRT {api.version}, {gpu.name}); this can take minutes")
     started = time.perf_counter()
@@ -237,7 +245,7 @@ def build_engine(bundle_dir: PathLike, options: BuildOptions = BuildOptions()) -
         }
     say("reading the engine's layers")
     with trt_log.listen() as inspected:
-        layers, why = inspect_engine(trt, data) if config.detailed else (None, "no engine inspector in this TensorRT")
+        layers, why = inspect_engine(trt, data, dla_core) if config.detailed else (None, "no engine inspector in this TensorRT")
     warnings = [m for sev, m in (engine_bytes.log.messages if engine_bytes.log else []) + inspected.messages
                 if sev == "WARNING"]
     report = summarize_layers(layers, why, warnings, dla_core is not None, config.pinning.pinned, dla_core)

@@ -47,7 +47,7 @@ class NetworkFromOnnxPath:
         logger = trt_log.process_logger(trt)
         if not self.path.is_file():
             raise ModelError(f"{self.path} does not exist; copy the whole bundle folder again")
-        builder = trt.Builder(logger)
+        builder = trt_log.create(trt, "Builder", tail)
         flags = 0
         if api.explicit_batch_flag:
             flags |= 1 << int(trt.NetworkDefinitionCreationFlag.EXPLICIT_BATCH)
@@ -83,7 +83,7 @@ class CreateConfig:
     says so, instead of failing the build as OBEY would); `fp32_nodes` adds FP32 pins
     (`known_nodes`: every node the builder listed, to map layer names). batch: the batch range of
     the optimization profile, written when the network's batch is dynamic (`input_shapes`: the
-    manifest's shapes, for the other dims). The engine keeps detailed layer information
+    manifest's shapes, for the other dims). monitor: an IProgressMonitor set on the config. The engine keeps detailed layer information
     (ProfilingVerbosity.DETAILED) for the layer report.
     """
 
@@ -100,6 +100,7 @@ class CreateConfig:
         pins: Optional[Mapping[str, str]] = None,
         batch: Optional[BatchRange] = None,
         input_shapes: Optional[Mapping[str, Sequence[int]]] = None,
+        monitor: Any = None,
     ) -> None:
         self.fp16 = fp16
         self.int8 = int8
@@ -115,6 +116,7 @@ class CreateConfig:
         self.known_nodes = set(known_nodes)
         self.batch = batch
         self.input_shapes = dict(input_shapes or {})
+        self.monitor = monitor  # an IProgressMonitor (edge_sdk.trt.progress.monitor), TensorRT >= 10
         self.pinning = Pinning()
         self.profile: Optional[Dict[str, List[List[int]]]] = None
         self.detailed = False
@@ -167,6 +169,8 @@ class CreateConfig:
         if hasattr(trt, "ProfilingVerbosity") and hasattr(trt.ProfilingVerbosity, "DETAILED"):
             config.profiling_verbosity = trt.ProfilingVerbosity.DETAILED
             self.detailed = True
+        if self.monitor is not None:
+            config.progress_monitor = self.monitor
         if self.dla_core is not None:
             available = int(builder.num_DLA_cores)
             if not 0 <= self.dla_core < available:

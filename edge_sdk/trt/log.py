@@ -28,6 +28,8 @@ from collections import deque
 from contextlib import contextmanager
 from typing import Any, Deque, Iterator, List, Optional, Tuple
 
+from edge_sdk.errors import BackendError
+
 log = logging.getLogger(__name__)
 
 _LOCK = threading.Lock()
@@ -117,6 +119,24 @@ def listening() -> int:
     """How many listeners are subscribed now."""
     with _LOCK:
         return len(_LISTENERS)
+
+
+_FACTORIES = {"Builder": "createInferBuilder", "Runtime": "createInferRuntime"}
+
+
+def create(trt: Any, kind: str, listener: Any = None) -> Any:
+    """`trt.Builder` or `trt.Runtime` (`kind`) on the process logger. TensorRT's Python classes
+    are pybind11 factories over createInferBuilder / createInferRuntime: when that returns null
+    (CUDA could not initialise, or no memory for it) pybind11 raises a bare TypeError ("factory
+    function returned nullptr"); that becomes the BackendError naming what failed, with what
+    `listener` heard of TensorRT's reason."""
+    try:
+        return getattr(trt, kind)(process_logger(trt))
+    except TypeError as exc:
+        raise BackendError(
+            f"TensorRT could not create its {kind} ({_FACTORIES.get(kind, kind)} returned nothing: {exc}); CUDA "
+            "did not initialise or GPU memory ran out: check the GPU with `edge-sdk doctor`, stop other GPU programs"
+            + log_tail(listener)) from exc
 
 
 def log_tail(listener: Any, n: int = 8) -> str:

@@ -28,7 +28,9 @@ class BuildOptions:
     machine's GPU (None: detected). allocate: how calibration batch buffers are made (None: the
     SDK's CUDA layer). progress: called with what the build is doing. batch: the batch range of the
     optimization profile for a model whose batch is dynamic (None: `batch_range()`, from the ROI
-    settings).
+    settings). workspace_limit: called once a build is due (never for an engine from the cache),
+    the largest workspace in MiB free memory allows then (None: no bound), or raises with the
+    figures when the build cannot fit (a reload beside a running model: edge_sdk.daemon.shadow).
     """
 
     precision: str = BEST
@@ -44,3 +46,4 @@ class BuildOptions:
     allocate: Optional[Callable[[int], Any]] = None
     progress: Optional[Callable[[str], None]] = None
     batch: Optional[BatchRange] = None
+    workspace_limit: Optional[Callable[[], Optional[int]]] = None

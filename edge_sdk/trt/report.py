@@ -28,16 +28,21 @@ def _precision_of(fmt: str) -> str:
     return "other"
 
 
-def inspect_engine(trt: Any, data: bytes) -> Tuple[Optional[List[Any]], str]:
+def inspect_engine(trt: Any, data: bytes, dla_core: Optional[int] = None) -> Tuple[Optional[List[Any]], str]:
     """(layers of the engine inspector's JSON, "") or (None, why not). TensorRT >= 8.2:
-    `engine.create_engine_inspector().get_engine_information(LayerInformationFormat.JSON)`."""
+    `engine.create_engine_inspector().get_engine_information(LayerInformationFormat.JSON)`.
+    An engine built for DLA core `dla_core` is deserialized with `Runtime.DLA_core` set to it
+    (a new runtime's is -1, unset: TensorRT does not deserialize a DLA engine then)."""
     runtime_cls = getattr(trt, "Runtime", None)
     fmt = getattr(getattr(trt, "LayerInformationFormat", None), "JSON", None)
     if runtime_cls is None or fmt is None:
         return None, f"TensorRT {getattr(trt, '__version__', '?')} has no engine inspector (TensorRT >= 8.2 has)"
     try:
         with trt_log.listen() as tail:
-            engine = runtime_cls(trt_log.process_logger(trt)).deserialize_cuda_engine(data)
+            runtime = trt_log.create(trt, "Runtime", tail)
+            if dla_core is not None:
+                runtime.DLA_core = int(dla_core)
+            engine = runtime.deserialize_cuda_engine(data)
         if engine is None or not hasattr(engine, "create_engine_inspector"):
             return None, "the engine did not deserialize for inspection" + trt_log.log_tail(tail, 2)
         text = engine.create_engine_inspector().get_engine_information(fmt)

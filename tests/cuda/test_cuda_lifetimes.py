@@ -169,10 +169,33 @@ def test_pinned_frame_memory_released_during_a_capture(cudapython) -> None:
     assert captured == 1 and freed == "ok" and dev not in fb.state.blocks
 
 
+def test_a_free_through_another_cuda_object_during_a_capture_waits_too(cudapython) -> None:
+    """The previous model's frame ring frees through the CUDA object that model opened, not the
+    one now capturing: the capture is the process's (the driver's), so that free waits as well,
+    on another thread and on the capturing thread itself."""
+    fb, api = cudapython(integrated=False)
+    previous = _cudapython.open_device()  # as a second from_bundle/activate would open it
+    assert previous is not api
+    old_ring = PinnedMemory(previous)
+    buffers = [old_ring.allocate((8, 12, 3)) for _ in range(2)]
+    device_ptrs = [b.device.ptr for b in buffers]
+    captured, freed = _capture_while(api, lambda: old_ring.release(buffers[0]))
+    assert captured == 1 and freed == "ok" and device_ptrs[0] not in fb.state.blocks
+
+    stream = api.create_stream()
+    graph = FrameGraph(api, stream)
+    graph.run("key", lambda: old_ring.release(buffers[1]))  # freed by the capturing thread mid-capture
+    assert graph.captures == 1 and device_ptrs[1] not in fb.state.blocks
+    assert fb.state.calls.count("cudaStreamEndCapture") == 2 and previous.pending_frees == api.pending_frees == 0
+    assert previous.deferred_frees == 4  # each buffer's device and pinned host memory
+    graph.invalidate()
+    api.destroy_stream(stream)
+
+
 # -- pycuda: a context per thread -----------------------------------------------------------------
-def test_pycuda_opened_on_another_thread_pushes_the_context_there(pycuda, tmp_path) -> None:
-    """autoprimaryctx was imported (and pushed its context) on this thread; the pipeline opens
-    CUDA and runs on another one."""
+def test_pycuda_opened_and_run_on_another_thread_leaves_its_stack_empty(pycuda, tmp_path) -> None:
+    """The pipeline opens CUDA and runs on a thread that ends: each call pushes the context and
+    pops it again, so the thread ends with an empty pycuda context stack (else pycuda aborts)."""
     fp = pycuda(integrated=False)
     out: dict = {}
 
@@ -193,7 +216,7 @@ def test_pycuda_opened_on_another_thread_pushes_the_context_there(pycuda, tmp_pa
     t.join(20)
     assert "error" not in out, out.get("error")
     np.testing.assert_array_equal(out["tensor"], out["expected"])
-    assert fp.state.pushes == [t.ident]
+    assert set(fp.state.pushes) == {t.ident} and fp.aborts() == [] and fp.state.leaks == 0
 
 
 def test_pycuda_frees_on_a_thread_that_holds_the_context(pycuda) -> None:
@@ -236,3 +259,24 @@ def test_a_finalizer_run_inside_a_locked_section_does_not_deadlock(cudapython) -
     t.start()
     assert done.wait(10), "the finalizer deadlocked on a lock its thread held"
     assert memory.freed == 1 and ptr not in fb.state.blocks
+
+
+# -- whole 16-byte blocks ---------------------------------------------------------------------------
+@pytest.mark.parametrize("integrated", [True, False], ids=["integrated", "discrete"])
+def test_every_buffer_a_frame_lies_in_is_whole_16_byte_blocks(cudapython, tmp_path, integrated: bool) -> None:
+    """The kernel reads frames with aligned 16-byte loads: a 37x23 frame (2553 bytes) staged, and
+    the frame rings' buffers, are allocated in whole blocks, so its last load stays inside the
+    allocation (what compute-sanitizer's memcheck checks on the device)."""
+    fb, api = cudapython(integrated)
+    before = set(fb.state.blocks)
+    pre = GpuPreprocessor(SPEC, api, cache=KernelCache(tmp_path))
+    frame = noise(23, 37)
+    pre.fill(frame)
+    np.testing.assert_array_equal(pre.download(), Preprocessor(SPEC)(frame)[0])
+    ring = (MappedMemory if integrated else PinnedMemory)(api)
+    buffer = ring.allocate((23, 37, 3))
+    sizes = [len(block) for ptr, block in fb.state.blocks.items() if ptr not in before]
+    assert frame.nbytes == 2553 and 2553 not in sizes, sizes  # no frame-sized buffer that ends mid-block
+    assert sizes.count(2560) >= 2  # 2553 bytes in whole blocks: the staging and the ring's frame
+    ring.release(buffer)
+    pre.close()

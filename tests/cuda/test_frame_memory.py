@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from edge_sdk.cuda import DeviceProperties, _cudapython, _pycuda
+from edge_sdk.cuda.api import padded_size
 from edge_sdk.cuda.frames import CHOICES, HostMemory, MappedMemory, PinnedMemory, frame_memory
 from edge_sdk.errors import ConfigError, CudaError, MissingDependencyError
 from fakes import fake_cuda_python, fake_pycuda
@@ -118,7 +119,7 @@ def test_mapped_buffers_are_mapped_page_locked_memory_freed_once() -> None:
     assert buf.array.shape == (97, 131, 3) and buf.array.dtype == np.uint8 and buf.array.flags.c_contiguous
     # the device pointer is the one the CUDA layer registered for this host memory
     assert buf.device_ptr is not None and buf.device_ptr == api.device_pointer_of(buf.array)
-    assert api.used == 97 * 131 * 3
+    assert api.used == padded_size(97 * 131 * 3)  # in whole 16-byte blocks
     assert memory.upload(buf, api.create_stream()) == buf.device_ptr  # no copy queued
     memory.release(buf)
     memory.release(buf)  # a second release frees nothing twice
@@ -135,10 +136,10 @@ def test_a_released_buffer_still_viewed_is_freed_with_its_last_view() -> None:
     frame = buf.array
     frame[:] = 7
     memory.release(buf)
-    assert memory.freed == 0 and api.used == 60 and int(frame.sum()) == 7 * 60
+    assert memory.freed == 0 and api.used == padded_size(60) and int(frame.sum()) == 7 * 60
     view = frame[1:, 2:]
     del frame
-    assert api.used == 60 and int(view.sum()) == 7 * 3 * 3 * 3
+    assert api.used == padded_size(60) and int(view.sum()) == 7 * 3 * 3 * 3
     del view
     assert api.used == 0 and memory.freed == 1
 
@@ -236,9 +237,10 @@ def test_pycuda_frames(monkeypatch: pytest.MonkeyPatch, integrated: bool) -> Non
         assert pointer == host_address and fp.state.copies == []  # get_device_pointer: no copy
     else:
         assert pointer == buf.device_ptr != host_address
-        assert fp.state.copies == [(buf.device_ptr, host_address, 30 * 41 * 3, stream)]
+        assert fp.state.copies == [(buf.device_ptr, host_address, 30 * 41 * 3, stream.handle)]
     memory.release(buf)
-    assert fp.state.used == 0
+    api.destroy_stream(stream)
+    assert fp.state.used == 0 and fp.aborts() == []
 
 
 @pytest.mark.parametrize("measured,kind", [

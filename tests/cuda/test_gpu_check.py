@@ -102,3 +102,47 @@ def test_the_logger_row_on_the_fake_tensorrt(monkeypatch, version: str) -> None:
     (row,) = load_bench().check_logger()
     assert row["result"] == "both heard", row
     assert trt_log.listening() == before  # the check's own listeners are gone
+
+
+def test_the_first_contact_checks_pass_on_the_fake(fake_gpu) -> None:
+    """A compile that fails falls back; a second CUDA object's frame ring freed on the capturing
+    thread mid-capture waits for the end of the capture; engine batches need a bundle."""
+    bench = load_bench()
+    api, cache = fake_gpu()
+    second, _ = fake_gpu()
+    rows = bench.run_checks(api, repeat=1, cache=cache, sizes=(("small", (120, 200)),),
+                            frames=[], cycles=1, second=second)
+    by = {r["check"]: r for r in rows}
+    assert by["kernel compile failure"]["result"] == "falls back"
+    assert "nvcc" in by["kernel compile failure"]["detail"]
+    moved = by["free through another CUDA object during a capture"]
+    assert moved["result"] == "capture kept, freed after", moved
+    assert second.used == 0  # the ring's page-locked and device memory went after the capture
+    assert by["engine batches"]["result"] == "skipped: give --bundle"
+
+
+def test_a_thread_that_used_pycuda_ends_and_the_process_lives(monkeypatch, kernel_shim) -> None:
+    """The child's work on the strict fake pycuda (a thread ending with a context on its stack
+    is recorded as pycuda's abort): both threads end clean."""
+    from fakes import fake_pycuda
+
+    shim = kernel_shim("preprocess.cu")
+    fp = fake_pycuda.install(monkeypatch, fake_pycuda.FakePycudaDevice(integrated=False), shim.launch)
+    assert load_bench().thread_exit_child("pycuda") == 0
+    assert fp.aborts() == []
+
+
+@pytest.mark.parametrize("code, result", [(0, "process survived"), (-6, "ABORTED"), (3, "skipped: no GPU for pycuda"),
+                                          (1, "FAILED")])
+def test_the_thread_exit_row_reads_the_child_s_exit(monkeypatch, code: int, result: str) -> None:
+    bench = load_bench()
+    ran: list = []
+
+    def run(argv, **_kw):
+        ran.append(argv)
+        return subprocess.CompletedProcess(argv, code, stdout="survived {}\n", stderr="")
+
+    monkeypatch.setattr(bench.subprocess, "run", run)
+    (row,) = bench.check_thread_exit(["pycuda"])
+    assert row["result"] == result and ran[0][-2:] == ["--thread-exit-child", "pycuda"]
+    assert bool(bench.failed([row])) == (result in ("ABORTED", "FAILED"))

@@ -92,7 +92,7 @@ def test_gpu_pipeline_equals_the_cpu_path(gpu_model, cpu_detections, props, meas
     expected = cpu_detections(frames)
     assert sum(len(d) for d in expected) >= 6  # the scenes light up the heatmap: something to compare
     model, cuda, cache = gpu_model(props)
-    model.backend.device_choice = {"chosen": "fp32", "frame_memory": measured}  # what `edge-sdk engine` recorded
+    model.backend.frame_memory = measured  # what `edge-sdk engine` recorded on this device
     handles = (cuda.live_streams, cuda.live_events)  # the backend's
     detector = make_gpu_detector(model, cache=cache)
     cfg = PipelineConfig(source=SourceConfig("list://"), cache=CacheConfig(enabled=False))

@@ -16,10 +16,10 @@ from edge_sdk.cuda.preprocess import GpuPreprocessor
 from edge_sdk.errors import KernelArchitectureError
 from edge_sdk.preprocess import InputSpec
 from edge_sdk.runtime.detectors import factory as factory_mod
-from edge_sdk.runtime.backends.base import Backend, Capabilities
 from edge_sdk.runtime.detectors.full import FullFrameDetector
 from edge_sdk.runtime.detectors.factory import make_detector
 from fakes import fake_cuda_python
+from runtime_factories import stream_model
 
 WHEEL = NvrtcLibrary("/venv/nvidia/cuda_nvrtc/lib/libnvrtc.so.11.2", (11, 8), "pip wheel")
 JETPACK = NvrtcLibrary("/usr/local/cuda/lib64/libnvrtc.so.11.2", (11, 4), "system")
@@ -82,24 +82,7 @@ def test_the_detector_falls_back_to_the_cpu_preprocessor_with_one_warning(kernel
     monkeypatch.setenv("EDGE_SDK_KERNEL_CACHE", str(tmp_path / "kernels"))
     monkeypatch.setattr(factory_mod, "_WARNED", set())
 
-    class StreamBackend(Backend):  # what make_detector looks at: a backend on a CUDA stream
-        name = "tensorrt"
-
-        def __init__(self) -> None:
-            super().__init__()
-            self.input_names = ["input.1"]
-            self.cuda, self.stream = cuda, cuda.create_stream()
-
-        def capabilities(self) -> Capabilities:
-            return Capabilities(device="gpu", cuda=self.cuda, stream=self.stream)
-
-        def infer(self, feed):
-            x = feed["input.1"]
-            return [np.full((x.shape[0], 1, 8, 16), float(x.mean()), np.float32)] * 4
-
-    model = type("Model", (), {})()
-    model.backend, model.input_spec = StreamBackend(), SPEC
-    model.decoder_spec = {"type": "centerface", "score_threshold": 0.5, "nms_iou": 0.3}
+    model = stream_model(cuda, SPEC, lambda x: [np.full((x.shape[0], 1, 8, 16), float(x.mean()), np.float32)] * 4)
     with caplog.at_level(logging.WARNING, logger="edge_sdk.runtime.detectors.factory"):
         first = make_detector("full", model)
         second = make_detector("full", model)
@@ -107,3 +90,67 @@ def test_the_detector_falls_back_to_the_cpu_preprocessor_with_one_warning(kernel
     warnings = [r.getMessage() for r in caplog.records if "GPU preprocessing is off" in r.getMessage()]
     assert len(warnings) == 1 and "sm_120" in warnings[0] and "preprocessed on the CPU" in warnings[0]
     assert cuda.used == 0 and cuda.live_events == 0
+
+
+def header_folder(root, name: str, code: int):
+    """A CUDA include folder of release `code` (cuda.h's CUDA_VERSION), with a cuda_fp16.h."""
+    folder = root / name
+    folder.mkdir()
+    (folder / "cuda.h").write_text(f"#ifndef __cuda_cuda_h__\n#define __cuda_cuda_h__\n#define CUDA_VERSION {code}\n#endif\n")
+    (folder / "cuda_fp16.h").write_text("/* fp16 */\n")
+    return folder
+
+
+@pytest.mark.parametrize("nvrtc_version, chosen", [((11, 4), "jetpack"), ((11, 8), "wheel"), ((11, 6), "jetpack"),
+                                                   ((11, 2), None)])
+def test_the_headers_come_from_the_compiler_s_release(tmp_path, monkeypatch, nvrtc_version, chosen) -> None:
+    """The 11.8 wheel's headers are found first, but JetPack 5's NVRTC 11.4 gets its own 11.4
+    headers: a newer release's headers use what the older compiler lacks; never newer ones."""
+    folders = {"wheel": header_folder(tmp_path, "wheel", 11080), "jetpack": header_folder(tmp_path, "jetpack", 11040)}
+    monkeypatch.setattr(_cudapython, "_header_candidates", lambda: [folders["wheel"], folders["jetpack"]])
+    got = _cudapython.cuda_include_dirs(nvrtc_version)
+    assert got == ([str(folders[chosen])] if chosen else [])
+    assert _cudapython.cuda_include_dirs() == [str(folders["wheel"])]  # no version: the first found
+    assert _cudapython.header_version(folders["jetpack"]) == (11, 4)
+    assert _cudapython.header_version(tmp_path) is None  # no cuda.h
+
+
+def test_the_compile_passes_the_compiler_s_headers(monkeypatch, tmp_path) -> None:
+    """What reaches nvrtcCompileProgram: -I of the headers of NVRTC's own release."""
+    folders = [header_folder(tmp_path, "wheel", 11080), header_folder(tmp_path, "jetpack", 11040)]
+    monkeypatch.setattr(_cudapython, "_header_candidates", lambda: folders)
+    seen: List[bytes] = []
+
+    class FakeNvrtc:  # the NVRTC calls a compile makes; the compile fails, its options recorded
+        class nvrtcResult:
+            NVRTC_SUCCESS = 0
+
+        @staticmethod
+        def nvrtcVersion():
+            return 0, 11, 4
+
+        @staticmethod
+        def nvrtcCreateProgram(*_a):
+            return 0, object()
+
+        @staticmethod
+        def nvrtcCompileProgram(_prog, _n, opts):
+            seen.extend(opts)
+            return (1,)
+
+        @staticmethod
+        def nvrtcGetProgramLogSize(_prog):
+            return 0, 1
+
+        @staticmethod
+        def nvrtcGetProgramLog(_prog, _buf):
+            return (0,)
+
+        @staticmethod
+        def nvrtcDestroyProgram(_prog):
+            return (0,)
+
+    monkeypatch.setattr(_cudapython, "nvrtc", lambda *_a: FakeNvrtc)
+    with pytest.raises(Exception, match="does not compile for sm_72 with NVRTC 11.4"):
+        _cudapython.nvrtc_compile("x", "k.cu", "sm_72")
+    assert f"-I{folders[1]}".encode() in seen and f"-I{folders[0]}".encode() not in seen

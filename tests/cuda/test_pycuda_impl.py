@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import sys
 import threading
+import warnings
 
 import numpy as np
 import pytest
@@ -20,20 +21,29 @@ SPEC = InputSpec(shape=[2, 3, 64, 96], color="RGB", mean=[10, 20, 30], scale=[0.
 @pytest.fixture
 def pycuda(monkeypatch, kernel_shim):
     shim = kernel_shim("preprocess.cu")
+    installed = []
 
     def make(device: fake.FakePycudaDevice):
-        return fake.install(monkeypatch, device, shim.launch)
+        installed.append(fake.install(monkeypatch, device, shim.launch))
+        return installed[-1]
 
-    return make
+    yield make
+    for fp in installed:
+        assert fp.aborts() == [], "a thread ended with the context on its pycuda stack: pycuda aborts the process there"
 
 
-def test_primary_context_never_autoinit(pycuda) -> None:
+def test_the_primary_context_is_retained_and_never_left_pushed(pycuda) -> None:
+    """Neither `pycuda.autoinit` (a context of its own) nor `pycuda.autoprimaryctx` (pushed for
+    good on the importing thread) is imported: the fake refuses both imports."""
     fp = pycuda(fake.FakePycudaDevice())
     api = _pycuda.open_device()
-    assert api.context is fp.primary.context
-    assert "pycuda.autoinit" not in sys.modules
+    assert fp.state.retains == 1 and api.context.handle == fp.drv.Device(0).retain_primary_context().handle
     assert api.properties.sm == (7, 2) and api.properties.integrated
     assert api.supports_graphs is False and api.compiler_id == "nvcc-11.4"
+    stream = api.create_stream()
+    api.synchronize(stream)
+    assert fp.drv.Context.get_current() is None  # pushed for each call and popped again
+    api.destroy_stream(stream)
 
 
 def test_preprocessor_runs_eagerly_and_matches_cpu(pycuda, tmp_path) -> None:
@@ -49,6 +59,7 @@ def test_preprocessor_runs_eagerly_and_matches_cpu(pycuda, tmp_path) -> None:
     np.testing.assert_array_equal(pre.download(), cpu.tensor)
     assert fp.state.launches == ["preprocess_frame", "preprocess_frame"]
     assert pre.graph.describe()["mode"] == "eager"
+    pre.close()
     (options,) = fp.state.compiles
     assert options["no_extern_c"] is True and options["arch"] == "sm_72" and "--fmad=false" in options["options"]
     assert options["cache_dir"] is False  # our KernelCache keeps the CUBIN, not pycuda's
@@ -63,20 +74,54 @@ def test_mapped_host_memory_uses_devicemap(pycuda) -> None:
         api._call("get_device_pointer", api.alloc_host((8,), np.uint8).handle.base.get_device_pointer)
 
 
-def test_other_threads_push_the_primary_context_once(pycuda) -> None:
+@pytest.mark.parametrize("what", ["calls", "allocates and frees", "makes and destroys a stream and an event"])
+def test_a_thread_that_used_cuda_ends_with_an_empty_context_stack(pycuda, what) -> None:
+    """pycuda aborts the process when a thread ends with a context on its stack (the capture
+    thread, model-reload, model-retire and model-shadow all end): the fixture fails on it."""
     fp = pycuda(fake.FakePycudaDevice())
     api = _pycuda.open_device()
     stream = api.create_stream()
-    assert fp.state.pushes == []  # the opening thread has it current already
+    errors: list = []
 
     def work() -> None:
-        api.synchronize(stream)
-        api.synchronize(stream)
+        try:
+            if what == "calls":
+                api.synchronize(stream)
+                api.synchronize(stream)
+            elif what == "allocates and frees":
+                api.free_device(api.alloc_device(64))
+                api.free_host(api.alloc_host((16,), np.uint8, mapped=True))
+            else:
+                own, event = api.create_stream(), api.create_event()
+                api.record(event, own)
+                api.event_synchronize(event)
+                api.destroy_event(event)
+                api.destroy_stream(own)
+        except Exception as exc:  # the test thread reports it
+            errors.append(exc)
 
-    t = threading.Thread(target=work)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # pycuda's "leaked out-of-thread" warning fails the test
+        t = threading.Thread(target=work, name=f"worker that {what}")
+        t.start()
+        t.join(10)
+    assert not t.is_alive() and errors == []
+    assert fp.aborts() == [] and fp.state.leaks == 0 and fp.state.used == 0
+    assert t.ident in fp.state.pushes
+    if what.startswith("makes"):
+        assert sorted(fp.state.destroyed) == ["Event", "Stream"]  # destroyed at once, with the context pushed
+
+
+def test_the_fake_records_the_abort_of_a_thread_that_keeps_the_context(monkeypatch) -> None:
+    """The fake's rule itself: a thread that pushes and does not pop is what pycuda aborts on."""
+    fp = fake.install(monkeypatch, fake.FakePycudaDevice())
+    context = fp.drv.Device(0).retain_primary_context()
+    t = threading.Thread(target=context.push, name="keeps it")
     t.start()
-    t.join()
-    assert fp.state.pushes == [t.ident]
+    t.join(10)
+    assert fp.aborts() == ["keeps it"]
+    with pytest.raises(fp.drv.LogicError, match="cannot pop non-current context"):
+        fp.drv.Context.pop()
 
 
 def test_compile_error_shows_nvcc_log(pycuda, tmp_path) -> None:

@@ -253,3 +253,108 @@ def test_the_daemon_publishes_the_block_while_a_shadow_s_engine_builds(tmp_path:
     for message in log.messages:
         if isinstance(message["payload"], dict) and not message["topic"].endswith("/cmd"):
             assert schemas.errors(message["payload"]) == [], message
+
+
+def files_mb(path: Path) -> float:
+    return sum(f.stat().st_size for f in path.iterdir() if f.is_file()) / (1 << 20)
+
+
+def test_a_reload_s_build_gets_the_workspace_free_memory_leaves(tensorrt, daemon, monkeypatch) -> None:
+    """TensorRT's default workspace is the whole device memory: beside a live model on an 8 GB
+    Xavier NX the build is bounded by MemAvailable less the candidate's files and the margin."""
+    from fakes.fake_tensorrt import decode_engine
+
+    trt, _ = tensorrt
+    running, reloader, results, _, models = daemon
+    free = 1536 << 20
+    monkeypatch.setattr("edge_sdk.daemon.shadow.free_memory_bytes", lambda: free)
+    running.memory_margin_mb = 300.0
+    path = bundle(models, "v2")
+    reloader.request("v2")
+    reloader.join(WAIT_S)
+    new = reloader.poll()
+    assert new is not None and results == []
+    want_mib = int(1536 - files_mb(path) - 300.0)
+    record = decode_engine(new.backend.engine_path.read_bytes())
+    assert record["pool_limits"] == {"WORKSPACE": want_mib << 20}
+    new.close()
+
+
+def test_a_build_that_cannot_fit_beside_the_live_model_is_refused_with_figures(tensorrt, daemon, monkeypatch) -> None:
+    trt, _ = tensorrt
+    running, reloader, results, done, models = daemon
+    monkeypatch.setattr("edge_sdk.daemon.shadow.free_memory_bytes", lambda: 300 << 20)
+    bundle(models, "v2")
+    reloader.request("v2")
+    assert done.wait(WAIT_S)
+    (model, error, _path), = results
+    assert model is None and trt.calls["build"] == ["live"]  # refused before TensorRT was asked
+    message = str(error)
+    assert "cannot be built beside the running model: 300.0 MB are free (MemAvailable)" in message
+    assert "256 MB are kept for the live model" in message and "edge-sdk engine" in message
+    assert running.reload_failures == 1 and running.engine_build.describe() is None
+    assert np.all(live_infers(running) > 0.99)  # the live model runs on
+
+
+def test_an_engine_from_the_cache_needs_no_workspace(tensorrt, daemon, monkeypatch) -> None:
+    trt, _ = tensorrt
+    running, reloader, results, _, models = daemon
+    monkeypatch.setattr("edge_sdk.daemon.shadow.free_memory_bytes", lambda: 1 << 20)  # nothing to build in
+    reloader.request(str(models / "live"))
+    reloader.join(WAIT_S)
+    new = reloader.poll()
+    assert new is not None and results == [] and trt.calls["build"] == ["live"]
+    new.close()
+
+
+def test_the_workspace_rule_is_the_shadow_s(tmp_path: Path, monkeypatch) -> None:
+    from edge_sdk.daemon.shadow import MIN_BUILD_WORKSPACE_MIB, build_workspace_mib, fit_problem
+    from edge_sdk.errors import BackendError
+
+    path = bundle(tmp_path / "models", "v2")
+    size = sum(f.stat().st_size for f in path.iterdir() if f.is_file())
+    free = size + (256 << 20) + (MIN_BUILD_WORKSPACE_MIB << 20)
+    assert build_workspace_mib(path, 256.0, free) == MIN_BUILD_WORKSPACE_MIB
+    assert fit_problem(path, 256.0, free) is None  # a shadow fits where its build fits
+    with pytest.raises(BackendError, match=f"under the {MIN_BUILD_WORKSPACE_MIB} MiB a build needs"):
+        build_workspace_mib(path, 256.0, free - (1 << 20))
+    monkeypatch.setattr("edge_sdk.daemon.shadow.free_memory_bytes", lambda: None)  # /proc/meminfo unreadable
+    assert build_workspace_mib(path, 256.0) is None  # TensorRT's default, as the shadow's check lets it load
+
+
+def test_tensorrt_10_reports_the_fraction_done_in_the_status(monkeypatch, tmp_path: Path) -> None:
+    """TensorRT >= 10 calls the IProgressMonitor on the builder config: the block carries the
+    fraction of the phase it is in, never going back, 1.0 when the phase ends (8.5 has none:
+    test_a_build_shows_in_the_status_until_the_model_is_ready)."""
+    from fakes.fake_tensorrt_runtime import RUNTIME_FAKES
+
+    cuda = FakeRuntimeCuda(props=XAVIER_NX)
+    trt = RUNTIME_FAKES["10"](cuda=cuda)
+    monkeypatch.setitem(sys.modules, "tensorrt", trt)
+    monkeypatch.setattr("edge_sdk.cuda.require_cuda", lambda *_a, **_k: cuda)
+    monkeypatch.setenv("EDGE_SDK_ENGINE_CACHE", str(tmp_path / "engines"))
+    monkeypatch.setattr("edge_sdk.daemon.shadow.free_memory_bytes", lambda: 4 << 30)
+    blocks: List[Any] = []
+
+    class Watching(EngineBuild):
+        def _done(self, bundle: str, done: float, phase: str) -> None:
+            super()._done(bundle, done, phase)
+            blocks.append(self.describe())
+
+    running = RunningModel(PipelineConfig(backend="tensorrt", threads=1).validate())
+    running.engine_build = Watching()
+    model = running.load(bundle(tmp_path / "models", "v2"))
+    try:
+        steps = [c for c in trt.calls["progress"] if c[0] == "step"]
+        assert steps  # the fake's builder reported its tactic steps
+        fractions = [b["fraction"] for b in blocks]
+        assert fractions == sorted(fractions) and fractions[0] == 0.0 and fractions[-1] == 1.0
+        assert {b["phase"] for b in blocks} == {"Building engine"}
+        assert all("fraction_unknown" not in b for b in blocks)
+        message = {"schema": "edge-sdk/status/1", "device_id": "d", "ts": 1, "seq": 1, "state": "online",
+                   "engine_build": blocks[len(blocks) // 2]}
+        assert errors(message) == []
+        # one step per layer inside the first of two top steps: the first step is 1/layers of a half
+        assert next(f for f in fractions if f > 0) == round(1 / len(steps) / 2, 3)
+    finally:
+        model.close()

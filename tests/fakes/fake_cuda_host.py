@@ -19,7 +19,8 @@ under test relies on them:
 * waits: `event_synchronize` on an event created without blocking sync counts a spinning wait
   (`spin_waits`);
 * frees are implicitly synchronizing: freeing memory while any stream captures is an error
-  (CUDA invalidates the capture).
+  (CUDA invalidates the capture), and any stream means any in the process: a capture belongs
+  to the device's context, not to one FakeHostCuda object (`CAPTURING`, shared by all).
 """
 from __future__ import annotations
 
@@ -29,6 +30,8 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 from edge_sdk.cuda import CudaApi, DeviceBuffer, DeviceProperties, HostBuffer, Kernel, KernelArgs
 
 Launcher = Callable[[str, Sequence[int], Sequence[int], int], None]
+
+CAPTURING: set = set()  # the streams capturing now, of every FakeHostCuda in the process
 
 XAVIER_NX = DeviceProperties(name="Xavier NX (fake)", sm=(7, 2), integrated=True, can_map_host_memory=True,
                              total_memory=8 << 30, driver_version=11040, bindings_version=11040)
@@ -77,7 +80,6 @@ class FakeHostCuda(CudaApi):
         self.destroyed_events = 0
         self.spin_waits = 0
         self._live_streams: set = set()
-        self._capturing_streams: set = set()
 
     @property
     def live_streams(self) -> int:
@@ -90,7 +92,7 @@ class FakeHostCuda(CudaApi):
     def _check_not_capturing(self, what: str) -> None:
         from edge_sdk.errors import CudaError
 
-        if self._capturing_streams:
+        if CAPTURING:
             raise CudaError(f"{what} failed: cudaErrorStreamCaptureUnsupported (900): an implicitly synchronizing call "
                             "while a stream captures (the capture is invalidated)")
 
@@ -235,13 +237,13 @@ class FakeHostCuda(CudaApi):
         assert stream.capture is None, "already capturing"
         self._capture_started()
         stream.capture = []
-        self._capturing_streams.add(id(stream))
+        CAPTURING.add(id(stream))
 
     def end_capture(self, stream: FakeStream) -> FakeGraph:
         assert stream.capture is not None, "not capturing"
         graph = FakeGraph(stream.capture)
         stream.capture = None
-        self._capturing_streams.discard(id(stream))
+        CAPTURING.discard(id(stream))
         self._capture_ended()
         return graph
 

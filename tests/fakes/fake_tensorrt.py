@@ -184,6 +184,15 @@ class FakeLogger(FakeILogger):
             self.messages.append(f"{severity.name}: {msg}")
 
 
+class FakeIProgressMonitor:
+    """[H10] IProgressMonitor (TensorRT >= 10 here; 8.5 has none): a pybind11 trampoline whose
+    `__init__` must be called; the builder calls phase_start(name, parent, steps),
+    step_complete(name, step) -> bool (False cancels the build) and phase_finish(name)."""
+
+    def __init__(self) -> None:
+        self._fake_initialized = True
+
+
 class FakeIInt8Calibrator:
     """[PyInt8] IInt8Calibrator and subclasses: `__init__` must be called (pybind11 checks it)."""
 
@@ -508,6 +517,8 @@ class FakeBuilderConfig:
         object.__setattr__(self, "profiling_verbosity", self.trt.ProfilingVerbosity.LAYER_NAMES_ONLY)
         if self.trt.IMPLICIT_INT8:
             object.__setattr__(self, "int8_calibrator", None)
+        if self.trt.PROGRESS_MONITOR:
+            object.__setattr__(self, "progress_monitor", None)
 
     def __getattr__(self, name: str) -> Any:
         if name in ("set_calibration_profile", "get_calibration_profile") and self.trt.IMPLICIT_INT8:
@@ -515,6 +526,11 @@ class FakeBuilderConfig:
         raise AttributeError(f"'tensorrt.IBuilderConfig' object has no attribute '{name}' (TensorRT {self.trt.__version__})")
 
     def __setattr__(self, name: str, value: Any) -> None:
+        if name == "progress_monitor" and self.trt.PROGRESS_MONITOR:
+            if value is not None and not (isinstance(value, FakeIProgressMonitor) and getattr(value, "_fake_initialized", False)):
+                raise TypeError("progress_monitor must be a tensorrt.IProgressMonitor whose __init__ was called")
+            object.__setattr__(self, name, value)
+            return
         if name not in self._PUBLIC or (name == "int8_calibrator" and not self.trt.IMPLICIT_INT8):
             raise AttributeError(f"'tensorrt.IBuilderConfig' object has no attribute '{name}' (TensorRT {self.trt.__version__})")
         if name == "int8_calibrator" and value is not None:
@@ -596,6 +612,7 @@ class FakeBuilder:
     def __init__(self, logger: Any) -> None:
         if not isinstance(logger, FakeILogger) or not getattr(logger, "_fake_initialized", False):
             raise TypeError("Builder(): logger must be a tensorrt.ILogger whose __init__ was called")
+        self.trt.null_factory("Builder", logger)
         self.logger = self.trt.adopt_logger(self, logger, "createInferBuilder")
         self.num_DLA_cores = self.trt.num_dla_cores
         self.platform_has_fast_fp16 = True
@@ -628,10 +645,35 @@ class FakeBuilder:
         trt = self.trt
         trt.calls["build"].append(network.model["name"] if network.model else None)
         trt.calls["events"].append("build")
+        monitor = getattr(config, "progress_monitor", None)
+        if monitor is not None and not self._report_progress(monitor, network):
+            self._fail("Build cancelled: IProgressMonitor::stepComplete returned false")
+            return None
         record = self._check(network, config)
         if record is None:
             return None
         return FakeHostMemory(ENGINE_MAGIC + json.dumps(record, sort_keys=True).encode())
+
+    def _report_progress(self, monitor: Any, network: FakeNetwork) -> bool:
+        """The phases a build goes through, as TensorRT reports them: a top phase of 2 steps whose
+        first step holds a phase of one step per layer. False: the monitor cancelled."""
+        top, inner = "Building engine", "Tactic selection"
+        self.trt.calls["progress"].append(("start", top))
+        monitor.phase_start(top, None, 2)
+        monitor.phase_start(inner, top, max(1, len(network.layers)))
+        for step in range(max(1, len(network.layers))):
+            self.trt.calls["progress"].append(("step", inner, step))
+            if not monitor.step_complete(inner, step):
+                monitor.phase_finish(inner)
+                monitor.phase_finish(top)
+                return False
+        monitor.phase_finish(inner)
+        for step in range(2):
+            if not monitor.step_complete(top, step):
+                monitor.phase_finish(top)
+                return False
+        monitor.phase_finish(top)
+        return True
 
     def _fail(self, msg: str) -> None:
         self.logger.log(FakeILogger.Severity.ERROR, msg)
@@ -928,14 +970,17 @@ class FakeCudaEngine:
 
 class FakeRuntime:
     """[PyCore] Runtime(logger).deserialize_cuda_engine(bytes): None, after logging an error,
-    for bytes that are not an engine of this TensorRT version."""
+    for bytes that are not an engine of this TensorRT version, or a DLA engine while
+    `DLA_core` is not one of the device's cores (a new runtime's is -1, unset)."""
 
     trt: "FakeTensorRT"
 
     def __init__(self, logger: Any) -> None:
         if not isinstance(logger, FakeILogger) or not getattr(logger, "_fake_initialized", False):
             raise TypeError("Runtime(): logger must be a tensorrt.ILogger whose __init__ was called")
+        self.trt.null_factory("Runtime", logger)
         self.logger = self.trt.adopt_logger(self, logger, "createInferRuntime")
+        self.DLA_core = -1  # NvInferRuntime.h (8.5.2) getDLACore: -1 "for DLA not present or unset"
 
     def deserialize_cuda_engine(self, serialized_engine: bytes) -> Optional[FakeCudaEngine]:
         data = bytes(serialized_engine)
@@ -945,6 +990,10 @@ class FakeRuntime:
         record = decode_engine(data)
         if record.get("tensorrt") != self.trt.__version__:
             self.logger.log(FakeILogger.Severity.ERROR, "6: The engine plan file is not compatible with this version of TensorRT")
+            return None
+        if record.get("device_type") == "DLA" and not 0 <= self.DLA_core < self.trt.num_dla_cores:
+            self.logger.log(FakeILogger.Severity.ERROR, f"1: DLA engine deserialized on DLA core {self.DLA_core}: set "
+                            "Runtime.DLA_core to a core of this device first (IRuntime::setDLACore)")
             return None
         return FakeCudaEngine(self.trt, record)
 
@@ -990,6 +1039,7 @@ class FakeTensorRT(types.ModuleType):
     LAYER_PRECISION = True  # ILayer.precision / set_output_type exist
     FAST_INT8_PROPERTY = True  # Builder.platform_has_fast_int8 exists
     STRONGLY_TYPED = False  # the STRONGLY_TYPED creation flag has an effect
+    PROGRESS_MONITOR = False  # IProgressMonitor and IBuilderConfig.progress_monitor exist
     ALWAYS_STRONGLY_TYPED = False  # every network is strongly typed (11)
 
     def __init__(self, num_dla_cores: int = 2, fast_int8: bool = True, device_name: str = "FakeGPU SM 7.2") -> None:
@@ -1004,6 +1054,9 @@ class FakeTensorRT(types.ModuleType):
         self.fast_int8 = fast_int8
         self.device_name = device_name
         self.fail_build: Optional[str] = None
+        # "Builder", "Runtime": its factory (createInferBuilder, createInferRuntime) returns null, as
+        # when CUDA cannot initialise: TensorRT logs why, pybind11's init() raises TypeError
+        self.null_factories: Set[str] = set()
         self.calls: Dict[str, List[Any]] = defaultdict(list)
         self.logged: List[str] = []
         self.logger: Any = None  # the one logger TensorRT keeps (adopt_logger)
@@ -1030,6 +1083,8 @@ class FakeTensorRT(types.ModuleType):
         self.Builder = type("Builder", (FakeBuilder,), {"trt": self})
         self.OnnxParser = type("OnnxParser", (FakeOnnxParser,), {"trt": self})
         self.Runtime = type("Runtime", (FakeRuntime,), {"trt": self})
+        if self.PROGRESS_MONITOR:
+            self.IProgressMonitor = FakeIProgressMonitor
         self._config_class = type("IBuilderConfig", (FakeBuilderConfig,), {"trt": self})
         self._layer_class = FakeLayerWithPrecision if self.LAYER_PRECISION else FakeLayer
         if self.IMPLICIT_INT8:
@@ -1044,6 +1099,14 @@ class FakeTensorRT(types.ModuleType):
     def _layer(self, name: str, type_: Any, dtype: Any, outputs: Sequence[str], shape_output: bool = False,
                no_fp32: bool = False) -> FakeLayer:
         return self._layer_class(self, name, type_, dtype, outputs, shape_output, no_fp32)
+
+    def null_factory(self, kind: str, logger: Any) -> None:
+        """pybind11 `py::init(&createInfer...)` with a factory that returned null: TypeError, after
+        TensorRT logged its reason (here: CUDA's initialisation failure)."""
+        if kind in self.null_factories:
+            logger.log(FakeILogger.Severity.ERROR, "1: [defaultAllocator.cpp::nvinfer1::internal::DefaultAllocator] "
+                       "CUDA initialization failure with error: 222. Please check your CUDA installation")
+            raise TypeError("pybind11::init(): factory function returned nullptr")
 
     def adopt_logger(self, owner: Any, logger: Any, factory: str) -> Any:
         """The logger `owner` (a new Builder or Runtime) logs to. As TensorRT 8.x's logger
@@ -1090,6 +1153,7 @@ class FakeTensorRT10(FakeTensorRT):
     DEPRECATED_NETWORK_FLAGS = {"EXPLICIT_BATCH"}
     LAYER_TYPES = _LAYERS_10
     STRONGLY_TYPED = True
+    PROGRESS_MONITOR = True
 
 
 class FakeTensorRT11(FakeTensorRT):
@@ -1103,6 +1167,7 @@ class FakeTensorRT11(FakeTensorRT):
     LAYER_PRECISION = False
     FAST_INT8_PROPERTY = False
     ALWAYS_STRONGLY_TYPED = True
+    PROGRESS_MONITOR = True
 
 
 FAKES = {"8.5": FakeTensorRT85, "10": FakeTensorRT10, "11": FakeTensorRT11}

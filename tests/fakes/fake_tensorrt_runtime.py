@@ -179,8 +179,11 @@ class FakeRuntime:
     def __init__(self, logger: Any) -> None:
         if not isinstance(logger, FakeILogger) or not getattr(logger, "_fake_initialized", False):
             raise TypeError("Runtime(): logger must be a tensorrt.ILogger whose __init__ was called")
+        self.trt.null_factory("Runtime", logger)
         self.logger = self.trt.adopt_logger(self, logger, "createInferRuntime")
-        self.DLA_core = 0  # IRuntime::setDLACore / getDLACore (pyCore.cpp: def_property "DLA_core")
+        # IRuntime::setDLACore / getDLACore (pyCore.cpp: def_property "DLA_core"); NvInferRuntime.h
+        # (8.5.2) getDLACore: "-1 for DLA not present or unset", the value a new runtime has
+        self.DLA_core = -1
 
     def deserialize_cuda_engine(self, serialized_engine: Any) -> Optional["FakeEngine"]:
         """pyCoreDoc.h (8.5.2) RuntimeDoc::deserialize_cuda_engine: "The ICudaEngine, or None if it
@@ -205,7 +208,11 @@ class FakeRuntime:
                         f"{trt.device_name}, please rebuild.")
             return None
         if record.get("device_type") == "DLA" and not 0 <= self.DLA_core < trt.num_dla_cores:
-            self._error(f"DLA core {self.DLA_core} is not available ({trt.num_dla_cores} DLA cores)")
+            if self.DLA_core == -1:
+                self._error("1: [runtime.cpp::deserializeCudaEngine] Error Code 1: DLA engine deserialized "
+                            "without a DLA core: set Runtime.DLA_core first (IRuntime::setDLACore)")
+            else:
+                self._error(f"DLA core {self.DLA_core} is not available ({trt.num_dla_cores} DLA cores)")
             return None
         return trt._engine_class(record, self)
 

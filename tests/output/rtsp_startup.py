@@ -135,7 +135,9 @@ def main():
     if moment == "publish":
         sink.lock = PushOnRelease(lambda: sink.push(frame))
     sink.factory.connect("media-configure", configured)
-    threading.Thread(target=GLib.MainLoop().run, daemon=True).start()
+    loop = GLib.MainLoop()
+    glib = threading.Thread(target=loop.run, daemon=True)
+    glib.start()
     sink.start(W, H)
     stop = threading.Event()
 
@@ -143,11 +145,18 @@ def main():
         while not stop.wait(0.01):
             sink.push(frame)
 
-    threading.Thread(target=feed, daemon=True).start()
+    feeder = threading.Thread(target=feed, daemon=True)
+    feeder.start()
     status, packets = client(url, port)
     stop.set()
+    feeder.join(10)
+    # Python runs on GStreamer's threads (the probe, the bus handler) and on the main loop's: all
+    # stopped before the interpreter ends, which a callback would crash (SIGSEGV at exit).
+    sink.finish()  # the output's own ending: each media's pipeline to NULL
     for bus in buses:
         bus.set_sync_handler(None)
+    loop.quit()
+    glib.join(10)
     print(json.dumps({"describe": status, "packets": packets, "ahead_ms": max(ahead_ms) if ahead_ms else None}))
 
 

@@ -100,7 +100,10 @@ def test_size_change_mid_stream_is_handled(tiny_bundle: Path) -> None:
     with Pipeline(config(bundle=tiny_bundle, cache=CacheConfig(enabled=False)), source=ListSource(frames)) as pipeline:
         results = [(r.frame.shape, r.detections.xyxy.copy(), r.info) for r in pipeline]
     assert [s for s, _, _ in results] == [(128, 256, 3), (128, 256, 3), (256, 512, 3)]
-    assert results[2][2]["events"][0]["event"] == "frame_size_changed"
+    # the size change is reported with the frame that brought it (beside any capture event, such as
+    # leaving the idle scheduling class on a loaded machine), and with no other frame
+    assert [[e["event"] for e in info.get("events", []) if e["event"] == "frame_size_changed"]
+            for _, _, info in results] == [[], [], ["frame_size_changed"]]
     big = results[2][1]
     centres = (big[:, :2] + big[:, 2:]) / 2
     # the square is 16..144 x 32..160 in the bigger frame (16..80 x 32..96 in the first ones)

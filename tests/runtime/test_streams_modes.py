@@ -43,6 +43,9 @@ class Recording:
     def input_shape(self, name: str) -> Any:
         return self.backend.input_shape(name)
 
+    def batch_range(self, name: str) -> Any:
+        return self.backend.batch_range(name)
+
     def capabilities(self) -> Any:
         return self.backend.capabilities()
 

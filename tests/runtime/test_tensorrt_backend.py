@@ -543,3 +543,104 @@ def test_the_engine_checked_is_the_engine_deserialized(env) -> None:
     with pytest.raises(EngineCacheError, match="changed after it was looked up"):
         backend.activate()
     assert not backend.is_active and trt.engines_built() == 1
+
+
+def streams_model(env, profile: Dict[str, Any]):
+    """A Model over the fake TensorRT backend whose cached engine has optimization `profile`."""
+    from edge_sdk.runtime.model import Model
+
+    trt, cuda, bundle, cache = env("8.5")
+    put_engine(trt, bundle, cache, trt.engine([{"name": "input.1", "shape": [-1, 3, 32, 64]}], profiles=[profile]))
+    backend = open_backend(trt, cuda, bundle, cache, use_graphs=False)
+    return trt, Model(backend, SPEC, dict(CENTERFACE_DECODER), bundle)
+
+
+def stream_frames(count: int) -> List[Any]:
+    from edge_sdk.runtime.frame import Frame
+
+    rng = np.random.default_rng(count)
+    return [Frame(rng.integers(0, 256, (48 + 8 * i, 96, 3), dtype=np.uint8), index=0, stream_id=f"cam{i}")
+            for i in range(count)]
+
+
+def cpu_rows(frames: List[Any]) -> np.ndarray:
+    """The oracle of what reaches the engine: each frame through the CPU preprocessor alone."""
+    from edge_sdk.preprocess import Preprocessor
+
+    return np.concatenate([Preprocessor(SPEC)(f.image)[0] for f in frames])
+
+
+@pytest.mark.parametrize("streams, max_batch, calls", [(4, 4, [4]), (6, 4, [4, 2]), (4, 8, [4]), (3, 2, [2, 1])])
+def test_several_streams_on_a_profile_engine_share_calls_of_its_batch(env, streams: int, max_batch: int,
+                                                                      calls: List[int]) -> None:
+    """An engine built for 1..8 rows: the streams' frames go in calls of up to max_batch_size rows
+    (the batch comes from the engine's optimization profile, not the manifest's batch of 1)."""
+    from edge_sdk.runtime.detectors.shared import StreamSetup, make_stream_detector
+
+    trt, model = streams_model(env, {"input.1": [[1, 3, 32, 64], [4, 3, 32, 64], [8, 3, 32, 64]]})
+    detector = make_stream_detector(model, [StreamSetup(f"cam{i}") for i in range(streams)], max_batch)
+    try:
+        before, trt.inputs_seen[:] = len(trt.calls["execute_async_v3"]), []
+        frames = stream_frames(streams)
+        found = detector.detect_batch(frames)
+        assert len(found) == streams
+        assert len(trt.calls["execute_async_v3"]) - before == len(calls)
+        assert [len(x) for x in trt.inputs_seen] == calls
+        seen = np.concatenate(trt.inputs_seen)
+        # the streams' rows in any order (they submit side by side), each the frame's own tensor
+        want = cpu_rows(frames)
+        assert sorted(map(bytes, seen)) == sorted(map(bytes, want))
+        assert "fixed" not in detector.describe()["batch"]["calls"]
+        assert detector.describe()["batch"]["rows_per_call"] == min(max_batch, 8)
+    finally:
+        detector.close()
+
+
+def test_one_stream_detector_batches_frames_as_the_profile_allows(env) -> None:
+    from edge_sdk.runtime.detectors.batched import make_batch_detector
+
+    trt, model = streams_model(env, {"input.1": [[1, 3, 32, 64], [4, 3, 32, 64], [8, 3, 32, 64]]})
+    detector = make_batch_detector(model, max_batch_size=4)
+    trt.inputs_seen[:] = []
+    frames = stream_frames(3)
+    assert len(detector.detect_batch(frames)) == 3
+    # the first batch lays the engine's memory out with a run of its largest batch, then one call
+    assert [len(x) for x in trt.inputs_seen] == [4, 3]
+    np.testing.assert_array_equal(trt.inputs_seen[1], cpu_rows(frames))
+    trt.inputs_seen[:] = []
+    assert len(detector.detect_batch(stream_frames(4) + stream_frames(2))) == 6
+    assert [len(x) for x in trt.inputs_seen] == [4, 2]
+    assert detector.describe()["batch"]["rows_per_call"] == 4
+
+
+def test_a_profile_that_starts_above_one_row_gets_its_fewest(env) -> None:
+    """A profile of 2..4 rows: one stream's call is filled up to 2 rows (the extra row zero, its
+    outputs cut off), two streams fill a call between them."""
+    from edge_sdk.runtime.detectors.shared import StreamSetup, make_stream_detector
+
+    trt, model = streams_model(env, {"input.1": [[2, 3, 32, 64], [2, 3, 32, 64], [4, 3, 32, 64]]})
+    detector = make_stream_detector(model, [StreamSetup("cam0")], 4)
+    try:
+        trt.inputs_seen[:] = []
+        frames = stream_frames(1)
+        assert len(detector.detect_batch(frames)) == 1
+        assert [len(x) for x in trt.inputs_seen] == [2]
+        np.testing.assert_array_equal(trt.inputs_seen[0][:1], cpu_rows(frames))
+        assert not trt.inputs_seen[0][1:].any()
+    finally:
+        detector.close()
+
+
+@pytest.mark.parametrize("kind", ["Runtime", "Builder"])
+def test_a_tensorrt_factory_that_returns_nothing_is_a_backend_error(env, kind: str) -> None:
+    """trt.Runtime / trt.Builder are pybind11 factories: a null createInferRuntime (CUDA did not
+    initialise) is a bare TypeError there; here it is the typed error, with TensorRT's reason."""
+    from edge_sdk.runtime.backends.tensorrt import TensorRTBackend
+
+    trt, cuda, bundle, cache = env("8.5")
+    trt.null_factories.add(kind)
+    used = cuda.used
+    with pytest.raises(BackendError, match=rf"could not create its {kind} \(createInfer{kind} returned nothing(.|\n)*"
+                                           "CUDA initialization failure with error: 222"):
+        TensorRTBackend.from_bundle(bundle, "fp32", cuda=cuda, cache_dir=cache).activate()
+    assert cuda.used == used  # nothing left allocated

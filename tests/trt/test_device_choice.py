@@ -270,6 +270,26 @@ def test_engine_prints_the_frame_memory_measured_and_the_backend_carries_it(devi
             "1920x1080 frame; frame_memory = auto uses it)") in result.stdout
     backend = select_backend("tensorrt", bundle=Bundle.load(bundle), cache_dir=cache)
     assert backend.describe()["device_choice"]["frame_memory"]["chosen"] == "mapped"
+    assert backend.frame_memory["chosen"] == "mapped"
+
+
+@pytest.mark.parametrize("precision", ["fp16", "int8", "fp32"])
+def test_the_frame_memory_measured_holds_for_an_explicit_precision(device, tmp_path: Path, precision: str) -> None:
+    """The measurement is of the device: `precision = int8` (no choice made here) still runs the
+    frame memory `edge-sdk engine` measured, as mode full's GPU detector and the capture read it."""
+    from edge_sdk.runtime.detectors.gpu import measured_frame_memory
+    from edge_sdk.runtime.model import Model
+
+    trt, cuda = device("8.5", "xavier", latency={"fp16": 2.0, "int8": 3.0})
+    bundle, cache = choice_bundle(tmp_path / "b"), tmp_path / "engines"
+    result = CliRunner().invoke(app, ["engine", str(bundle), "--cache-dir", str(cache), "--iterations", "5",
+                                      "--reference", "bundle"])
+    assert result.exit_code == 0, result.output
+    backend = select_backend("tensorrt", bundle=Bundle.load(bundle), precision=precision, cache_dir=cache)
+    assert backend.precision == precision and backend.device_choice is None  # not chosen here
+    stored = json.loads(next(cache.rglob("*device_report*.json")).read_text())
+    assert measured_frame_memory(backend) == {"chosen": "mapped", "gpu_ms": stored["frame_memory"]["gpu_ms"],
+                                              "frame": "1920x1080", "input": f"{W}x{H}"}
 
 
 def test_an_old_bundle_gets_one_fp16_int8_engine_which_auto_reuses(device, tmp_path: Path, monkeypatch) -> None:

@@ -21,7 +21,7 @@ def test_build_options_default_to_a_plain_edge_sdk_engine_and_are_frozen() -> No
     assert dataclasses.asdict(options) == {
         "precision": "best", "dla_core": None, "workspace_mib": None, "timing_cache": None, "cache_dir": None,
         "recalibrate": False, "force": False, "target": None, "require": False, "gpu": None, "allocate": None,
-        "progress": None, "batch": None,
+        "progress": None, "batch": None, "workspace_limit": None,
     }
     with pytest.raises(dataclasses.FrozenInstanceError):
         options.force = True  # type: ignore[misc]

@@ -111,7 +111,7 @@ def test_dla_refuses_a_minmax_bundle_without_calibration_tensors(install_trt, ma
 
 
 def test_calibration_runs_in_the_primary_context_opened_before_the_build(install_trt, make_bundle, cache_dir, monkeypatch) -> None:
-    """pycuda through the SDK's CUDA layer (`pycuda.autoprimaryctx`); `pycuda.autoinit`, which
+    """pycuda through the SDK's CUDA layer (the retained primary context); `pycuda.autoinit`, which
     makes a context of its own, cannot even be imported here. The context and the batch
     buffer exist before TensorRT starts; `get_batch` allocates nothing."""
     fake = install_trt("8.5")

@@ -22,7 +22,8 @@
 // what a byte load fetched, 16 bytes at a time; the bytes are then taken from registers in the
 // order the arithmetic needs them, so the result is bit for bit what byte loads gave. Only
 // aligned blocks that hold a byte the thread needs are read: such a block never leaves the
-// allocation (allocations are at least 16-byte aligned and sized in whole blocks).
+// allocation (allocations are at least 16-byte aligned, and every buffer a frame lies in is
+// allocated in whole blocks: edge_sdk.cuda.api.padded_size).
 #include <cuda_fp16.h>
 
 #ifndef EDGE_LOAD16

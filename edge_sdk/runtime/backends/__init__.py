@@ -128,7 +128,8 @@ def _onnxruntime(provider: str, model_path: Optional[Path], bundle: Any, precisi
                  **options: Any) -> Backend:
     if model_path is None and bundle is None:
         raise BackendError("select_backend needs a bundle or a model path")
-    options.pop("progress", None)  # an engine build's progress: ONNX Runtime builds none
+    options.pop("progress", None)  # an engine build's progress and workspace: ONNX Runtime builds none
+    options.pop("workspace_limit", None)
     try:
         from edge_sdk.runtime.backends.onnxruntime import OnnxRuntimeBackend, execution_provider
 

@@ -4,7 +4,7 @@ that imports the backend."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from edge_sdk.errors import BackendError
 
@@ -118,6 +118,8 @@ class Backend:
         self.precision: Optional[str] = None  # the bundle variant that runs (None: a model file given directly)
         self.precision_reason = ""  # why that variant: see choose_precision
         self.device_choice: Optional[Dict[str, Any]] = None  # the precision choice measured on this device (TensorRT)
+        # the frame memory measured on this device (TensorRT: `edge-sdk engine`'s report), whatever the precision
+        self.frame_memory: Optional[Dict[str, Any]] = None
         self.input_specs: Dict[str, TensorSpec] = {}  # what infer checks each input against (set by activate)
 
     def activate(self) -> None:
@@ -155,6 +157,11 @@ class Backend:
 
     def input_dtype(self, name: str) -> Any:
         """The numpy dtype of input `name` in the opened model, or None where the backend cannot tell."""
+        return None
+
+    def batch_range(self, name: str) -> Optional[Tuple[int, int]]:
+        """(fewest, most) rows one call of input `name` takes where the opened model says so
+        itself (TensorRT: the engine's optimization profile); None: read it from `input_shape`."""
         return None
 
     def gpu_ms(self) -> Optional[float]:

@@ -184,17 +184,18 @@ class TensorRTBackend(Backend):
         use_graphs: bool = True,
         progress: Optional[Callable[[str], None]] = None,
         max_batch: Optional[int] = None,
+        workspace_limit: Optional[Callable[[], Optional[int]]] = None,
         **options: Any,
     ) -> "TensorRTBackend":
         """Find the bundle's engine for `precision` in the engine cache, or build it (what
         `edge-sdk engine BUNDLE --precision P` does), and return the runner, not yet active.
         `precision`: fp32, fp16 or int8, or auto (edge_sdk.trt.choice.engine_precision: the choice
         `edge-sdk engine` made on this device, else the bundle's gated choice); the runner's
-        `precision` and `precision_reason` say which and why. `threads` is accepted for the interface and unused
-        (TensorRT runs on the GPU). `cuda`: a CudaApi to run on (default: the one
-        `edge_sdk.cuda.require_cuda()` opens). `max_batch`: the largest batch of a model whose
-        batch is dynamic (its optimization profile; default: the ROI settings', as `edge-sdk
-        engine` uses). Unknown options are a BackendError."""
+        `precision` and `precision_reason` say which and why. `threads`: unused (the GPU runs).
+        `cuda`: a CudaApi to run on (default: `edge_sdk.cuda.require_cuda()`'s). `max_batch`: the
+        largest batch of a dynamic-batch model (its profile; default: the ROI settings', as `edge-sdk
+        engine` uses). `workspace_limit`: bounds the builder's workspace when a build is due
+        (edge_sdk.trt.options.BuildOptions). Unknown options are a BackendError."""
         if options:
             raise BackendError(f"the tensorrt backend does not take option(s) {', '.join(sorted(options))}")
         from edge_sdk.cuda import require_cuda
@@ -213,12 +214,13 @@ class TensorRTBackend(Backend):
         batch = batch_range(max_batch, dla=dla_core is not None) if max_batch is not None else None
         engine = EngineFromBundle(build_engine, bundle.root, BuildOptions(
             precision=choice.engine, dla_core=dla_core, workspace_mib=workspace_mib, cache_dir=cache_dir, gpu=gpu,
-            progress=progress or _say, batch=batch))
+            progress=progress or _say, batch=batch, workspace_limit=workspace_limit))
         result = engine()
         backend = cls(result.path, bundle=bundle, cuda=api, dla_core=dla_core, use_graphs=use_graphs, rebuild=engine.rebuild,
                       engine_cached=result.cached, notes=result.notes, tensorrt_version=str(getattr(trt, "__version__", "")),
                       read_engine=EngineBytesFromCache(cache_dir, result.key))
         backend.precision, backend.precision_reason, backend.device_choice = choice.variant, choice.reason, choice.device_choice
+        backend.frame_memory = choice.frame_memory
         return backend
 
     # -- runner ------------------------------------------------------------------------------
@@ -237,7 +239,7 @@ class TensorRTBackend(Backend):
         try:
             # TensorRT keeps one logger per process: the runner listens to it while active.
             self._logger = trt_log.subscribe(trt_log.Listener(keep=64))
-            self._runtime = trt.Runtime(trt_log.process_logger(trt))
+            self._runtime = trt_log.create(trt, "Runtime", self._logger)
             if self.dla_core is not None:
                 self._runtime.DLA_core = int(self.dla_core)
             engine = self._deserialize()
@@ -530,6 +532,22 @@ class TensorRTBackend(Backend):
     @property
     def cpu_bound(self) -> bool:
         return False
+
+    def input_shape(self, name: str) -> Optional[List[Any]]:
+        """The engine's input shape, batch "N" where the profile sets it (see batch_range)."""
+        if not self.is_active or name not in self.input_specs:
+            return None
+        batch: Any = "N" if self._dynamic else self._max_rows
+        return [batch] + list(self._input_shape[1:])
+
+    def input_dtype(self, name: str) -> Any:
+        return self._input_dtype if self.is_active and name in self.input_specs else None
+
+    def batch_range(self, name: str) -> Optional[Tuple[int, int]]:
+        """(min, max) rows of the engine's profile (a static batch: it twice), as describe() says."""
+        if not self.is_active or name not in self.input_specs:
+            return None
+        return self._min_rows, self._max_rows
 
     def capabilities(self) -> Capabilities:
         return Capabilities(device="gpu", cuda=self.cuda if self.is_active else None,

@@ -19,7 +19,7 @@ call, which the frame waited for; `info["batch"]` tells the call's size and the 
 """
 from __future__ import annotations
 
-from typing import Any, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -32,22 +32,49 @@ from edge_sdk.runtime.frame import Frame
 from edge_sdk.runtime.types import FrameDetections
 
 
-def fixed_batch(backend: Backend, spec: InputSpec) -> Optional[int]:
-    """The batch dimension the model `backend` opened fixes for input `spec` (None: free, any
-    batch runs). A backend that cannot tell its input's shape runs the bundle's: `spec.batch`."""
+def batch_rows(backend: Backend, spec: InputSpec) -> Tuple[int, Optional[int]]:
+    """(fewest, most) rows one call of the model `backend` opened takes for input `spec` (most
+    None: any). The backend's own `batch_range` first (TensorRT: the optimization profile), else
+    the first dimension of its input's shape (fixed, or symbolic: any); a backend that can tell
+    neither runs the bundle's batch, `spec.batch`."""
+    declared = backend.batch_range(spec.name)
+    if declared is not None:
+        low, high = (int(v) for v in declared)
+        return max(1, low), max(1, high)
     shape = backend.input_shape(spec.name)
     if shape is None:
-        return spec.batch
+        return spec.batch, spec.batch
     first = shape[0] if shape else None
     if isinstance(first, (int, np.integer)) and not isinstance(first, bool) and first > 0:
-        return int(first)
-    return None
+        return int(first), int(first)
+    return 1, None
 
 
-def calls_note(max_batch_size: int, fixed: Optional[int], unit: str) -> str:
+def fixed_batch(backend: Backend, spec: InputSpec) -> Optional[int]:
+    """The batch the model `backend` opened fixes for input `spec` (None: a range of batches
+    runs, see batch_rows)."""
+    low, high = batch_rows(backend, spec)
+    return low if low == high else None
+
+
+def rows_per_call(backend: Backend, spec: InputSpec, max_batch_size: int) -> Tuple[int, int]:
+    """(rows per call, fewest rows a call may carry) for batches of up to `max_batch_size`: a
+    fixed batch is its size; a range is `max_batch_size` within its most (an engine built for
+    1..8 under max_batch_size 4: calls of up to 4 rows)."""
+    low, high = batch_rows(backend, spec)
+    if low == high:
+        return low, low
+    rows = max_batch_size if high is None else min(max_batch_size, high)
+    return max(rows, low), low
+
+
+def calls_note(max_batch_size: int, fixed: Optional[int], unit: str, most: Optional[int] = None) -> str:
     """How the backend is called, for describe(): one call per batch of up to `max_batch_size`
-    `unit`s ("frame", "row"), or, with the model's batch dimension `fixed`, calls of that size."""
+    `unit`s ("frame", "row") within the model's `most`, or, with the model's batch dimension
+    `fixed`, calls of that size."""
     if fixed is None:
+        if most is not None and most < max_batch_size:
+            return f"one call per batch of up to {most} {unit}s: the engine's optimization profile takes at most {most}"
         return f"one call per batch of up to {max_batch_size} {unit}s"
     if fixed == 1:
         return f"consecutive calls, one {unit} each: the model's batch dimension is fixed at 1"
@@ -70,7 +97,7 @@ class StreamBatchDetector(DecoderDetector):
         self.max_batch_size = max_batch_size
         fixed = fixed_batch(backend, input_spec)
         self.fixed_batch = fixed
-        rows = max_batch_size if fixed is None else fixed
+        rows, self.min_rows = rows_per_call(backend, input_spec, max_batch_size)
         self.batch = BatchDetector(self._infer, input_spec, decoder, batch=rows, dynamic_batch=fixed is None)
         self._checked = False
         self._laid_out = fixed is not None or rows == 1  # see _lay_out
@@ -84,7 +111,8 @@ class StreamBatchDetector(DecoderDetector):
 
     def describe(self) -> Dict[str, Any]:
         return dict(super().describe(), batch={"max_batch_size": self.max_batch_size, "rows_per_call": self.batch.batch,
-                                               "calls": calls_note(self.max_batch_size, self.fixed_batch, "frame")})
+                                               "calls": calls_note(self.max_batch_size, self.fixed_batch, "frame",
+                                                                   self.batch.batch)})
 
     def detect(self, frame: Frame) -> FrameDetections:
         return self.detect_batch([frame])[0]
@@ -129,7 +157,8 @@ class StreamBatchDetector(DecoderDetector):
                 transforms.append(pre.fill(frame.image, row))
                 ms = 0.0
             latencies.append({"preprocess": ms + (clock() - t0) * 1000.0})
-        tensor = pre.tensor if n == batch.batch or not batch.dynamic_batch else pre.tensor[:n]  # fixed: full rows
+        # fixed: full rows; a range: at least its fewest (the rows past n are not read back)
+        tensor = pre.tensor if n == batch.batch or not batch.dynamic_batch else pre.tensor[:max(n, self.min_rows)]
         batch.reset_timings()
         outputs = [np.asarray(o) for o in batch.infer_tensor(tensor)]
         infer_ms = batch.timings["infer"]

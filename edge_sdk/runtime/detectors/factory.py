@@ -16,7 +16,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Mapping, Optional, Tuple
 
-from edge_sdk.errors import ConfigError, KernelArchitectureError
+from edge_sdk.errors import ConfigError, KernelUnavailableError
 from edge_sdk.roi.config import RoiConfig
 from edge_sdk.runtime.detectors.base import Detector, model_decoder
 from edge_sdk.runtime.detectors.full import FullFrameDetector
@@ -88,7 +88,7 @@ def make_detector(mode: str, model: Any, roi: Optional[RoiConfig] = None,
         # a backend on a CUDA stream (TensorRT): preprocess on the GPU, on that stream
         try:
             return entry.on_stream(model, decoder, roi)
-        except KernelArchitectureError as exc:  # a GPU newer than the kernel compiler: the CPU preprocesses
+        except KernelUnavailableError as exc:  # no compiler, a header or a GPU it lacks: the CPU preprocesses
             _warn_once(f"GPU preprocessing is off, frames are preprocessed on the CPU: {exc}")
     return entry.build(model, decoder, roi)
 

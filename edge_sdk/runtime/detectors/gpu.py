@@ -119,7 +119,8 @@ def build_gpu(model: Any, decoder: Any, roi: Any = None, cache: Any = None, use_
 
 
 def measured_frame_memory(backend: Optional[Backend]) -> Any:
-    """What `edge-sdk engine` measured of frame memory on this device, as the backend's device
-    choice carries it (edge_sdk.trt.choice.summary), or None (no backend, or no measurement)."""
-    choice = backend.device_choice if backend is not None else None
-    return choice.get("frame_memory") if isinstance(choice, dict) else None
+    """What `edge-sdk engine` measured of frame memory on this device, as the backend carries it
+    whatever precision runs (edge_sdk.trt.choice.frame_memory), or None (no backend, or no
+    measurement)."""
+    memory = backend.frame_memory if backend is not None else None
+    return memory if isinstance(memory, dict) else None

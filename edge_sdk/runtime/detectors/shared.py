@@ -37,7 +37,7 @@ from edge_sdk.preprocess import InputSpec
 from edge_sdk.roi.config import RoiConfig
 from edge_sdk.runtime.backends.base import Backend
 from edge_sdk.runtime.detectors.base import Detector, check_input, model_decoder
-from edge_sdk.runtime.detectors.batched import calls_note, fixed_batch
+from edge_sdk.runtime.detectors.batched import calls_note, fixed_batch, rows_per_call
 from edge_sdk.runtime.detectors.factory import detector_entry
 from edge_sdk.runtime.detectors.full import FullFrameDetector
 from edge_sdk.runtime.detectors.strategy import StrategyDetector
@@ -70,7 +70,8 @@ class SharedBackend:
         self.input_spec = input_spec
         self.max_batch_size = max_batch_size
         self.fixed_batch = fixed_batch(backend, input_spec)
-        self.rows_per_call = max_batch_size if self.fixed_batch is None else self.fixed_batch
+        # a fixed batch: its size; a range (TensorRT's optimization profile): up to its most
+        self.rows_per_call, self.min_rows = rows_per_call(backend, input_spec, max_batch_size)
         self.calls = 0
         self.rows = 0
         self._cond = threading.Condition()
@@ -85,6 +86,9 @@ class SharedBackend:
 
     def input_shape(self, name: str) -> Any:
         return self.backend.input_shape(name)
+
+    def batch_range(self, name: str) -> Any:
+        return self.backend.batch_range(name)
 
     def capabilities(self) -> Any:
         return self.backend.capabilities()
@@ -141,7 +145,8 @@ class SharedBackend:
 
     def run_rows(self, tensor: np.ndarray) -> List[np.ndarray]:
         """The model's outputs for every row of `tensor`, in backend calls of `rows_per_call`
-        rows at most (a fixed batch: exactly, the last call's unused rows zero and cut off)."""
+        rows at most (a fixed batch: exactly; a call under the model's fewest rows is filled up
+        to them: the unused rows zero and cut off)."""
         if not self._checked:
             check_input(self.backend, self.input_spec)
             self._checked = True
@@ -150,8 +155,8 @@ class SharedBackend:
         for start in range(0, len(tensor), size):
             chunk = tensor[start: start + size]
             n = len(chunk)
-            if self.fixed_batch is not None and n < self.fixed_batch:
-                padded = np.zeros((self.fixed_batch,) + chunk.shape[1:], chunk.dtype)
+            if n < self.min_rows:
+                padded = np.zeros((self.min_rows,) + chunk.shape[1:], chunk.dtype)
                 padded[:n] = chunk
                 chunk = padded
             outputs = self.backend.infer({self.input_spec.name: chunk})
@@ -164,7 +169,7 @@ class SharedBackend:
 
     def describe(self) -> Dict[str, Any]:
         return {"max_batch_size": self.max_batch_size, "rows_per_call": self.rows_per_call,
-                "calls": calls_note(self.max_batch_size, self.fixed_batch, "row")}
+                "calls": calls_note(self.max_batch_size, self.fixed_batch, "row", self.rows_per_call)}
 
 
 @dataclass
