@@ -8,13 +8,17 @@
 
 Importing this package is cheap: no TensorRT, CUDA, ONNX Runtime, OpenCV or MQTT module is
 loaded until a command or object that needs it is used; `Pipeline` and `draw` (edge_sdk.api)
-load the runtime when first used.
+load the runtime when first used. The records of the SDK's loggers are redacted of
+credentials from import on (edge_sdk.redact).
 """
 from __future__ import annotations
 
 __version__ = "0.1.0"
 
 from edge_sdk.errors import EdgeSdkError
+from edge_sdk.redact import install_log_redaction
+
+install_log_redaction()  # no camera password in a record of the SDK's loggers (edge_sdk.redact)
 
 __all__ = ["EdgeSdkError", "Pipeline", "__version__", "draw"]
 

@@ -115,6 +115,14 @@ class RolloutTimeout(EdgeSdkError):
     exit_code = 13
 
 
+class RolloutUndecided(EdgeSdkError):
+    """A device's shadow compared enough frames but its scene held too few detections to decide
+    a gate on detections (a dark or empty scene: a blind candidate agrees with nothing):
+    nothing was promoted in the step, its shadows were aborted, and the same command tries again."""
+
+    exit_code = 15
+
+
 class CudaError(BackendError):
     """The CUDA layer cannot run: no device or driver, a kernel that does not compile, no memory.
 

@@ -159,13 +159,16 @@ def _null_non_finite(obj: Any) -> Any:
 
 
 def dumps_outgoing(obj: Any, what: str, logger: Any = None, **kwargs: Any) -> str:
-    """JSON for the network or a file: never NaN or infinities. A non-finite value (a bug upstream,
-    e.g. a rate over an empty window) is written as null and logged with its path, so the rest
-    of the message still goes out as valid JSON."""
+    """JSON for the network or a file: never NaN or infinities, never a credential. A non-finite
+    value (a bug upstream, e.g. a rate over an empty window) is written as null and logged with its
+    path, so the rest of the message still goes out as valid JSON; a URL's userinfo and secret
+    query values (a camera's password) are written as *** (edge_sdk.redact)."""
+    from edge_sdk.redact import redact
+
     try:
-        return dumps(obj, **kwargs)
+        return redact(dumps(obj, **kwargs))
     except ValueError:
         paths = [path for path, _ in non_finite(obj)]
         if logger is not None:
             logger.warning("%s: non-finite values at %s written as null", what, ", ".join(paths) or "?")
-        return dumps(_null_non_finite(obj), **kwargs)
+        return redact(dumps(_null_non_finite(obj), **kwargs))

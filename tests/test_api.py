@@ -134,7 +134,7 @@ def test_import_edge_sdk_loads_no_runtime_until_pipeline_is_used() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env={"PYTHONPATH": str(ROOT)}).stdout
     before, loaded, listed = json.loads(out.strip().splitlines()[-1])
-    assert before == ["edge_sdk.errors"] and loaded and listed
+    assert before == ["edge_sdk.errors", "edge_sdk.redact"] and loaded and listed  # redact: stdlib only
     with pytest.raises(AttributeError, match="no attribute 'Pipelin'"):
         edge_sdk.Pipelin  # noqa: B018
 

@@ -10,6 +10,7 @@ from typing import Any, Callable, TypeVar
 import typer
 
 from edge_sdk.errors import EdgeSdkError, Stopped
+from edge_sdk.redact import redact
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -22,7 +23,7 @@ def cli_errors(func: F) -> F:
         try:
             return func(*args, **kwargs)
         except EdgeSdkError as exc:
-            typer.secho(f"error: {exc}", fg=typer.colors.RED, err=True)
+            typer.secho(f"error: {redact(str(exc))}", fg=typer.colors.RED, err=True)
             raise typer.Exit(exc.exit_code) from None
         except Stopped as exc:
             typer.secho(str(exc), fg=typer.colors.YELLOW, err=True)

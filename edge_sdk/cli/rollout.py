@@ -11,7 +11,7 @@ from typing import Any, Dict, Optional
 import typer
 
 from edge_sdk.cli._common import cli_errors
-from edge_sdk.rollout.plan import DEFAULT_GATES
+from edge_sdk.rollout.plan import DEFAULT_GATES, DEFAULT_MIN_DETECTIONS
 
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 STOPPED_EXIT = 14  # stopped by SIGTERM or SIGINT before every device ran the bundle
@@ -26,6 +26,8 @@ def rollout(
     waves: str = typer.Option("10%,50%,100%", "--waves", help="Cumulative shares of the other devices, one wave each, the last 100%."),
     promote_if: str = typer.Option(DEFAULT_GATES, "--promote-if", help="Gates on each device's shadow figures: agreement, precision, recall, detection_rate, score_shift, latency (ratio), with >=, <=, >, <."),
     shadow_frames: int = typer.Option(50, "--shadow-frames", min=1, help="Frames the shadow compares on a device before its gates are read."),
+    min_detections: int = typer.Option(DEFAULT_MIN_DETECTIONS, "--min-detections", min=0, help="Detections (live and candidate together) a device's window must hold before a gate on detections (all but latency) decides; fewer: undecided, waited for."),
+    evidence_timeout: Optional[float] = typer.Option(None, "--evidence-timeout", min=1.0, help="Seconds a device may stay undecided (too few live detections) before the step stops undecided (exit 15); default: --timeout."),
     state: Optional[Path] = typer.Option(None, "--state", help="State file: run the same command again after a stop and it goes on where it stopped."),
     timeout: float = typer.Option(600.0, "--timeout", min=1.0, help="Seconds to wait for a step's devices (offline, loading, comparing) before stopping (exit 13)."),
     url: Optional[str] = typer.Option(None, "--url", help="HTTP(S) URL each device downloads the bundle from (with --sha256); devices without it need the bundle in models_dir."),
@@ -35,8 +37,10 @@ def rollout(
 ) -> None:
     """Roll BUNDLE out to the devices: shadow, gate, promote, canary first; exit 0 when every
     device runs it, 6 when a device failed (every promoted device rolled back), 13 when devices
-    stayed offline or busy past --timeout, 14 when stopped by SIGTERM or SIGINT (in both cases the
-    step's shadows are aborted and the same command with --state goes on where it stopped)."""
+    stayed offline or busy past --timeout, 15 when a device's scene showed too few detections to
+    decide its gates within --evidence-timeout, 14 when stopped by SIGTERM or SIGINT (in these
+    three cases the step's shadows are aborted, nothing of the step is promoted, and the same
+    command with --state goes on where it stopped)."""
     from edge_sdk.cli._stop import stop_signals
     from edge_sdk.errors import ConfigError, Stopped
     from edge_sdk.rollout.driver import Rollout
@@ -67,7 +71,8 @@ def rollout(
             if not link.start(min(timeout, 30.0)):
                 raise ConfigError(f"no answer from the broker at {BrokerConfig(url=broker).redacted_url()}; check --broker")
             fetch = {"url": url, "sha256": sha256} if url is not None and sha256 is not None else None
-            Rollout(link, bundle, gates, shadow_frames, timeout, progress, say, fetch).run(devices, canary, shares)
+            Rollout(link, bundle, gates, shadow_frames, timeout, progress, say, fetch, min_detections=min_detections,
+                    evidence_timeout_s=evidence_timeout).run(devices, canary, shares)
         except Stopped as exc:
             if exc.forced:
                 raise

@@ -28,7 +28,7 @@ from typing import Any, Deque, Dict, List, Optional, Tuple
 import numpy as np
 
 from edge_sdk.daemon.commands import CommandRejected
-from edge_sdk.daemon.shadow import ShadowConfig, ShadowRun, fit_problem, ratio, shortfalls
+from edge_sdk.daemon.shadow import ShadowConfig, ShadowRun, fit_problem, ratio, shortfalls, undecided
 
 log = logging.getLogger(__name__)
 
@@ -212,7 +212,8 @@ class ShadowControl:
             elif now >= self._next_report:
                 self._next_report = now + self.daemon.reporter.interval_s
                 figures = self._publish("running")
-                if self.config.auto_promote and run.full and not shortfalls(figures, self.config):
+                if (self.config.auto_promote and run.full and undecided(figures, self.config.min_detections) is None
+                        and not shortfalls(figures, self.config)):
                     try:
                         self.promote(automatic=True)
                     except CommandRejected as exc:  # the swap failed: the live model runs on

@@ -57,6 +57,9 @@ class ShadowConfig:
     every_n_frames: int = key(5, low=1, high=10000)  # the shadow runs on every k-th live frame (fewer when it cannot keep up)
     window_frames: int = key(50, low=1, high=100000)  # frames compared that the figures (and the automatic promotion) cover
     auto_promote: bool = False  # promote on its own once a full window meets the three thresholds below
+    # detections (live and candidate together) a window must hold before agreement and detection rate
+    # decide anything: on a scene where neither model finds anything, a blind candidate agrees
+    min_detections: int = key(20, low=0, high=1000000)
     min_agreement: float = key(0.97, low=0, high=1)  # f1 at IoU 0.5 with the live model's detections
     max_latency_ratio: float = key(1.5, low=0, low_open=True, high=1000)  # shadow latency / live latency
     rate_ratio: float = key(1.25, low=1, high=1000)  # detection-rate ratio within [1/x, x]
@@ -234,6 +237,9 @@ class ShadowRun:
                             "shadow_mean": _r(float(s_cand.mean())) if len(s_cand) else None},
             "latency_ms": {"live": _r(ms_live / frames), "shadow": _r(ms_cand / frames),
                            "ratio": _r(ratio(ms_cand, ms_live))},
+            # what the figures rest on: agreement, precision, recall, the detection rate and the
+            # score shift on the live model's detections (and the candidate's), latency on frames
+            "evidence": {"frames": len(pairs), "live_detections": n_live, "shadow_detections": n_cand},
         }
 
     def stop(self, timeout: float = 10.0) -> None:
@@ -245,6 +251,18 @@ class ShadowRun:
                 break
         self._jobs.put(None)
         self._worker.join(timeout)
+
+
+def undecided(figures: Dict[str, Any], min_detections: int) -> Optional[str]:
+    """Why `figures` cannot decide a promotion yet (fewer than `min_detections` detections of the
+    two models together in the window: agreement and detection rate then say nothing of the
+    candidate), or None."""
+    evidence = figures.get("evidence") or {}
+    found = int(evidence.get("live_detections") or 0) + int(evidence.get("shadow_detections") or 0)
+    if found >= min_detections:
+        return None
+    return (f"{found} detection(s) in the window, {min_detections} needed: the scene shows too little for "
+            "agreement and detection rate to tell a good candidate from a blind one")
 
 
 def shortfalls(figures: Dict[str, Any], config: ShadowConfig) -> List[str]:

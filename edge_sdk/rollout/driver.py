@@ -11,7 +11,10 @@ rollback alert stops the rollout: the running shadows are aborted and every devi
 promoted goes back to the bundle its status showed before the rollout (RolloutFailed, exit 6).
 Devices offline or not answering for `timeout_s` stop it too (RolloutTimeout, exit 13): the
 shadows of the step are aborted, the promoted devices keep the new bundle, and the same command
-goes on from there. A stop by SIGTERM or SIGINT (KeyboardInterrupt) ends it the same way, the
+goes on from there. A device whose window holds fewer than `min_detections` detections (the two
+models' together) cannot decide a gate on detections (a dark or empty scene, where a blind
+candidate agrees with the live model): it is waited for up to `evidence_timeout_s`, then the step stops undecided
+(RolloutUndecided, exit 15) as a timeout does; nothing of the step is promoted. A stop by SIGTERM or SIGINT (KeyboardInterrupt) ends it the same way, the
 shadows still loading waited for at most STOP_WAIT_S (`edge-sdk rollout` then exits 14).
 """
 from __future__ import annotations
@@ -20,9 +23,11 @@ import fnmatch
 import time
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from edge_sdk.errors import ConfigError, RolloutFailed, RolloutTimeout
+from edge_sdk.errors import ConfigError, RolloutFailed, RolloutTimeout, RolloutUndecided
 from edge_sdk.rollout.link import Link
-from edge_sdk.rollout.plan import Gate, RolloutState, first_failure, make_plan
+from edge_sdk.rollout.plan import DEFAULT_MIN_DETECTIONS, Gate, RolloutState, first_failure, make_plan, undecided
+
+UNDECIDED = "undecided: "  # the wait of a device whose scene shows too little to decide
 
 RESEND_S = 10.0  # a command unanswered this long is sent again
 # stopped by a signal: how long the shadows still loading are waited for before the step's
@@ -46,9 +51,13 @@ class Rollout:
 
     def __init__(self, link: Link, bundle: str, gates: Sequence[Gate], shadow_frames: int, timeout_s: float,
                  state: RolloutState, say: Callable[[Dict[str, Any]], None],
-                 fetch: Optional[Dict[str, str]] = None, clock: Callable[[], float] = time.monotonic) -> None:
+                 fetch: Optional[Dict[str, str]] = None, clock: Callable[[], float] = time.monotonic,
+                 min_detections: int = DEFAULT_MIN_DETECTIONS, evidence_timeout_s: Optional[float] = None) -> None:
         self.link, self.bundle, self.gates = link, bundle, list(gates)
         self.shadow_frames, self.timeout_s, self.state = shadow_frames, timeout_s, state
+        self.min_detections = int(min_detections)
+        self.evidence_timeout_s = timeout_s if evidence_timeout_s is None else float(evidence_timeout_s)
+        self._short_since: Dict[str, float] = {}  # device -> when its figures were first too thin to decide
         self.say_event, self.fetch, self.clock = say, fetch, clock
         self._start = clock()
         self._pending: Dict[str, Tuple[str, str, Any, float]] = {}  # device -> (cmd, id, started_ts, sent at)
@@ -82,7 +91,9 @@ class Rollout:
                 self._step(step["role"], step["devices"])
             except _Failure as failure:
                 self._undo(step["devices"], failure, step["role"])
-            except RolloutTimeout:
+            except (RolloutTimeout, RolloutUndecided) as stop:
+                if isinstance(stop, RolloutUndecided):
+                    self.say("undecided", f"{step['role']}: {stop}", role=step["role"])
                 self._abort_shadows(step["devices"])
                 raise
             except KeyboardInterrupt:  # Ctrl-C, or SIGTERM/SIGINT through edge_sdk.cli._stop
@@ -121,8 +132,15 @@ class Rollout:
                 self.say("promote", f"{role}: every device passed {', '.join(map(str, self.gates))}; promoting",
                          role=role)
                 continue
-            if self.clock() > deadline:
-                blocking = {d: why for d, why in waiting.items() if not passed.get(d)} or waiting
+            thin = {d: why for d, why in waiting.items() if why.startswith(UNDECIDED)}
+            for device, since in self._short_since.items():
+                if device in thin and self.clock() - since > self.evidence_timeout_s:
+                    raise RolloutUndecided(
+                        f"{device}: {thin[device][len(UNDECIDED):]} after {self.evidence_timeout_s:g} s; nothing of "
+                        f"the step was promoted (the earlier steps' devices keep {self.bundle}); run the same "
+                        "command again when the scene shows more, or lower --min-detections")
+            if self.clock() > deadline and len(thin) < len(waiting):  # a device that answers with thin figures is no timeout
+                blocking = {d: why for d, why in waiting.items() if not passed.get(d) and d not in thin} or waiting
                 raise RolloutTimeout(f"{role}: after {self.timeout_s:g} s still waiting for " + "; ".join(
                     f"{d} ({why})" for d, why in sorted(blocking.items())) + "; the promoted devices keep "
                     f"{self.bundle}; run the same command again to go on")
@@ -180,6 +198,11 @@ class Rollout:
         figures = arrived[0]
         if figures.get("frames_compared", 0) < self.shadow_frames or not figures.get("window_frames"):
             return f"{figures.get('frames_compared')}/{self.shadow_frames} frames compared"
+        thin = undecided(self.gates, figures, self.min_detections)
+        if thin is not None:
+            self._short_since.setdefault(device, self.clock())
+            return UNDECIDED + thin
+        self._short_since.pop(device, None)
         failed = first_failure(self.gates, figures)
         if failed is not None:
             metric, value, gate = failed

@@ -37,6 +37,8 @@ OPERATORS: Dict[str, Callable[[float, float], bool]] = {">=": operator.ge, "<=":
                                                         "<": operator.lt}
 _GATE = re.compile(r"^\s*([a-z_]+)\s*(>=|<=|>|<)\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*$")
 DEFAULT_GATES = "agreement>=0.97,latency<=1.2"
+DEFAULT_MIN_DETECTIONS = 20
+ON_FRAMES = {"latency"}  # the metrics that rest on frames, not on detections
 
 
 @dataclass(frozen=True)
@@ -70,6 +72,29 @@ def parse_gates(text: str) -> List[Gate]:
                               f"among {', '.join(METRICS)}; e.g. {DEFAULT_GATES!r}")
         gates.append(Gate(m.group(1), m.group(2), float(m.group(3))))
     return gates
+
+
+def undecided(gates: Sequence[Gate], shadow: Dict[str, Any], min_detections: int) -> Optional[str]:
+    """Why the `shadow` message cannot decide `gates` yet, or None: a gate on a detection figure
+    (agreement, precision, recall, detection_rate, score_shift) needs `min_detections` detections
+    of the two models together in the window (its `evidence`); on a scene where neither finds
+    anything a candidate that never detects reads f1 1.0 and a rate ratio of 1.0. A message
+    without `evidence` (a daemon older than the gate) is undecided too."""
+    on_detections = [g for g in gates if g.metric not in ON_FRAMES]
+    if not on_detections or min_detections <= 0:
+        return None
+    evidence = shadow.get("evidence")
+    if not isinstance(evidence, dict):
+        return "the device's shadow figures say nothing of their evidence (update edge-sdk on the device)"
+    live, cand = (_count(evidence.get(k)) for k in ("live_detections", "shadow_detections"))
+    if live + cand >= min_detections:
+        return None
+    return (f"{live + cand} detection(s) in the window (live {live}, candidate {cand}), {min_detections} needed "
+            "for " + ", ".join(str(g) for g in on_detections))
+
+
+def _count(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
 def first_failure(gates: Sequence[Gate], shadow: Dict[str, Any]) -> Optional[Tuple[str, Optional[float], str]]:

@@ -52,16 +52,17 @@ def models(tmp_path_factory) -> Path:
 class Device:
     """One daemon, in this process, or as an `edge-sdk run` process (`process=True`: killable)."""
 
-    def __init__(self, device_id: str, models: Path, tmp_path: Path, url: str, bundle: str, process: bool) -> None:
+    def __init__(self, device_id: str, models: Path, tmp_path: Path, url: str, bundle: str, process: bool,
+                 source: str = SOURCE) -> None:
         self.id, self.process = device_id, process
         self.folder = tmp_path / device_id
         self.folder.mkdir(exist_ok=True)
         self.cfg = config(models, self.folder, url, shadow=SHADOW, device={"id": device_id, "hmac_secret_env": SECRET_ENV},
-                          bundle=str(models / bundle), source={"uri": SOURCE, "fps": FPS})
+                          bundle=str(models / bundle), source={"uri": source, "fps": FPS, "loop": True})
         self.toml = self.folder / "device.toml"
         self.toml.write_text(
             f'bundle = "{models / bundle}"\nbackend = "onnxruntime-cpu"\nthreads = 1\n'
-            f'[source]\nuri = "{SOURCE}"\nfps = {FPS}\n[cache]\nenabled = false\n'
+            f'[source]\nuri = "{source}"\nfps = {FPS}\nloop = true\n[cache]\nenabled = false\n'
             f'[device]\nid = "{device_id}"\nmodels_dir = "{models}"\nhmac_secret_env = "{SECRET_ENV}"\n'
             f'[mqtt]\nurl = "{url}"\nqueue_dir = "{self.folder / "queue"}"\nreconnect_min_s = 0.1\nreconnect_max_s = 0.5\n'
             f'[telemetry]\ninterval_s = 0.2\n[shadow]\n' + "".join(f"{k} = {v}\n" for k, v in SHADOW.items()))
@@ -97,11 +98,13 @@ def fleet(models: Path, tmp_path: Path, broker, message_log, monkeypatch) -> Ite
     monkeypatch.setenv(SECRET_ENV, "rollout-s3cret")
     made: List[Device] = []
 
-    def make(live: Optional[Dict[str, str]] = None, processes: tuple = ()) -> Any:
+    def make(live: Optional[Dict[str, str]] = None, processes: tuple = (), source: str = SOURCE,
+             devices: List[str] = DEVICES) -> Any:
         log = message_log(broker.url, ["edge-sdk/+/status", "edge-sdk/+/shadow", "edge-sdk/+/alerts"])
-        for d in DEVICES:
-            made.append(Device(d, models, tmp_path, broker.url, (live or {}).get(d, "a"), d in processes).start())
-        assert log.wait(lambda m: online(log) == set(DEVICES), timeout=90), online(log)
+        for d in devices:
+            made.append(Device(d, models, tmp_path, broker.url, (live or {}).get(d, "a"), d in processes,
+                               source).start())
+        assert log.wait(lambda m: online(log) == set(devices), timeout=90), online(log)
         return log, {d.id: d for d in made}
 
     yield make
@@ -124,7 +127,7 @@ def rollout_cmd(url: str, bundle: str, state: Path, *extra: str) -> List[str]:
     code = "import sys; from edge_sdk.cli import main; sys.argv[0] = 'edge-sdk'; main()"
     return [sys.executable, "-c", code, "rollout", bundle, "--broker", url, "--devices", "cam-*", "--canary", "1",
             "--waves", "50%,100%", "--shadow-frames", "10", "--state", str(state), "--timeout", "90",
-            "--secret-env", SECRET_ENV, "--json", "--promote-if", GATES, *extra]
+            "--secret-env", SECRET_ENV, "--json", "--promote-if", GATES, "--min-detections", "5", *extra]
 
 
 def rollout(url: str, bundle: str, state: Path, *extra: str) -> subprocess.CompletedProcess:
@@ -201,6 +204,44 @@ def test_a_good_bundle_is_promoted_on_every_device_canary_first(fleet, broker, t
     assert state["outcome"]["result"] == "done" and sorted(state["promoted"]) == DEVICES
     again = rollout(broker.url, "good", tmp_path / "state.json")  # a finished rollout has nothing left to do
     assert again.returncode == 0 and not [e for e in events(again.stdout) if e["event"] in ("reload", "promote")]
+
+
+@pytest.fixture
+def dark_scene(tmp_path: Path) -> str:
+    """A night camera: a folder of black frames (looped), where no model finds anything."""
+    import cv2
+    import numpy as np
+
+    folder = tmp_path / "night"
+    folder.mkdir()
+    for i in range(4):
+        cv2.imwrite(str(folder / f"{i:03d}.png"), np.zeros((64, 96, 3), np.uint8))
+    return str(folder)
+
+
+def test_a_blind_bundle_on_a_dark_scene_is_undecided_never_promoted(fleet, broker, tmp_path: Path,
+                                                                     dark_scene: str) -> None:
+    """Neither model detects anything: agreement would read f1 1.0 and the rate ratio 0/0 1.0, and
+    a bundle that never detects was promoted on every device. Now the canary's gates wait for
+    evidence, then the rollout stops undecided (exit 15): nothing promoted, the shadow aborted."""
+    log, _ = fleet(source=dark_scene, devices=DEVICES[:3])
+    state = tmp_path / "state.json"
+    cmd = rollout_cmd(broker.url, "dim", state, "--promote-if", "agreement>=0.97,detection_rate>=0.8",
+                      "--evidence-timeout", "3")
+    cmd[cmd.index("cam-*")] = "cam-[123]"
+    stopped = complete(cmd, timeout=400)
+    assert stopped.returncode == 15, stopped.stdout + stopped.stderr
+    said = events(stopped.stdout)
+    assert [e for e in said if e["event"] == "undecided"] and not [e for e in said if e["event"] in ("passed", "promote")]
+    assert "cam-1: 0 detection(s) in the window (live 0, candidate 0), 5 needed" in stopped.stderr, stopped.stderr
+    shadows = [m for m in log.on("shadow") if m["device_id"] == "cam-1"]
+    assert shadows and all(m["evidence"]["live_detections"] == 0 for m in shadows)
+    assert shadows[-1]["agreement"]["f1"] == 1.0  # what the gate alone would have passed
+    assert aborted(log, "cam-1")
+    assert log.wait(lambda m: runs(log, "cam-1", "a"), timeout=20)
+    for device in DEVICES[:3]:
+        assert runs(log, device, "a"), device
+    assert not json.loads(state.read_text()).get("promoted")
 
 
 def test_a_bad_bundle_is_stopped_at_the_canary_and_the_others_never_touched(fleet, broker, tmp_path: Path) -> None:

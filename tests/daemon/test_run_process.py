@@ -178,3 +178,31 @@ def test_fleet_orders_status_by_status_ts() -> None:
     assert fleet.devices["d"].state == "offline" and fleet.stale == 2
     fleet.update("edge-sdk/d/status", status("online", 11, 2))  # a new connection
     assert fleet.devices["d"].state == "online"
+
+
+def test_a_camera_password_reaches_no_status_telemetry_log_or_error(tmp_path: Path, broker, message_log) -> None:
+    """A camera URI with userinfo and a token, unreachable: the retained status, every message on
+    the device's topics and the daemon's log say *** where the secrets were, and still name the
+    camera."""
+    import socket
+
+    with socket.socket() as s:  # a port nothing listens on: the camera is away
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    secret = "S3cr3t-pw"
+    uri = f"rtsp://admin:{secret}@127.0.0.1:{port}/cam1?token={secret}x&channel=1"
+    bundle = make_tiny_bundle(tmp_path / "bundle")
+    config = write_config(tmp_path / "device.toml", bundle, broker.url, 0.3)
+    config.write_text(config.read_text().replace(f'uri = "{SOURCE}"', f'uri = "{uri}"'))
+    log = message_log(broker.url, ["edge-sdk/proc-1/#"])
+    with running(config) as proc:
+        _out, stderr = proc.communicate(timeout=60)  # a camera that never opened stops the daemon
+    assert log.wait(lambda m: any(s["state"] == "offline" for s in statuses(log)), timeout=10), stderr
+    late = message_log(broker.url, ["edge-sdk/proc-1/status"])
+    assert late.wait(lambda m: any(x["retain"] for x in m), timeout=10)
+    seen = json.dumps([m["payload"] for m in log.messages + late.messages], default=str)
+    assert secret not in seen and secret not in stderr, stderr[-2000:]
+    named = f"rtsp://***@127.0.0.1:{port}/cam1?token=***&channel=1"
+    final = statuses(late)[-1]
+    assert final["source"] == named and final["streams"]["0"]["source"] == named
+    assert named in final["reason"] and f"cannot open {named}" in stderr

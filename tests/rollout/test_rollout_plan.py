@@ -9,7 +9,8 @@ from typing import Any, Dict
 import pytest
 
 from edge_sdk.errors import ConfigError
-from edge_sdk.rollout.plan import RolloutState, first_failure, make_plan, parse_gates, parse_waves, rollout_key
+from edge_sdk.rollout.plan import (RolloutState, first_failure, make_plan, parse_gates, parse_waves, rollout_key,
+                                   undecided)
 from edge_sdk.telemetry import schemas
 
 
@@ -103,3 +104,33 @@ def test_the_state_file_is_kept_and_refused_for_another_rollout(tmp_path: Path) 
     path.write_text("{half")
     with pytest.raises(ConfigError, match="cannot be read"):
         RolloutState.open(path, key)
+
+
+def with_evidence(message: Dict[str, Any], live: int, cand: int) -> Dict[str, Any]:
+    message = dict(message, evidence={"frames": 50, "live_detections": live, "shadow_detections": cand})
+    assert schemas.errors(message) == []
+    return message
+
+
+@pytest.mark.parametrize("gates, live, cand, decided", [
+    ("agreement>=0.97,detection_rate>=0.8", 0, 0, False),  # a dark scene: a blind candidate reads f1 1.0
+    ("agreement>=0.97,detection_rate>=0.8", 19, 0, False),
+    ("agreement>=0.97,detection_rate>=0.8", 60, 0, True),  # a blind candidate in daylight: decided (and failed)
+    ("agreement>=0.97", 0, 40, True),  # a candidate that sees ghosts on an empty scene: decided (and failed)
+    ("agreement>=0.97", 10, 10, True),
+    ("latency<=1.2", 0, 0, True),  # latency rests on frames, not detections
+])
+def test_a_gate_on_detections_needs_evidence(gates: str, live: int, cand: int, decided: bool) -> None:
+    message = with_evidence(shadow(f1=1.0 if live == cand == 0 else 0.0, rate=1.0), live, cand)
+    why = undecided(parse_gates(gates), message, 20)
+    assert (why is None) == decided, why
+    if why is not None:
+        assert f"{live + cand} detection(s) in the window (live {live}, candidate {cand}), 20 needed" in why
+    assert undecided(parse_gates(gates), message, 0) is None  # --min-detections 0: the gates alone
+
+
+def test_figures_without_evidence_decide_nothing_on_detections() -> None:
+    """A daemon older than the evidence block: its figures cannot tell a dark scene from agreement."""
+    why = undecided(parse_gates("agreement>=0.97"), shadow(), 20)
+    assert why is not None and "update edge-sdk on the device" in why
+    assert undecided(parse_gates("latency<=1.2"), shadow(), 20) is None
