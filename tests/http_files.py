@@ -22,6 +22,7 @@ class Files(ThreadingHTTPServer):
         self.hold_at: Optional[int] = None  # the next response stops after this many body bytes until `release`
         self.release = threading.Event()
         self.redirects: Dict[str, str] = {}  # path -> the Location a 302 sends the client to
+        self.lengths: Dict[str, str] = {}  # path -> the Content-Length header sent instead of the true one
         self.requests: List[Dict[str, Optional[str]]] = []
         self.sent = 0  # body bytes written, over every request
         self.lock = threading.Lock()
@@ -65,7 +66,7 @@ class _Handler(BaseHTTPRequestHandler):
         else:
             self.send_response(200)
         body = data[start:]
-        self.send_header("Content-Length", str(len(body)))
+        self.send_header("Content-Length", srv.lengths.get(self.path, str(len(body))))
         self.end_headers()
         if cut is not None:
             body = body[:cut]

@@ -42,7 +42,9 @@ TIMEOUT_S = 30.0  # connecting, and silence on an open connection
 PROGRESS_EVERY_S = 1.0
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")  # cmd.json's pattern for a bundle fetched by URL
 SHA256 = re.compile(r"^[0-9a-f]{64}$")
-_CONTENT_RANGE = re.compile(r"^bytes (\d+)-(\d+)/(\d+|\*)$")
+# ASCII digits only: str.isdigit() and \d take "²" or "١" too, which int() then refuses or reads
+_CONTENT_RANGE = re.compile(r"^bytes ([0-9]{1,19})-([0-9]{1,19})/([0-9]{1,19}|\*)$")
+_LENGTH = re.compile(r"^[0-9]{1,19}$")
 _CHUNK = 1 << 16
 
 
@@ -82,13 +84,17 @@ def check_name(name: str) -> str:
 
 
 class _HttpOnly(urllib.request.HTTPRedirectHandler):
-    """Follows redirects to http(s) URLs without credentials only."""
+    """Follows redirects to http(s) URLs without credentials only, and never from https to http
+    (the download would go on in the clear, open to whoever sits between)."""
 
     def redirect_request(self, req: Any, fp: Any, code: int, msg: str, headers: Any, newurl: str) -> Any:
         try:
             check_url(newurl)
         except ConfigError as exc:
             raise FetchError(f"redirect to {newurl!r} refused: {exc}") from None
+        if urllib.parse.urlsplit(req.full_url).scheme == "https" and urllib.parse.urlsplit(newurl).scheme != "https":
+            raise FetchError(f"redirect from https to {newurl!r} refused: the download would leave TLS; serve the "
+                             "bundle over https all the way")
         return super().redirect_request(req, fp, code, msg, headers, newurl)
 
 
@@ -237,7 +243,11 @@ class BundleFetcher:
                                  f"{response.headers.get('Content-Range')!r}; reload again", resumable=False)
             return int(match.group(3))
         length = response.headers.get("Content-Length")
-        return int(length) if length is not None and length.isdigit() else None
+        if length is None:
+            return None
+        if not _LENGTH.match(length.strip()):
+            raise FetchError(f"the server sent Content-Length {length[:40]!r}, not a byte count; refused", resumable=False)
+        return int(length.strip())
 
     def _check_room(self, url: str, part: Path, total: int, offset: int) -> None:
         if total > self.max_bytes:

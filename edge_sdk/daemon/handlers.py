@@ -102,6 +102,10 @@ class CommandHandlers:
         applied: Dict[str, Any] = {}
         thresholds = {key: args[key] for key in THRESHOLDS if key in args}
         stream = args.get("stream")
+        if "mode" in args or thresholds:
+            # the shadow's detector keeps the mode and thresholds it started with: a change on the live
+            # side alone would compare two settings, and after a promotion move the watched figures
+            d.shadow.check_idle("set of " + ", ".join(k for k in ("mode", *THRESHOLDS) if k in args))
         if "mode" in args and (args["mode"] != d.model.mode_of(stream) or stream is None and len(streams) > 1):
             applied.update(d.model.set_mode(args["mode"], stream=stream, **thresholds))
         elif thresholds:

@@ -69,9 +69,12 @@ class RollbackWatch:
         return now - self.start >= self.config.watch_s and len(self.samples) >= 2
 
     def breaches(self) -> Tuple[Dict[str, Optional[float]], List[Tuple[str, float, float, str]]]:
-        """The promoted model's figures and each bound it leaves: (metric, ratio, bound, words)."""
+        """The promoted model's figures and each bound it leaves: (metric, ratio, bound, words);
+        none while it has run too few frames to have figures (an abort in its first frames)."""
         after, before, c = measure(self.samples), self.before, self.config
         out: List[Tuple[str, float, float, str]] = []
+        if after["fps"] is None:
+            return after, out
 
         def figures(name: str, unit: str) -> str:
             return f"{after[name]:.2f}{unit} against {before[name]:.2f}{unit} before"

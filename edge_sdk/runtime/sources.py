@@ -274,7 +274,10 @@ class ImageFolderSource(Source):
     :func:`edge_sdk.images.read_image`: grey or BGR uint8 (16-bit images reduced to 8 bits),
     size-capped, a truncated file refused with its name. Each image is decoded into an array
     of its own (OpenCV's Python `imdecode` takes no output array), which the capture thread
-    copies into its slot."""
+    copies into its slot. In a folder, a file that cannot be read (truncated, not an image, too
+    large) is skipped with one warning and counted in `skipped` (every pass: `unreadable` names
+    them); the source is broken (SourceError) only when no file of a pass can be read. A single
+    image file that cannot be read is the SourceError."""
 
     def __init__(self, path: str, loop: bool = False) -> None:
         self.path = Path(path)
@@ -282,6 +285,8 @@ class ImageFolderSource(Source):
         self.loop = loop
         self.files: List[Path] = []
         self._next = 0
+        self.skipped = 0  # reads of unreadable files, passed over
+        self.unreadable: Dict[str, str] = {}  # file -> why it cannot be read
 
     def open(self) -> None:
         if self.path.is_dir():
@@ -297,13 +302,27 @@ class ImageFolderSource(Source):
         self._next = 0
 
     def read(self, out: Optional[np.ndarray] = None) -> Optional[np.ndarray]:
-        if self._next >= len(self.files):
-            if not self.loop or not self.files:
-                return None
-            self._next = 0
-        path = self.files[self._next]
-        self._next += 1
-        return read_image(str(path))  # the builder's reader too: same pixels in build and detect
+        failed = 0
+        while True:
+            if self._next >= len(self.files):
+                if not self.loop or not self.files:
+                    return None
+                self._next = 0
+            path = self.files[self._next]
+            self._next += 1
+            try:
+                return read_image(str(path))  # the builder's reader too: same pixels in build and detect
+            except SourceError as exc:
+                if len(self.files) == 1 and not self.path.is_dir():
+                    raise
+                self.skipped += 1
+                if str(path) not in self.unreadable:
+                    self.unreadable[str(path)] = str(exc)
+                    logger.warning("skipping %s: %s", path, exc)
+                failed += 1
+                if failed >= len(self.files):
+                    raise SourceError(f"no image of folder {self.path} can be read ({len(self.files)} tried): "
+                                      f"{exc}") from exc
 
 
 class SyntheticSource(Source):

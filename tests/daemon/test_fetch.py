@@ -154,6 +154,33 @@ def test_a_mismatch_a_404_a_refused_connection_and_an_oversized_file_are_refused
     assert sorted(os.listdir(tmp_path)) == [".b3.sha256", "b3"]  # nothing kept of the refused ones
 
 
+@pytest.mark.parametrize("length", ["\u00b2", "\u00b9\u00b2\u00b3", "12abc", "-5", "9" * 30])
+def test_a_content_length_that_is_no_byte_count_is_a_typed_refusal(http_files: Files, archives, tmp_path,
+                                                                     length: str) -> None:
+    """http.client leaves Content-Length to the reader: "²".isdigit() is True, and int() refuses it."""
+    http_files.files["/b.tar.gz"] = archives["b"]
+    http_files.lengths["/b.tar.gz"] = length
+    with pytest.raises(FetchError, match="not a byte count"):
+        BundleFetcher(tmp_path).fetch(http_files.url("/b.tar.gz"), archives["sha"], "b2")
+    assert os.listdir(tmp_path) == []  # no part kept of a response refused
+
+
+def test_a_redirect_from_https_to_http_is_refused() -> None:
+    """The handler urllib consults for every redirect: https may go to https only."""
+    import urllib.request
+
+    from edge_sdk.daemon.fetch import _HttpOnly
+
+    handler = _HttpOnly()
+    request = urllib.request.Request("https://bundles.example/b.tar.gz")
+    with pytest.raises(FetchError, match="redirect from https to 'http://bundles.example/b.tar.gz' refused"):
+        handler.redirect_request(request, None, 302, "Found", {}, "http://bundles.example/b.tar.gz")
+    onward = handler.redirect_request(request, None, 302, "Found", {}, "https://mirror.example/b.tar.gz")
+    assert onward.full_url == "https://mirror.example/b.tar.gz"
+    plain = urllib.request.Request("http://bundles.example/b.tar.gz")
+    assert handler.redirect_request(plain, None, 302, "Found", {}, "https://mirror.example/b.tar.gz") is not None
+
+
 FETCH_ON = """
 import json, sys
 from pathlib import Path

@@ -30,10 +30,11 @@ pytest.importorskip("paho.mqtt.client")
 
 DEVICES = ["cam-1", "cam-2", "cam-3", "cam-4", "cam-5"]
 SECRET_ENV = "EDGE_TEST_ROLLOUT_SECRET"
-SHADOW = {"every_n_frames": 1, "window_frames": 10, "watch_s": 1.0, "watch_latency_ratio": 100.0,
+SHADOW = {"every_n_frames": 1, "window_frames": 10, "watch_s": 1.0, "watch_latency_ratio": 1000.0,
           "watch_fps_ratio": 0.2, "watch_rate_ratio": 3.0}
 # The latency gated loosely: on a shared CI machine the latency ratio of two runs of one model
-# swings past 2. The agreement at the default gate: the same model rebuilt agrees on every frame
+# swings past 2, and the watch's p99 over its 1 s (about 15 frames) is its slowest frame: one
+# frame of 0.7 s against 5 ms (five daemons, a broker restart, every CPU busy) read 148. The agreement at the default gate: the same model rebuilt agrees on every frame
 # (the tiny model's boxes clipped flat at the frame's edge included); the bundles that must fail read 0.
 GATES = "agreement>=0.97,latency<=20"
 SOURCE = "synthetic://faces?width=96&height=64&count=2&min_size=8&max_size=16&fps=15"

@@ -299,3 +299,48 @@ def test_fit_problem_names_the_figures(tmp_path: Path) -> None:
     problem = fit_problem(bundle, 1.0, free=size + 1024 * 1024 - 1)
     assert problem is not None and f"{(size + 1024 * 1024 - 1) / 1048576:.1f} MB are free" in problem
     assert json.dumps(problem)  # a plain message, sent in a response
+
+
+def test_abort_in_the_first_frames_after_a_promotion_rolls_back(models: Path, tmp_path: Path, broker,
+                                                                 message_log) -> None:
+    """promote and abort in one batch of commands (what a rollout's undo sends at once): the watch
+    has no frame yet; the abort still rolls back (it raised an internal TypeError and rolled
+    nothing back)."""
+    daemon, log, running, recording = start(models, tmp_path, broker.url, message_log, watch_s=600.0)
+    hash_a = Bundle.load(models / "a").hash
+    try:
+        assert send(log, "s1", "reload", {"bundle": "a-rebuilt", "shadow": True})["ok"]
+        full_window(log, "a-rebuilt")
+        for cid, cmd in (("s2", "promote"), ("s3", "abort")):  # published back to back, answered together
+            command(log, CMD, {"schema": "edge-sdk/cmd/1", "id": cid, "cmd": cmd, "args": {}})
+        assert log.wait(lambda m: {r["id"] for r in log.on("cmd/response")} >= {"s2", "s3"}, timeout=20)
+        frames = daemon.frames
+        assert wait_until(lambda: daemon.frames > frames + 10)
+    finally:
+        assert running.stop() == 0
+    answers = {r["id"]: r for r in log.on("cmd/response") if r["id"] in ("s2", "s3")}
+    assert answers["s2"]["ok"], answers
+    assert answers["s3"]["ok"] and answers["s3"]["result"]["why"] == "abort", answers["s3"]
+    assert answers["s3"]["result"]["bundle_hash"] == hash_a
+    assert daemon.model.describe()["bundle_hash"] == hash_a and daemon.model.kept is None
+    contiguous(recording)
+
+
+def test_the_mode_and_thresholds_cannot_change_under_a_shadow(models: Path, tmp_path: Path, broker,
+                                                              message_log) -> None:
+    """The shadow's detector keeps the settings it started with: a live-side change would compare
+    mode roi against mode full; refused until promote or abort, then accepted."""
+    daemon, log, running, _ = start(models, tmp_path, broker.url, message_log)
+    try:
+        assert send(log, "s1", "reload", {"bundle": "a-rebuilt", "shadow": True})["ok"]
+        assert log.wait(lambda m: (daemon.shadow.run is not None), timeout=20)
+        refused = send(log, "s2", "set", {"mode": "roi"})
+        nudged = send(log, "s3", "set", {"score_threshold": 0.9})
+        interval = send(log, "s4", "set", {"telemetry_interval": 0.5})  # not the model's: accepted
+        assert send(log, "s5", "abort", {})["ok"]
+        after = send(log, "s6", "set", {"mode": "roi"})
+    finally:
+        assert running.stop() == 0
+    assert refused["ok"] is False and "set of mode refused: the shadow of a-rebuilt runs" in refused["error"], refused
+    assert nudged["ok"] is False and "set of score_threshold refused" in nudged["error"], nudged
+    assert interval["ok"] and after["ok"] and after["result"]["applied"]["mode"] == "roi"

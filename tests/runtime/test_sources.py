@@ -234,3 +234,36 @@ def test_synthetic_source_renders_into_the_buffer_with_ground_truth() -> None:
 def test_synthetic_bad_parameter() -> None:
     with pytest.raises(SourceError, match="width"):
         open_source("synthetic://faces?width=abc").open()
+
+
+def test_a_truncated_image_in_a_looped_folder_is_skipped_and_counted(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """b.jpg cut in half: a and c are read on every pass (each a real JPEG of its own colour), b is
+    skipped with one warning and counted each pass, never raised (which stopped the capture and
+    re-opened the folder at a: c was never read)."""
+    import cv2
+
+    colours = {"a": (0, 0, 255), "b": (0, 255, 0), "c": (255, 0, 0)}
+    for name, bgr in colours.items():
+        cv2.imwrite(str(tmp_path / f"{name}.jpg"), np.full((48, 64, 3), bgr, np.uint8))
+    truncate(tmp_path / "b.jpg")
+    src = ImageFolderSource(str(tmp_path), loop=True)
+    src.open()
+    frames = [src.read() for _ in range(6)]
+    dominant = ["bgr"[int(np.argmax(f.reshape(-1, 3).mean(axis=0)))] for f in frames]
+    assert dominant == ["r", "b"] * 3  # a (red), c (blue), a, c, ...: b never returned, nothing raised
+    assert src.skipped == 3 and list(src.unreadable) == [str(tmp_path / "b.jpg")]
+    assert "truncated" in src.unreadable[str(tmp_path / "b.jpg")]
+    assert sum("skipping" in r.getMessage() for r in caplog.records) == 1
+
+
+def test_a_folder_of_only_unreadable_images_is_a_source_error(tmp_path: Path) -> None:
+    (tmp_path / "x.jpg").write_bytes(b"\xff\xd8\xff\xe0 not really")
+    (tmp_path / "y.png").write_bytes(b"\x89PNG\r\n\x1a\n broken")
+    src = ImageFolderSource(str(tmp_path), loop=True)
+    src.open()
+    with pytest.raises(SourceError, match="no image of folder .* can be read \\(2 tried\\)"):
+        src.read()
+    single = ImageFolderSource(str(tmp_path / "x.jpg"))
+    single.open()
+    with pytest.raises(SourceError, match="x.jpg"):
+        single.read()  # one image file: its own error
