@@ -228,7 +228,10 @@ install_file() {  # install_file SRC DEST MODE; sets units_changed for unit file
   fi
 }
 ensure_dir "$root/etc/edge-sdk" 755
-ensure_dir "$root/opt/edge-sdk/bundles" 755
+# The bundles live in the unit's state directory (models_dir: reload by URL downloads there);
+# systemd gives it to the service user at start, bundles copied in as root included.
+ensure_dir "$root/var/lib/edge-sdk" 750
+ensure_dir "$root/var/lib/edge-sdk/bundles" 750
 
 if [ -z "$rendered" ]; then
   ok "$config (kept as it is)"
@@ -303,6 +306,6 @@ if [ "$changes" = 0 ]; then
 elif [ "$dry" = 1 ]; then
   echo "$changes change(s) to make (dry run: nothing changed)"
 else
-  echo "$changes change(s) made. Next: copy a bundle to /opt/edge-sdk/bundles/default and"
+  echo "$changes change(s) made. Next: copy a bundle to /var/lib/edge-sdk/bundles/default and"
   echo "  sudo systemctl start edge-sdk   (the first start builds the TensorRT engine: docs/jetson.md)"
 fi

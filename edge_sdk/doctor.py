@@ -127,6 +127,7 @@ class Plan:
     cache_dir: Optional[Path] = None
     config: Optional[str] = None  # the file, for the report
     config_error: str = ""
+    models_dir: Optional[str] = None  # where reload by name reads and reload by URL writes
 
 
 # Without a config: the documented deployment, a Jetson with the TensorRT backend.
@@ -160,7 +161,11 @@ def plan_for(config: Any = None, path: Optional[Path] = None, error: str = "") -
         needed |= {"broker", "paho"}
     if p.bundle:
         needed |= {"bundle"}
-    return Plan(needed, source=uri, broker=config.mqtt, bundle=p.bundle, config=str(path) if path else None)
+    models = getattr(getattr(config, "device", None), "models_dir", None)
+    if models:
+        needed |= {"models"}
+    return Plan(needed, source=uri, broker=config.mqtt, bundle=p.bundle, config=str(path) if path else None,
+                models_dir=models)
 
 
 # -- probes ------------------------------------------------------------------------------------
@@ -413,16 +418,32 @@ def probe_bundle(env: Env, plan: Plan) -> Check:
     return Check("bundle", "bundle", OK, f"{plan.bundle}: {bundle.hash}, target {target}, {drift}")
 
 
+def probe_models(env: Env, plan: Plan) -> Check:
+    """The model folder: reload by URL and rollouts download into it, so the daemon's user must
+    be able to write there (under the unit's ProtectSystem=strict only its state directory is)."""
+    from edge_sdk.fsutil import write_problem
+
+    if not plan.models_dir:
+        return Check("models", "model folder", INFO, "no models_dir: reload by name or URL is off",
+                     'set models_dir = "/var/lib/edge-sdk/bundles" in [device]')
+    problem = write_problem(plan.models_dir)
+    if problem is not None:
+        return Check("models", "model folder", MISSING, problem + " (reload by URL and rollouts --url fail)",
+                     "run the daemon's check as its user (sudo -u edge-sdk edge-sdk doctor --config ...); use "
+                     "/var/lib/edge-sdk/bundles, the unit's state directory, or make the folder writable by that user")
+    return Check("models", "model folder", OK, f"{plan.models_dir}: writable")
+
+
 PROBES: Sequence[Callable[[Env, Plan], Check]] = (
     probe_config, probe_l4t, probe_tensorrt, probe_cuda, probe_gpu, probe_dla, probe_onnxruntime, probe_backend,
     probe_opencv, probe_gstreamer, probe_camera, probe_jtop, probe_paho, probe_broker, probe_disk, probe_power,
-    probe_bundle,
+    probe_bundle, probe_models,
 )
 _NAMES = {"config": "device config", "l4t": "L4T / JetPack", "tensorrt": "TensorRT (Python)", "cuda": "CUDA bindings",
           "gpu": "GPU and SM", "dla": "DLA cores", "onnxruntime": "ONNX Runtime", "backend": "backend (auto)",
           "opencv": "OpenCV", "gstreamer": "OpenCV with GStreamer", "camera": "cameras", "jtop": "jtop service",
           "paho": "MQTT client", "broker": "broker", "disk": "engine cache disk", "power": "power mode and clocks",
-          "bundle": "bundle"}
+          "bundle": "bundle", "models": "model folder"}
 
 
 def safe(probe: Callable[[Env, Plan], Check], env: Env, plan: Plan) -> Check:

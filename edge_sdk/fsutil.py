@@ -350,3 +350,20 @@ def move_corrupt_aside(path: PathLike, now: Optional[float] = None) -> Path:
         if stale.exists():
             os.replace(stale, Path(f"{aside}{suffix}"))
     return aside
+
+
+def write_problem(folder: PathLike) -> Optional[str]:
+    """Why this process cannot create files in `folder` (a file is made there and removed: what
+    access(2) says is not enough under systemd's ProtectSystem, a read-only bind mount), or None."""
+    import tempfile
+
+    path = Path(folder)
+    if not path.is_dir():
+        return f"{path} is not a folder"
+    try:
+        fd, name = tempfile.mkstemp(prefix=".edge-sdk-write-check-", dir=str(path))
+    except OSError as exc:
+        return f"{path} is not writable by uid {os.getuid()}: {exc.strerror or exc}"
+    os.close(fd)
+    os.unlink(name)
+    return None

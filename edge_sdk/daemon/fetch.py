@@ -32,7 +32,7 @@ from typing import Any, Dict, Optional
 
 from edge_sdk.bundle_archive import unpack
 from edge_sdk.errors import BundleError, ConfigError
-from edge_sdk.fsutil import atomic_write_text, sha256_file
+from edge_sdk.fsutil import atomic_write_text, sha256_file, write_problem
 
 log = logging.getLogger(__name__)
 
@@ -132,6 +132,11 @@ class BundleFetcher:
             raise ConfigError("sha256 refused: 64 lowercase hex digits")
         dest = self.target(name)
         record = dest.with_name(f".{name}.sha256")
+        problem = write_problem(dest.parent)
+        if problem is not None and not dest.exists():
+            raise FetchError(f"cannot download into the model folder: {problem}; give the daemon a writable "
+                             "models_dir (provision.sh sets /var/lib/edge-sdk/bundles, the unit's state directory; "
+                             "`edge-sdk doctor --config` checks it), or copy the bundle there by hand and reload by name")
         if dest.exists():
             recorded = record.read_text().strip() if record.is_file() else None
             if recorded == sha256:

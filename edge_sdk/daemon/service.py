@@ -340,7 +340,6 @@ class Daemon:
             self.reporter.raise_alert("config_invalid", True,
                                       f"re-read config failed: {type(exc).__name__}: {exc}", repeat=True)
             return
-        self.reporter.raise_alert("config_invalid", False, "config re-read")
         old = self.config
         self.reporter.set_interval(new.telemetry.interval_s)
         self.reporter.target_fps = new.telemetry.target_fps
@@ -358,14 +357,26 @@ class Daemon:
                                           f"model keeps running: {exc}", "critical", repeat=True)
         restart = [k for k in ("source", "sources", "backend", "threads", "mode", "score_threshold", "nms_iou", "tracking")
                    if getattr(new.pipeline, k) != getattr(old.pipeline, k)]
-        if new.mqtt != old.mqtt or new.device.id != old.device.id:
-            restart.append("mqtt/device")
-        if restart:
-            log.warning("SIGHUP: %s changed; restart the service to apply (or send a `set` command for "
-                        "mode and thresholds)", ", ".join(restart))
+        # what the daemon took at start and cannot change while it runs: commands' signing and
+        # clock skew, the model and snapshot folders, the shadow's and the output's settings, the broker
+        restart += changed_keys("device", old.device, new.device) + changed_keys("shadow", old.shadow, new.shadow)
+        restart += changed_keys("output", old.output, new.output)
+        if new.mqtt != old.mqtt:
+            restart.append("mqtt")
         self.config = dataclasses.replace(old, telemetry=new.telemetry, health=new.health,
                                           pipeline=dataclasses.replace(old.pipeline, bundle=bundle))
         self.publisher.set_status(self.status())
+        if restart:
+            security = [k for k in restart if k in ("device.hmac_secret_env", "device.max_skew_s", "mqtt")]
+            message = (f"re-read config NOT applied for {', '.join(restart)}: restart the service to apply "
+                       + ("them (the running daemon still checks commands as it started: "
+                          + ", ".join(security) + ")" if security else "them")
+                       + "; telemetry, health and the bundle were applied (`set` changes mode and thresholds now)")
+            log.warning("SIGHUP: %s", message)
+            self.reporter.raise_alert("config_invalid", True, message, "critical" if security else "warning",
+                                      repeat=True)
+            return
+        self.reporter.raise_alert("config_invalid", False, "config re-read")
         log.info("SIGHUP: config re-read from %s", self.config_path)
 
     # -- the loop --------------------------------------------------------------------------------
@@ -417,7 +428,9 @@ class Daemon:
             self.model.attach(self.pipeline)
             self.pipeline.open()
             self._publisher_alerts_ready()
-            self.publisher.set_status(self.status())
+            status = self.status()
+            check_status_fits(status)
+            self.publisher.set_status(status)
             self.reporter.start()
             self._looping.set()
             sources = ", ".join(f"{s.id}={s.uri}" for s in cfg.pipeline.streams()) if self.several else cfg.pipeline.source.uri
@@ -541,3 +554,32 @@ def _default_pipeline(config: PipelineConfig, model: Any = None, detector: Any =
     from edge_sdk.runtime.pipeline import Pipeline
 
     return Pipeline(config, model=model, detector=detector)
+
+
+STATUS_HEADROOM = 3 * 1024  # what the status gains while it runs: shadow, A/B, download, engine build, a reason
+
+
+def check_status_fits(status: Dict[str, Any]) -> None:
+    """ConfigError when the retained status, with room for what it gains while the daemon runs
+    (STATUS_HEADROOM), would be over the size monitors accept (schemas.MAX_BYTES["status"]): the
+    monitor would drop every status, and the device would vanish from the fleet and its rollouts.
+    Sixteen sources with long URIs are one way there."""
+    from edge_sdk.telemetry.schemas import MAX_BYTES
+    from edge_sdk.validate import dumps_outgoing
+
+    size = len(dumps_outgoing(dict(status, schema="edge-sdk/status/1", device_id="", ts=0, seq=0,
+                                   state="online", status_ts=0), "status").encode())
+    limit = MAX_BYTES["status"]
+    if size + STATUS_HEADROOM > limit:
+        streams = status.get("streams") or {}
+        longest = max((len(str(s.get("source") or "")) for s in streams.values()), default=0)
+        raise ConfigError(
+            f"the retained status would take {size:,} bytes, and with the {STATUS_HEADROOM:,} it gains while running "
+            f"more than the {limit:,} monitors accept (the device would vanish from the fleet): "
+            f"{len(streams)} stream(s), the longest source URI {longest} characters; shorten the source URIs "
+            "(an RTSP path, not a query string) or run fewer [[sources]] on this device")
+
+
+def changed_keys(section: str, old: Any, new: Any) -> List[str]:
+    """`section.field` for each field of two config dataclasses that differs."""
+    return [f"{section}.{f.name}" for f in dataclasses.fields(old) if getattr(old, f.name) != getattr(new, f.name)]

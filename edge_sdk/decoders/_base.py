@@ -25,6 +25,14 @@ COMMON_KEYS = (
 )
 
 
+# A frame's detections go out in one `detections` message, whose schema holds at most 4,096 boxes
+# (schemas/detections.json): more than that is a message every reader refuses. Candidates into
+# NMS are bounded too (its cost grows with their square): a decoder spec of null or more kept
+# 6,400 boxes a frame at 0.05 fps.
+MAX_DETECTIONS = 4096
+MAX_PRE_NMS_TOPK = 10000
+
+
 class Decoder:
     """Turns a batch of raw model outputs into one :class:`Detections` per image, in frame pixels.
 
@@ -54,8 +62,10 @@ class Decoder:
         self.score_threshold = spec_float(self.spec, "score_threshold", self.default_score_threshold, 0.0, 1.0)
         self.nms_iou = spec_float(self.spec, "nms_iou", self.default_nms_iou, 0.0, 1.0)
         self.class_agnostic = spec_bool(self.spec, "class_agnostic", self.default_class_agnostic)
-        self.max_detections = spec_int(self.spec, "max_detections", self.default_max_detections, 1)
-        self.pre_nms_topk = spec_int(self.spec, "pre_nms_topk", self.default_pre_nms_topk, 1, allow_none=True)
+        self.max_detections = spec_int(self.spec, "max_detections", self.default_max_detections, 1, hi=MAX_DETECTIONS)
+        # null: no cut of the decoder's own, but never more candidates into NMS than MAX_PRE_NMS_TOPK
+        self.pre_nms_topk = spec_int(self.spec, "pre_nms_topk", self.default_pre_nms_topk, 1, allow_none=True,
+                                     hi=MAX_PRE_NMS_TOPK)
         self.num_classes = spec_int(self.spec, "num_classes", None, 1, allow_none=True)
         names = self.spec.get("output_names")
         if names is not None and (not isinstance(names, (list, tuple)) or not all(isinstance(n, str) for n in names)):
@@ -115,8 +125,9 @@ class Decoder:
 
     def _decode_item(self, outputs: List[np.ndarray], i: int, transform: Placement) -> Detections:
         boxes, scores, class_id, data = self.candidates(outputs, i)
-        if self.pre_nms_topk is not None and len(scores) > self.pre_nms_topk:
-            top = np.argpartition(-scores, self.pre_nms_topk - 1)[: self.pre_nms_topk]
+        topk = MAX_PRE_NMS_TOPK if self.pre_nms_topk is None else self.pre_nms_topk
+        if len(scores) > topk:
+            top = np.argpartition(-scores, topk - 1)[:topk]
             boxes, scores, class_id = boxes[top], scores[top], class_id[top]
             data = {k: v[top] for k, v in data.items()}
         keep = nms(boxes, scores, self.nms_iou, None if self.class_agnostic else class_id, self.max_detections)
@@ -171,13 +182,16 @@ def spec_float(spec: Mapping[str, Any], key: str, default: Optional[float], lo: 
 
 
 def spec_int(
-    spec: Mapping[str, Any], key: str, default: Optional[int], lo: int, allow_none: bool = False
+    spec: Mapping[str, Any], key: str, default: Optional[int], lo: int, allow_none: bool = False,
+    hi: Optional[int] = None,
 ) -> Optional[int]:
     value = spec.get(key, default)
     if value is None and allow_none:
         return None
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or int(value) < lo:
-        raise ConfigError(f"decoder.{key} must be an integer >= {lo}{' or null' if allow_none else ''}, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or int(value) < lo \
+            or (hi is not None and int(value) > hi):
+        bound = f">= {lo}" if hi is None else f"in [{lo}, {hi}]"
+        raise ConfigError(f"decoder.{key} must be an integer {bound}{' or null' if allow_none else ''}, got {value!r}")
     return int(value)
 
 

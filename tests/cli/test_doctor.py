@@ -143,7 +143,7 @@ def test_a_probe_that_raises_becomes_a_row(tmp_path: Path) -> None:
     env = Env(root=tmp_path, run=lambda c, t: None, module=broken, gpu_probes=[])
     checks = by_key(diagnose(env, plan_for()))
     assert checks["tensorrt"].status == MISSING and "RuntimeError: libnvinfer.so.8" in checks["tensorrt"].found
-    assert len(checks) == 17 and not ready(list(checks.values()))
+    assert len(checks) == 18 and not ready(list(checks.values()))
 
 
 def test_broker_reachability_against_a_real_broker(tmp_path: Path, broker) -> None:
@@ -197,3 +197,21 @@ def test_cli_reports_a_bad_config_as_a_row(tmp_path: Path) -> None:
     assert result.exit_code == 1
     rows = {c["key"]: c for c in json.loads(result.output)["checks"]}
     assert rows["config"]["status"] == MISSING and "backend" in rows["config"]["found"]
+
+
+def test_the_model_folder_must_be_writable_when_one_is_set(tmp_path: Path) -> None:
+    """Reload by URL and `rollout --url` download into models_dir: a folder the daemon cannot
+    create files in fails the check, naming the fix; a writable one passes; none is information."""
+    root = jetson_root(tmp_path)
+    models = tmp_path / "bundles"
+    models.mkdir()
+    cfg = device_config()
+    cfg.device.models_dir = str(models)
+    checks = by_key(diagnose(jetson_env(root), plan_for(cfg)))
+    assert checks["models"].ok and checks["models"].needed and checks["models"].found == f"{models}: writable"
+    cfg.device.models_dir = str(tmp_path / "missing")
+    checks = by_key(diagnose(jetson_env(root), plan_for(cfg)))
+    assert checks["models"].status == MISSING and "is not a folder" in checks["models"].found
+    assert "/var/lib/edge-sdk/bundles" in checks["models"].fix and not ready(list(checks.values()))
+    cfg.device.models_dir = None
+    assert by_key(diagnose(jetson_env(root), plan_for(cfg)))["models"].status == "info"

@@ -404,6 +404,39 @@ def test_sighup_with_other_tracking_says_a_restart_applies_it(models: Path, tmp_
     path.write_text(path.read_text() + "[tracking]\nenabled = false\n")
     with caplog.at_level("WARNING", logger="edge_sdk.daemon"):
         daemon.reload_config()
-    assert any("tracking changed; restart the service to apply" in r.getMessage() for r in caplog.records), caplog.text
+    assert any("NOT applied for tracking: restart the service to apply" in r.getMessage() for r in caplog.records), \
+        caplog.text
     assert daemon.config.pipeline.tracking.enabled  # the running tracker stays as it is
+    daemon.commands.close()
+
+
+@pytest.mark.parametrize("section, text, keys, severity", [
+    ("[device]", 'hmac_secret_env = "EDGE_TEST_NEW_SECRET"\nmax_skew_s = 30\n',
+     "device.hmac_secret_env, device.max_skew_s", "critical"),
+    ("[shadow]", "min_agreement = 0.5\n", "shadow.min_agreement", "warning"),
+    ("[output]", 'out = ["rtsp://127.0.0.1:8554/x"]\n', "output.out", "warning"),
+])
+def test_sighup_never_reports_success_for_what_it_cannot_apply(models: Path, tmp_path: Path, monkeypatch,
+                                                               caplog, section: str, text: str, keys: str,
+                                                               severity: str) -> None:
+    """Adding hmac_secret_env and sending SIGHUP logged "config re-read" while unsigned commands
+    still ran: now the keys that need a restart are named in a warning and in the config_invalid
+    alert (critical for the commands' signing), and nothing says the re-read succeeded."""
+    monkeypatch.setenv("EDGE_TEST_NEW_SECRET", "s3cret")
+    daemon, path = _hup_daemon(models, tmp_path)
+    body = path.read_text()
+    body = body.replace("[device]\n", "[device]\n" + text) if section == "[device]" else body + section + "\n" + text
+    path.write_text(body)
+    sent: List[Tuple[str, Dict[str, Any]]] = []
+    monkeypatch.setattr(daemon.reporter.publisher, "publish", lambda suffix, body, qos=1: sent.append((suffix, body)))
+    with caplog.at_level("INFO", logger="edge_sdk.daemon"):
+        daemon.reload_config()
+    said = [r.getMessage() for r in caplog.records]
+    assert any(f"NOT applied for {keys}: restart the service" in m for m in said), said
+    assert not any("config re-read from" in m for m in said), said
+    (alert,) = [body for suffix, body in sent if suffix == "alerts"]
+    assert alert["alert"] == "config_invalid" and alert["state"] == "raised" and alert["severity"] == severity
+    assert keys in alert["message"] and schemas.errors(dict(alert, schema="edge-sdk/alert/1", device_id="cam-1",
+                                                            ts=1, seq=1)) == []
+    assert daemon.commands.auth == "none"  # as started: the alert says so, the log too
     daemon.commands.close()

@@ -392,3 +392,66 @@ def test_reload_by_url_with_shadow_runs_the_download_as_the_shadow(models: Path,
     assert status["shadow"]["state"] == "running" and status["shadow"]["bundle"] == "b2"
     assert status["bundle_hash"] == hash_a and status["rollout"] == {"role": "wave 2", "bundle": "b2"}
     all_valid(log)
+
+
+def _fetch_as(uid: Optional[int], models: Path, url: str) -> str:
+    """BundleFetcher(models).fetch(url) in this process, or with `uid` in a forked child that has
+    dropped to that user (no new interpreter: a pyenv Python may not be readable by it); the
+    FetchError's message."""
+    def attempt() -> str:
+        try:
+            BundleFetcher(models).fetch(url, "0" * 64, "b2")
+        except FetchError as exc:
+            return str(exc)
+        return "no error"
+
+    if uid is None:
+        return attempt()
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: drop to `uid`, try, say what happened, leave without cleanup
+        try:
+            os.close(read)
+            os.setgroups([])
+            os.setgid(uid)
+            os.setuid(uid)
+            os.write(write, attempt().encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as said:
+        out = said.read()
+    os.waitpid(pid, 0)
+    return out
+
+
+def test_a_model_folder_the_daemon_cannot_write_names_the_folder_and_the_fix(http_files: Files, archives) -> None:
+    """A provisioned device's models_dir was root-owned and read-only under ProtectSystem=strict:
+    every reload by URL failed and the answer blamed the server. Now, before any byte is
+    fetched, the error names the folder, the user and the fix. Tried as a user who cannot write
+    there: nobody (a forked child) when the tests run as root, else a folder without write
+    permission."""
+    import shutil
+    import tempfile
+
+    http_files.files["/b.tar.gz"] = archives["b"]
+    top = Path(tempfile.mkdtemp(prefix="edge-sdk-models-", dir="/tmp"))
+    try:
+        models = top / "bundles"
+        models.mkdir()
+        top.chmod(0o755)
+        if os.geteuid() == 0:
+            models.chmod(0o755)  # root's: nobody reads, cannot write
+            uid: Optional[int] = 65534
+        else:
+            models.chmod(0o555)
+            uid = None
+        error = _fetch_as(uid, models, http_files.url("/b.tar.gz"))
+        shown = 65534 if uid is not None else os.getuid()
+        assert f"cannot download into the model folder: {models} is not writable by uid {shown}" in error, error
+        assert "/var/lib/edge-sdk/bundles" in error and "edge-sdk doctor" in error
+        assert http_files.requests == []  # refused before a byte was asked for
+        assert os.listdir(models) == []
+    finally:
+        top.chmod(0o755)
+        shutil.rmtree(top, ignore_errors=True)

@@ -26,6 +26,9 @@ IDENTITY = Placement.affine(1.0, 1.0, 0.0, 0.0, 96, 64)
     ("pre_nms_topk", 0, False), ("num_classes", 1, True), ("num_classes", 0, False), ("class_agnostic", 1, False),
     ("class_agnostic", True, True), ("output_names", ["a"], True), ("output_names", "a", False),
     ("output_names", [1], False), ("unknown_key", 1, False), ("max_detections", None, False),
+    # one frame's detections fit one `detections` message (its schema: 4,096 boxes); NMS input bounded
+    ("max_detections", 4096, True), ("max_detections", 4097, False), ("max_detections", 10 ** 9, False),
+    ("pre_nms_topk", 10000, True), ("pre_nms_topk", 10001, False),
 ])
 def test_shared_keys_at_their_bounds(key: str, value: Any, ok: bool) -> None:
     spec = {"type": "yolov5", key: value}
@@ -169,3 +172,24 @@ def test_nothing_found_is_an_empty_detections_of_the_usual_shapes(spec: Dict[str
     det = make_decoder(spec, SPEC)(outputs, [IDENTITY])[0]
     assert det.xyxy.shape == (0, 4) and det.confidence.shape == (0,) and det.class_id.shape == (0,)
     assert det.xyxy.dtype == np.float32 and det.class_id.dtype == np.int32
+
+
+def test_pre_nms_topk_null_still_bounds_what_nms_gets(monkeypatch) -> None:
+    """null: no cut of the bundle's own, but never more than MAX_PRE_NMS_TOPK candidates into NMS
+    (its cost grows with their square: 6,400 boxes a frame ran at 0.05 fps)."""
+    from edge_sdk.decoders import _base
+
+    seen = []
+    real = _base.nms
+
+    def counting(boxes, scores, *args, **kwargs):
+        seen.append(len(scores))
+        return real(boxes, scores, *args, **kwargs)
+
+    monkeypatch.setattr(_base, "nms", counting)
+    n = _base.MAX_PRE_NMS_TOPK + 2000
+    scores = np.linspace(0.99, 0.3, n).astype(np.float32)
+    out = rows(scores.tolist())
+    decode({"pre_nms_topk": None, "score_threshold": 0.25}, out)
+    decode({"pre_nms_topk": 50, "score_threshold": 0.25}, out)
+    assert seen == [_base.MAX_PRE_NMS_TOPK, 50]

@@ -197,7 +197,7 @@ def test_the_device_config_it_writes_loads_and_is_never_overwritten(tmp_path: Pa
     cfg = load_daemon_config(copy)
     assert cfg.device.id == "cam-7" and cfg.mqtt is not None and cfg.mqtt.url == "mqtts://broker.lan:8883"
     assert cfg.mqtt.cert_file == f"{certs}/device.pem" and cfg.pipeline.source.uri == "csi://0"
-    assert cfg.device.hmac_secret_env == "EDGE_SDK_CMD_SECRET" and cfg.pipeline.bundle == "/opt/edge-sdk/bundles/default"
+    assert cfg.device.hmac_secret_env == "EDGE_SDK_CMD_SECRET" and cfg.pipeline.bundle == "/var/lib/edge-sdk/bundles/default"
 
     config.write_text(config.read_text().replace('uri = "csi://0"', 'uri = "v4l2:///dev/video0"'))
     edited = config.read_bytes()

@@ -102,6 +102,12 @@ def test_the_service_is_hardened_and_writes_only_where_its_state_lives() -> None
         assert inside(env[key], writable), f"{key}={env[key]} is not writable under ProtectSystem=strict"
     assert inside(env["TMPDIR"], state), "TMPDIR must exist: systemd creates the StateDirectory entries"
     assert inside(env["EDGE_SDK_HEALTH_FILE"].rsplit("/", 1)[0], runtime)
+    # reload by URL and rollouts download into models_dir: it must be writable, and made by systemd
+    from edge_sdk.fsutil import read_toml
+
+    device = read_toml(UNITS / "device.toml")
+    assert device["device"]["models_dir"] in state and inside(device["device"]["models_dir"], writable)
+    assert inside(device["bundle"], [device["device"]["models_dir"]])  # a rollback reloads it by name
 
 
 def test_the_clocks_unit_runs_jetson_clocks_once_per_boot() -> None:
