@@ -159,6 +159,8 @@ class ABControl:
         except Exception as exc:  # noqa: BLE001 - the pipeline refused the detector: the test runs on
             raise CommandRejected(f"ending the A/B test failed, both arms run on: {type(exc).__name__}: {exc}") from exc
         state = "promoted" if promote else "aborted"
+        if promote:
+            d.remember_running("ab")
         figures = self._publish(state)
         self.arms = None
         winner = arms["b" if promote else "a"]

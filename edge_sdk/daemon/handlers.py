@@ -62,6 +62,8 @@ class RunningDaemon(Protocol):
 
     def status(self) -> Dict[str, Any]: ...
 
+    def remember_running(self, how: str) -> None: ...  # keep what runs now for a restart (daemon.running)
+
 
 class CommandHandlers:
     """The handlers of one daemon, by command name (`table()`)."""

@@ -150,6 +150,7 @@ class ShadowControl:
         c = self.config
         self._live.clear()
         self.run = ShadowRun(model, detector, bundle_name(model) or where, c.every_n_frames, c.window_frames)
+        d.reporter.raise_alert("shadow_failed", False, f"shadow of {self.run.name} started")  # the last failure is over
         self._next_report = clock() + d.reporter.interval_s
         log.info("shadow of %s (%s) started on every %d. frame", self.run.name, model.bundle_hash, c.every_n_frames)
         self._final(tag, {"ok": True, "result": {"shadow": self.run.name, "bundle_hash": model.bundle_hash,
@@ -176,9 +177,11 @@ class ShadowControl:
         before = measure(recent)  # the live model's last watch_s seconds: as long as the watch after
         self._live.clear()
         if self.config.watch_s > 0 and before["fps"] is not None:
-            self.watch = RollbackWatch(before, self.config)
+            self.watch = RollbackWatch(before, self.config)  # kept for a restart once the watch has passed
         else:
             d.model.release_kept()
+            d.remember_running("promotion")
+            d.reporter.raise_alert("rollback", False, f"{run.name} promoted")
         log.info("promoted %s (%s)%s", run.name, run.model.bundle_hash, " automatically" if automatic else "")
         d.publisher.set_status(d.status())
         return {"promoted": run.name, "bundle_hash": run.model.bundle_hash, "automatic": automatic,
@@ -233,6 +236,8 @@ class ShadowControl:
                 else:
                     self.watch = None
                     self.daemon.model.release_kept()
+                    self.daemon.remember_running("promotion")
+                    self.daemon.reporter.raise_alert("rollback", False, f"promotion held for {self.config.watch_s:g} s")
                     log.info("promotion held for %g s: %s", self.config.watch_s, after)
                     self.daemon.publisher.set_status(self.daemon.status())
 
@@ -250,6 +255,7 @@ class ShadowControl:
             log.error("%s", message)
             d.reporter.raise_alert("rollback", True, message, "critical", repeat=True)
             raise CommandRejected(message) from exc
+        d.remember_running("rollback")
         reasons = "; ".join(b[3] for b in breaches) or "abort command"
         message = f"rolled back from {bad_name} ({bad_hash}) to {name} ({sha}): {reasons}"
         log.warning("%s", message)

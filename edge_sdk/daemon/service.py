@@ -46,6 +46,7 @@ from edge_sdk.daemon.model import RunningModel
 from edge_sdk.daemon.promotion import ShadowControl, bundle_name
 from edge_sdk.daemon.reload import HotReloader
 from edge_sdk.daemon.streams import StreamsPipeline
+from edge_sdk.daemon.running import RunningRecord
 from edge_sdk.errors import ConfigError, EdgeSdkError
 from edge_sdk.runtime.config import PipelineConfig
 from edge_sdk.runtime.model import Model
@@ -123,6 +124,10 @@ class Daemon:
             self.handlers.table(),
             secret=config.secret(), max_skew_s=config.device.max_skew_s, device_id=config.device.id, replay_path=replay)
         self.model = RunningModel(config.pipeline)
+        # what runs after a reload or promotion, kept across restarts (edge_sdk.daemon.running)
+        self.running = RunningRecord(default_queue_path(config.device.id, config.mqtt.queue_dir).with_suffix(".running.json")
+                                     if config.mqtt is not None else None)
+        self.bundle_origin = "config"
         self.model.memory_margin_mb = config.shadow.memory_margin_mb  # a reload's engine build keeps it free
         self.several = len(config.pipeline.streams()) > 1  # several [[sources]]: one batched model for all
         self.reloader = HotReloader(Path(config.device.models_dir) if config.device.models_dir else None,
@@ -223,6 +228,7 @@ class Daemon:
             "device_choice": model.get("device_choice"),
             "bundle_hash": model["bundle_hash"],
             "bundle": bundle_name(self.model.model),
+            "bundle_origin": self.bundle_origin,
             "shadow": self.shadow.describe(),
             "rollout": self.rollout,
             "download": self.fetcher.progress,
@@ -289,8 +295,43 @@ class Daemon:
                                 RuntimeError(f"{type(exc).__name__}: {exc}"), where)
             return
         self._reload_result(new, None, where)
+        self.remember_running("reload")
+        self.reporter.raise_alert("rollback", False, f"reload of {where} runs")  # a rolled-back promotion is past
         self.publisher.set_status(self.status())
         log.info("now running bundle %s", new.bundle_hash)
+
+    def _output_changed(self, name: str, down: bool, message: str) -> None:
+        """A video output died (detection goes on without it) or came back: the output_failed alert."""
+        self.reporter.raise_alert("output_failed", down, message, "warning", repeat=True)
+        self.publisher.set_status(self.status())
+
+    def _open_model(self) -> Tuple[Model, Any]:
+        """The model to start with: the bundle a reload or promotion left running (kept across the
+        restart, while the config names the bundle it named then), else the configured one."""
+        configured = self.config.pipeline.bundle
+        record = self.running.load(configured)
+        if record is not None:
+            try:
+                opened = self.model.open(record["bundle"])
+            except EdgeSdkError as exc:  # the kept bundle does not load: the configured one runs
+                log.error("the bundle the last %s left running, %s, does not load (%s); running the configured %s",
+                          record["how"], record["bundle"], exc, configured)
+                self.running.clear()
+            else:
+                self.bundle_origin = record["how"]
+                log.warning("running %s, which the last %s left running (kept in %s); the config names %s",
+                            record["bundle"], record["how"], self.running.path, configured)
+                return opened
+        return self.model.open(configured)
+
+    def remember_running(self, how: str) -> None:
+        """After a swap that settles: keep what runs now for a restart (edge_sdk.daemon.running)."""
+        model = self.model.model
+        bundle = model.bundle.root if model is not None and model.bundle is not None else None
+        self.running.save(bundle, self.config.pipeline.bundle, how, model.bundle_hash if model is not None else None)
+        configured = self.config.pipeline.bundle
+        same = bundle is not None and configured is not None and Path(configured).resolve() == Path(bundle).resolve()
+        self.bundle_origin = "config" if same else how
 
     # -- signals ---------------------------------------------------------------------------------
     def request_stop(self, reason: str = "stopped") -> None:
@@ -422,8 +463,8 @@ class Daemon:
             if cfg.output.out:  # a port in use or a missing encoder stops the start here, before the model loads
                 shown = cfg.output.shown(cfg.pipeline.stream_ids())
                 fps = next(s.fps for s in cfg.pipeline.streams() if s.id == shown) if self.several else cfg.pipeline.source.fps
-                self.output = cfg.output.open(fps)
-            model, detector = self.model.open(cfg.pipeline.bundle)
+                self.output = cfg.output.open(fps, on_change=self._output_changed)
+            model, detector = self._open_model()
             self.pipeline = self._make_pipeline(model, detector)
             self.model.attach(self.pipeline)
             self.pipeline.open()
@@ -532,8 +573,11 @@ class Daemon:
                 self.pipeline.close()
             self.shadow.close()
             self.fetcher.stop()  # a download in progress ends at its next block, its .part kept
-            if self.output is not None:
-                self.output.close()  # a file gets its end
+            if self.output is not None:  # a file gets its end; a stalled output is killed, within the unit's stop bound
+                killed = self.output.close(OUTPUT_STOP_S)
+                if killed:
+                    log.error("video output(s) %s did not end within %g s and were killed: a file among them may "
+                              "lack its end", ", ".join(killed), OUTPUT_STOP_S)
             self.reloader.join(10)
             leftover = self.reloader.poll()
             if leftover is not None:
@@ -548,6 +592,11 @@ class Daemon:
         log.info("stopped (%s)", reason)
         self.heartbeat.stopped(reason, code)
         return code
+
+
+# How long the outputs have to end at a stop: with the reload worker's 10 s and the last status's
+# 5 s, the daemon stops within the unit's TimeoutStopSec (30 s) even with a stalled GStreamer process.
+OUTPUT_STOP_S = 10.0
 
 
 def _default_pipeline(config: PipelineConfig, model: Any = None, detector: Any = None) -> Any:

@@ -14,7 +14,7 @@ table is read at start; a SIGHUP does not change it.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import List, Optional
+from typing import Any, Callable, List, Optional
 
 from edge_sdk.config_schema import Bounds, check_fields, key
 from edge_sdk.errors import ConfigError
@@ -47,9 +47,20 @@ class OutputConfig:
         """The id of the stream the outputs show."""
         return self.stream or streams[0]
 
-    def open(self, fps: Optional[float]) -> AnnotatedSink:
-        """An AnnotatedSink over a started output per `out` value (errors at start, typed)."""
+    def open(self, fps: Optional[float], on_change: Optional[Callable[[str, bool, str], None]] = None) -> AnnotatedSink:
+        """An AnnotatedSink over a started output per `out` value (errors at start, typed). With
+        `on_change` (the daemon), each output that dies later is started again with backoff
+        (edge_sdk.output.restart) and `on_change(name, down, message)` hears it go and come back."""
         rate = self.fps or fps or 30.0
-        return AnnotatedSink(open_outputs(self.out, fps=rate, queue=self.queue, encoder=self.encoder,
-                                          python=self.python or None, origin="output.out"))
+        outputs = open_outputs(self.out, fps=rate, queue=self.queue, encoder=self.encoder, python=self.python or None,
+                               origin="output.out")
+        if on_change is None:
+            return AnnotatedSink(outputs)
+        from edge_sdk.output.restart import RestartingOutput
+        from edge_sdk.output.video import VideoOutput
+
+        def again(target: Any) -> Callable[[], VideoOutput]:
+            return lambda: VideoOutput(target, fps=rate, queue=self.queue, encoder=self.encoder, python=self.python or None)
+
+        return AnnotatedSink([RestartingOutput(out, again(out.target), on_change) for out in outputs])
 

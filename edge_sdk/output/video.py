@@ -162,6 +162,10 @@ class VideoOutput:
                 with self._cond:
                     self._child_stats = row
         self._first.set()  # the child ended before saying anything: its stderr tells why
+        with self._cond:
+            if not self._closing and self._error is None:  # it died (killed, out of memory): the next put says so
+                code = self._child.poll()
+                self._error = f"the GStreamer process ended{'' if code is None else f' (exit {code})'}; {self._log_tail()}"
 
     def _read_stderr(self) -> None:
         assert self._child.stderr is not None
@@ -228,16 +232,21 @@ class VideoOutput:
                     "encode_ms_mean": child.get("encode_ms_mean"),
                     "clients": int(child.get("clients") or 0), "error": self._error}
 
-    def close(self, timeout_s: float = 30.0) -> None:
-        """Send what is queued, end the stream (a file is finished) and wait for the child."""
+    def close(self, timeout_s: float = 30.0) -> bool:
+        """Send what is queued, end the stream (a file is finished) and wait for the child, all
+        within `timeout_s`; past it the child is killed (a stalled or stopped process). True when
+        it ended on its own (a file then has its end), False when it was killed."""
+        deadline = time.monotonic() + max(0.0, timeout_s)
         with self._cond:
             self._closing = True
             self._cond.notify_all()
-        self._writer.join(timeout_s)
+        self._writer.join(max(0.0, deadline - time.monotonic()))
         try:
-            self._child.wait(timeout_s)
+            self._child.wait(max(0.01, deadline - time.monotonic()))
+            return True
         except subprocess.TimeoutExpired:
             self._kill()
+            return False
 
     def _kill(self) -> None:
         self._child.kill()
@@ -333,6 +342,12 @@ class AnnotatedSink(Sink):
     def stats(self) -> List[Dict[str, Any]]:
         return [out.stats() for out in self.outputs]
 
-    def close(self) -> None:
+    def close(self, timeout_s: float = 30.0) -> List[str]:
+        """Close every output within `timeout_s` in all; the names of those that had to be killed
+        (a file among them may lack its end)."""
+        deadline = time.monotonic() + timeout_s
+        killed = []
         for out in self.outputs:
-            out.close()
+            if out.close(max(0.0, deadline - time.monotonic())) is False:
+                killed.append(out.name)
+        return killed

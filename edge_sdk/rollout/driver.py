@@ -81,9 +81,11 @@ class Rollout:
             st.save(self.bundle)
             self.say("plan", "; ".join(f"{s['role']}: {', '.join(s['devices'])}" for s in st.steps),
                      steps=st.steps, previous=st.previous)
-        elif st.done < len(st.steps):
-            self.say("resume", f"resuming at {st.steps[st.done]['role']} ({st.done} of {len(st.steps)} steps done, "
-                               f"{len(st.promoted)} devices promoted)", done=st.done)
+        else:
+            self._reverify()
+            if st.done < len(st.steps):
+                self.say("resume", f"resuming at {st.steps[st.done]['role']} ({st.done} of {len(st.steps)} steps "
+                                   f"done, {len(st.promoted)} devices promoted)", done=st.done)
         while st.done < len(st.steps):
             step = st.steps[st.done]
             began = self.clock()
@@ -111,6 +113,31 @@ class Rollout:
         devices = [d for s in st.steps for d in s["devices"]]
         self.say("done", f"{len(devices)} devices run {self.bundle}", devices=devices, seconds=st.seconds)
         return {"bundle": self.bundle, "devices": devices, "steps": st.steps, "seconds": st.seconds}
+
+    def _reverify(self) -> None:
+        """A rollout run again: every device of the steps done must still run the bundle (a daemon
+        that restarted may have gone back to its configured bundle, an offline one cannot say).
+        The first step holding one that does not is done again, from there on."""
+        st = self.state
+        devices = [d for step in st.steps[:st.done] for d in step["devices"]]
+        self.link.wait(lambda: all(self.link.status(d) for d in devices), min(self.timeout_s, 10.0))
+        again: Optional[int] = None
+        for index, step in enumerate(st.steps[:st.done]):
+            for device in step["devices"]:
+                status = self.link.status(device)
+                if status.get("state") == "online" and status.get("bundle") == self.bundle and not status.get("shadow"):
+                    continue
+                shown = (f"runs {status.get('bundle')}" if status.get("state") == "online"
+                         else f"is {status.get('state', 'unknown')}: not verified")
+                self.say("drifted", f"{step['role']}: {device} {shown}, not {self.bundle}: the step runs again",
+                         role=step["role"], device=device)
+                if device in st.promoted:
+                    st.promoted.remove(device)
+                again = index if again is None else min(again, index)
+        if again is not None:
+            st.done, st.outcome = again, None
+            del st.seconds[again:]
+            st.save(self.bundle)
 
     # -- one step ------------------------------------------------------------------------------
     def _step(self, role: str, devices: List[str]) -> None:

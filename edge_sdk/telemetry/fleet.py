@@ -11,9 +11,14 @@ series; at most `max_devices` devices are tracked — a device silent for `expir
 at most MAX_ALERTS open alerts per device, each kept as its name, severity and the start of its
 message.
 
-Status messages are ordered by `status_ts` (the device's connection stamp), not `seq`: an older
-one is ignored (`stale`), and for equal stamps `offline` (the will, the goodbye) wins over
-`online`. A stamp more than `max_skew_s` ahead of the time the message arrived is not trusted
+Status messages are ordered by the device's session first, then by `status_ts` (the device's
+connection stamp), not `seq`. A session is a run of the daemon (`instance_id`); sessions are
+ordered by when their first status arrived, not by their clocks: a daemon restarted with its
+clock an hour behind stamps every status before the last will of the run before it, and is
+still the newer session. A first status of a session never seen before that says `offline`
+while another session shows online is the late will of an older run (the broker sends it when
+the new run takes the connection over): ignored. Within a session an older stamp is ignored
+(`stale`), and for equal stamps `offline` (the will, the goodbye) wins over `online`. A stamp more than `max_skew_s` ahead of the time the message arrived is not trusted
 (`skewed`): such a status is shown only where it cannot hide a later one — over an offline
 status or one of its own instance — and whatever arrives after it replaces it, so neither a
 forged status from the future nor a device whose clock jumped pins the state.
@@ -35,6 +40,7 @@ MAX_ALERTS = 64  # open alerts kept per device
 ALERT_NOTE = 256  # characters of an open alert's message kept
 EXPIRE_S = 24 * 3600.0  # a device silent this long is forgotten
 MAX_SKEW_S = 300.0  # how far ahead of the arrival time a status_ts is trusted
+MAX_SESSIONS = 16  # sessions (instance ids) of a device whose order is kept
 
 
 @dataclass
@@ -49,6 +55,8 @@ class DeviceView:
     received: float = 0.0  # the consumer's monotonic clock at its last valid message
     status_trusted: bool = True  # the shown status's status_ts was within the skew
     last_seq: Dict[str, int] = field(default_factory=dict)  # by topic suffix (not status)
+    # the device's sessions (instance ids), in the order their first status arrived
+    sessions: "OrderedDict[str, None]" = field(default_factory=OrderedDict)
 
     @property
     def state(self) -> str:
@@ -202,11 +210,23 @@ class Fleet:
         stamp = payload.get("status_ts")
         trusted = not isinstance(stamp, int) or stamp <= received_ms + self.max_skew_ms
         shown = view.status
+        session, shown_session = _session(payload), _session(shown)
+        first_of_session = session is not None and session not in view.sessions
+        if first_of_session:
+            view.sessions[session] = None
+            while len(view.sessions) > MAX_SESSIONS:
+                view.sessions.popitem(last=False)
         if not trusted:
             self.skewed += 1
             same_instance = payload.get("instance_id") is not None and \
                 payload.get("instance_id") == shown.get("instance_id")
             applies = not shown or not view.status_trusted or same_instance or shown.get("state") != "online"
+        elif session is not None and shown_session is not None and session != shown_session:
+            if first_of_session:  # a run seen now for the first time: the newer one, unless it is a late will
+                applies = not (payload.get("state") == "offline" and shown.get("state") == "online")
+            else:
+                order = list(view.sessions)
+                applies = shown_session not in order or order.index(session) > order.index(shown_session)
         else:
             # a shown status whose stamp was not trusted says nothing about order: what arrives later wins
             applies = not view.status_trusted or _newer_status(payload, shown)
@@ -251,6 +271,11 @@ class Fleet:
             self._expire(self._clock())
             views = list(self.devices.values())
         return iter(views)
+
+
+def _session(status: Dict[str, Any]) -> Optional[str]:
+    value = status.get("instance_id")
+    return value if isinstance(value, str) and value else None
 
 
 def _newer_status(new: Dict[str, Any], shown: Dict[str, Any]) -> bool:

@@ -3,6 +3,7 @@ MP4 file while the daemon runs, read back by ffprobe, with each output's figures
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import threading
@@ -112,3 +113,107 @@ def test_an_output_in_a_missing_folder_is_a_config_error(tmp_path: Path) -> None
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 2, err
     assert "output.out" in err and "does not exist; create it" in err
+
+
+def gst_children(parent: int) -> List[int]:
+    """The video output processes (gst_child.py) the daemon `parent` started."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            cmdline = (entry / "cmdline").read_bytes()
+        except (OSError, IndexError, ValueError):
+            continue
+        if ppid == parent and b"gst_child.py" in cmdline:
+            found.append(int(entry.name))
+    return found
+
+
+def probe_rtsp(url: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["ffprobe", "-v", "error", "-rtsp_transport", "tcp", "-read_intervals", "%+1.5",
+                           "-count_frames", "-select_streams", "v", "-show_entries", "stream=codec_name,nb_read_frames",
+                           "-of", "json", url], capture_output=True, text=True, timeout=60)
+
+
+@needs_gstreamer
+def test_an_output_killed_is_started_again_and_detection_never_stops(tmp_path: Path) -> None:
+    """The GStreamer child killed with SIGKILL (as the OOM killer does): the daemon exited 12 and
+    detection, telemetry and commands stopped. Now detection and telemetry go on, `output_failed`
+    is raised, the output is started again (`restarts`), the alert clears, and ffprobe reads the
+    stream again."""
+    url = f"rtsp://127.0.0.1:{free_port()}/live"
+    proc = start(device_toml(tmp_path, [url]))
+    lines = Lines(proc)
+
+    def frames() -> int:
+        found = [r["payload"]["frames"]["processed"] for r in lines.rows if r["topic"].endswith("/telemetry")]
+        return found[-1] if found else 0
+
+    def alerts() -> List[str]:
+        return [r["payload"]["state"] for r in lines.rows
+                if r["topic"].endswith("/alerts") and r["payload"]["alert"] == "output_failed"]
+
+    try:
+        assert wait_until(lambda: lines.outputs() and lines.outputs()[0]["frames"] > 0 or proc.poll() is not None, 60)
+        assert proc.poll() is None, proc.stderr.read()
+        (child,) = gst_children(proc.pid)
+        os.kill(child, signal.SIGKILL)
+        assert wait_until(lambda: alerts()[:1] == ["raised"] or proc.poll() is not None, 60), lines.rows[-3:]
+        seen = frames()
+        assert wait_until(lambda: frames() > seen + 10 or proc.poll() is not None, 60)
+        assert proc.poll() is None, "the daemon stopped with its output"
+        assert wait_until(lambda: alerts() == ["raised", "cleared"] and lines.outputs()[0].get("restarts") == 1, 90), \
+            (alerts(), lines.outputs())
+        assert gst_children(proc.pid) and child not in gst_children(proc.pid)
+        probe = probe_rtsp(url)
+        assert probe.returncode == 0, probe.stderr
+        assert json.loads(probe.stdout)["streams"][0]["codec_name"] == "h264"
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+        lines.thread.join(10)
+    assert proc.returncode == 0, err
+    for row in lines.rows:
+        if row["topic"].endswith(("/telemetry", "/alerts")):
+            assert errors(row["payload"]) == [], row["payload"]
+
+
+@needs_gstreamer
+def test_a_stalled_output_does_not_hold_the_stop_past_the_unit_s_bound(tmp_path: Path) -> None:
+    """The GStreamer process stopped (SIGSTOP: it reads nothing), then SIGTERM: the stop took 60.5 s
+    (the output closed first, waiting 30 s twice), past the unit's TimeoutStopSec, after which
+    systemd kills the daemon without its last status. Now the outputs have a budget that keeps the
+    stop within that bound: the stalled output is killed and named, the offline status sent."""
+    import re
+    import time
+
+    unit = (Path(__file__).resolve().parents[2] / "device_images" / "edge-sdk.service").read_text()
+    bound = float(re.search(r"^TimeoutStopSec=(\d+)", unit, re.M).group(1))
+    url = f"rtsp://127.0.0.1:{free_port()}/live"
+    proc = start(device_toml(tmp_path, [url]))
+    lines = Lines(proc)
+    try:
+        assert wait_until(lambda: lines.outputs() and lines.outputs()[0]["frames"] > 0 or proc.poll() is not None, 60)
+        assert proc.poll() is None, proc.stderr.read()
+        (child,) = gst_children(proc.pid)
+        os.kill(child, signal.SIGSTOP)
+        asked = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=120)
+        took = time.monotonic() - asked
+        err = proc.stderr.read()  # stdout is the reader thread's alone
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate(timeout=10)
+        lines.thread.join(10)
+    # what bounds the stop, not how fast this machine was: the output's budget and the waits after it
+    from edge_sdk.daemon.service import OUTPUT_STOP_S
+
+    assert OUTPUT_STOP_S + 10.0 + 5.0 < bound  # + the reload worker's join + the last status
+    assert proc.returncode == 0, (err, took)
+    assert f"video output(s) {url} did not end within" in err and "killed" in err
+    assert not lines.thread.is_alive()  # it read stdout to its end
+    assert [r["payload"]["state"] for r in lines.rows if r["topic"].endswith("/status")][-1] == "offline"

@@ -426,3 +426,41 @@ def test_with_a_url_whose_sha256_does_not_match_the_canary_refuses_it_and_nothin
     assert not log.on("shadow")  # no candidate ran anywhere
     for device in devices.values():
         assert not (Path(device.cfg.device.models_dir) / "fresh").exists()
+
+
+def test_a_finished_rollout_run_again_checks_every_device_s_bundle(fleet, broker, tmp_path: Path) -> None:
+    """A promoted device that restarts keeps the promoted bundle (its `running.json`); run again,
+    the finished rollout checks each device's current bundle, and a device that runs another one
+    (here: restarted without its record, as a daemon older than the record would) has its step
+    done again, instead of a false "done"."""
+    log, devices = fleet(processes=("cam-3",))
+    state = tmp_path / "state.json"
+    first = rollout(broker.url, "good", state)
+    assert first.returncode == 0, first.stdout + first.stderr
+    cam3 = devices["cam-3"]
+    record = cam3.folder / "queue" / "cam-3.running.json"
+
+    def restart(drop_record: bool) -> None:
+        started = last_status(log, "cam-3")["started_ts"]
+        cam3.kill()
+        if drop_record:
+            record.unlink()
+        cam3.start()
+        assert log.wait(lambda m: last_status(log, "cam-3")["state"] == "online"
+                        and last_status(log, "cam-3")["started_ts"] != started, timeout=60)
+
+    assert record.is_file()
+    restart(drop_record=False)
+    back = last_status(log, "cam-3")
+    assert back["bundle"] == "good" and back["bundle_origin"] == "promotion"  # the promotion outlived the restart
+    again = rollout(broker.url, "good", state)
+    assert again.returncode == 0 and not [e for e in events(again.stdout) if e["event"] == "drifted"], again.stdout
+
+    restart(drop_record=True)
+    assert last_status(log, "cam-3")["bundle"] == "a"
+    redone = rollout(broker.url, "good", state)
+    assert redone.returncode == 0, redone.stdout + redone.stderr
+    said = events(redone.stdout)
+    assert [(e["device"], e["role"]) for e in said if e["event"] == "drifted"] == [("cam-3", "wave 1")]
+    assert [e["device"] for e in said if e["event"] == "reload"] == ["cam-3"]  # only the device that drifted
+    assert log.wait(lambda m: all(runs(log, d, "good") for d in DEVICES), timeout=20)

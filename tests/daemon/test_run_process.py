@@ -206,3 +206,32 @@ def test_a_camera_password_reaches_no_status_telemetry_log_or_error(tmp_path: Pa
     final = statuses(late)[-1]
     assert final["source"] == named and final["streams"]["0"]["source"] == named
     assert named in final["reason"] and f"cannot open {named}" in stderr
+
+
+def test_a_restart_with_the_clock_an_hour_behind_is_the_newer_session() -> None:
+    """Every status of the new run is stamped before the last will of the one before: ordered by
+    the session, the device is online while its telemetry flows; the old run's late will (the
+    broker sends it when the new run takes the connection over) does not take it offline."""
+    from edge_sdk.telemetry.fleet import Fleet
+
+    def status(state: str, status_ts: int, seq: int, instance: str) -> dict:
+        return {"schema": "edge-sdk/status/1", "device_id": "d", "ts": status_ts, "seq": seq, "state": state,
+                "status_ts": status_ts, "instance_id": instance}
+
+    hour = 3600 * 1000
+    now = 1_800_000_000_000
+    fleet = Fleet()
+    fleet.update("edge-sdk/d/status", status("online", now, 1, "run-a"), received_ms=now)
+    fleet.update("edge-sdk/d/status", status("offline", now, 2, "run-a"), received_ms=now)  # its will
+    fleet.update("edge-sdk/d/status", status("online", now - hour, 1, "run-b"), received_ms=now)  # clock behind
+    assert fleet.devices["d"].state == "online" and fleet.devices["d"].status["instance_id"] == "run-b"
+    fleet.update("edge-sdk/d/status", status("online", now - hour + 5, 3, "run-b"), received_ms=now)
+    assert fleet.devices["d"].status["seq"] == 3
+    fleet.update("edge-sdk/d/status", status("online", now + 10, 3, "run-a"), received_ms=now)  # the old run, late
+    assert fleet.devices["d"].status["instance_id"] == "run-b"
+    fleet.update("edge-sdk/d/status", status("offline", now + 20, 9, "run-c"), received_ms=now)  # a late will of a run never seen
+    assert fleet.devices["d"].state == "online"
+    fleet.update("edge-sdk/d/status", status("offline", now - hour + 9, 4, "run-b"), received_ms=now)  # run-b's own will
+    assert fleet.devices["d"].state == "offline"
+    fleet.update("edge-sdk/d/status", status("online", now - 2 * hour, 1, "run-d"), received_ms=now)  # the next run
+    assert fleet.devices["d"].state == "online"

@@ -158,6 +158,13 @@ def test_a_promoted_bad_bundle_is_rolled_back_to_the_previous_one(models: Path, 
                                       and s["state"] == "online" for s in log.on("status")[1:]), timeout=10)
         frames = daemon.frames
         assert wait_until(lambda: daemon.frames > frames + 20)
+        assert daemon.model.model is kept, "the rollback did not return to the previous model, kept loaded"
+        # the alert is not left open for ever: the next promotion that holds clears it
+        assert send(log, "s3", "reload", {"bundle": "a-rebuilt", "shadow": True})["ok"]
+        full_window(log, "a-rebuilt")
+        assert send(log, "s4", "promote", {})["ok"]
+        assert log.wait(lambda m: [(a["alert"], a["state"]) for a in log.on("alerts") if a["alert"] == "rollback"]
+                        == [("rollback", "raised"), ("rollback", "cleared")], timeout=30), log.on("alerts")
     finally:
         assert running.stop() == 0
     assert promoted["ok"] and promoted["result"]["promoted"] == "dim" and promoted["result"]["bundle_hash"] == hash_dim
@@ -167,8 +174,6 @@ def test_a_promoted_bad_bundle_is_rolled_back_to_the_previous_one(models: Path, 
     assert alert["severity"] == "critical" and alert["metric"] == "detection_rate", alert
     assert alert["value"] < 0.1 and alert["value"] < alert["threshold"], alert
     assert "to a (" + hash_a + ")" in alert["message"] and re.search(r"detection rate 0\.0\d/frame", alert["message"]), alert
-    assert daemon.model.model is kept, "the rollback did not return to the previous model, kept loaded"
-    assert [s.get("bundle_hash") for s in log.on("status") if s["state"] == "online"][-1] == hash_a
     contiguous(recording)
     all_valid(log)
 
@@ -212,6 +217,10 @@ def test_a_candidate_that_fails_is_dropped_and_the_live_model_runs_on(models: Pa
         frames = daemon.frames
         assert wait_until(lambda: daemon.frames > frames + 20)
         after = send(log, "s2", "promote", {})
+        # the failure is not left open for ever: the next shadow that starts clears it
+        assert send(log, "s3", "reload", {"bundle": "a-rebuilt", "shadow": True})["ok"]
+        assert log.wait(lambda m: [a["state"] for a in log.on("alerts") if a["alert"] == "shadow_failed"]
+                        == ["raised", "cleared"], timeout=20), log.on("alerts")
     finally:
         assert running.stop() == 0
     alert = [a for a in log.on("alerts") if a["alert"] == "shadow_failed"][0]
@@ -344,3 +353,75 @@ def test_the_mode_and_thresholds_cannot_change_under_a_shadow(models: Path, tmp_
     assert refused["ok"] is False and "set of mode refused: the shadow of a-rebuilt runs" in refused["error"], refused
     assert nudged["ok"] is False and "set of score_threshold refused" in nudged["error"], nudged
     assert interval["ok"] and after["ok"] and after["result"]["applied"]["mode"] == "roi"
+
+
+def test_a_promotion_outlives_a_restart_until_the_config_names_another_bundle(models: Path, tmp_path: Path, broker,
+                                                                             message_log) -> None:
+    """A promoted device that restarted came back with its configured bundle while the fleet
+    believed it promoted. Now, once the watch has passed, the bundle is kept on the device and a
+    restart runs it (the status says `bundle_origin: promotion`); a restart during the watch does
+    not (the promotion was not final); an operator who edits the config's bundle wins."""
+    daemon, log, running, _ = start(models, tmp_path, broker.url, message_log, watch_s=0.5)
+    try:
+        assert send(log, "s1", "reload", {"bundle": "a-rebuilt", "shadow": True})["ok"]
+        full_window(log, "a-rebuilt")
+        assert send(log, "s2", "promote", {})["ok"]
+        assert wait_until(lambda: daemon.shadow.watch is None and daemon.bundle_origin == "promotion", timeout=30)
+    finally:
+        assert running.stop() == 0
+    record = daemon.running.path
+    assert record is not None and record.is_file()
+    assert json.loads(record.read_text())["bundle"] == str(models / "a-rebuilt")
+
+    def restarted(**changes: Any) -> Dict[str, Any]:
+        return started_status(Daemon(config(models, tmp_path, broker.url, shadow={"watch_s": 0.5}, **changes)))
+
+    status = restarted()
+    assert status["bundle"] == "a-rebuilt" and status["bundle_origin"] == "promotion"
+    assert schemas.errors(dict(status, schema="edge-sdk/status/1", device_id="cam-1", ts=1, seq=1,
+                               state="online", status_ts=1)) == []
+    status = restarted(bundle=str(models / "dim"))  # the operator's edit: the config wins, the record goes
+    assert status["bundle"] == "dim" and status["bundle_origin"] == "config" and not record.exists()
+
+
+def test_a_restart_during_the_watch_runs_the_previous_bundle(models: Path, tmp_path: Path, broker,
+                                                             message_log) -> None:
+    daemon, log, running, _ = start(models, tmp_path, broker.url, message_log, watch_s=600.0)
+    try:
+        assert send(log, "s1", "reload", {"bundle": "a-rebuilt", "shadow": True})["ok"]
+        full_window(log, "a-rebuilt")
+        assert send(log, "s2", "promote", {})["ok"]
+        assert daemon.shadow.watch is not None
+    finally:
+        assert running.stop() == 0
+    assert daemon.running.path is not None and not daemon.running.path.exists()
+    status = started_status(Daemon(config(models, tmp_path, broker.url)))
+    assert status["bundle"] == "a" and status["bundle_origin"] == "config"
+
+
+def test_a_kept_bundle_that_no_longer_loads_gives_way_to_the_configured_one(models: Path, tmp_path: Path, broker,
+                                                                            caplog) -> None:
+    from edge_sdk.daemon.running import SCHEMA
+
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "manifest.json").write_text("{ not a manifest")
+    cfg = config(models, tmp_path, broker.url)
+    daemon = Daemon(cfg)
+    assert daemon.running.path is not None
+    daemon.running.path.parent.mkdir(parents=True, exist_ok=True)
+    daemon.running.path.write_text(json.dumps({"schema": SCHEMA, "bundle": str(broken), "configured": str(models / "a"),
+                                               "how": "promotion", "bundle_hash": None, "ts": 1}))
+    status = started_status(daemon)
+    assert status["bundle"] == "a" and status["bundle_origin"] == "config"
+    assert "does not load" in caplog.text and not daemon.running.path.exists()
+
+
+def started_status(daemon: Daemon) -> Dict[str, Any]:
+    """Run `daemon` until a few frames have passed, stop it cleanly; its status then."""
+    runner = Running(daemon)
+    try:
+        assert wait_until(lambda: daemon.frames > 3)
+        return daemon.status()
+    finally:
+        assert runner.stop() == 0
